@@ -1,0 +1,129 @@
+"""planexec: planner-executor LLM agents with typed plans and a dependency-driven engine.
+
+The public API is what `__all__` lists; everything else is private and may
+change. Start with `Plan`, `Registry` and `Engine`::
+
+    registry = Registry.default()
+
+    @registry.tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    plan = Plan.from_json(open("plan.json").read())
+    result = Engine(registry).run_sync(plan)
+"""
+
+from .calls import Output, Provenance, StepCall, WorkResult
+from .checks import Checker, CriteriaChecker
+from .engine import Engine, Run
+from .errors import (
+    CheckFailedError,
+    ModelError,
+    PlanError,
+    PlanexecError,
+    PlanParseError,
+    PlanValidationError,
+    Problem,
+    RegistryError,
+    ReplanRequested,
+    RunAbortedError,
+    RunCancelledError,
+    RunError,
+    StepTimeoutError,
+    ToolError,
+    ToolInputError,
+    ToolOutputError,
+)
+from .events import (
+    Event,
+    RunFinished,
+    RunStarted,
+    StepCancelled,
+    StepFailed,
+    StepReady,
+    StepRerouted,
+    StepRetried,
+    StepSkipped,
+    StepStarted,
+    StepSucceeded,
+    parse_event,
+)
+from .mapping import PlanMapping, load_foreign_plan
+from .plan import Criterion, FailureAction, Plan, RollbackPlan, Step
+from .registry import Registry
+from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
+from .runner import LocalRunner, Runner
+from .synthesis import FunctionSynthesizer, Synthesizer
+from .tools import Predicate, Tool, predicate, tool
+from .usage import Usage
+from .validation import check_plan, validate_plan
+from .workers import RoleWorker, ToolWorker, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckFailedError",
+    "Checker",
+    "CriteriaChecker",
+    "Criterion",
+    "Engine",
+    "ErrorInfo",
+    "Event",
+    "FailureAction",
+    "FunctionSynthesizer",
+    "LocalRunner",
+    "ModelError",
+    "Output",
+    "Plan",
+    "PlanError",
+    "PlanMapping",
+    "PlanParseError",
+    "PlanValidationError",
+    "PlanexecError",
+    "Predicate",
+    "Problem",
+    "Provenance",
+    "Registry",
+    "RegistryError",
+    "ReplanRequest",
+    "ReplanRequested",
+    "RoleWorker",
+    "RollbackPlan",
+    "Run",
+    "RunAbortedError",
+    "RunCancelledError",
+    "RunError",
+    "RunFinished",
+    "RunResult",
+    "RunStarted",
+    "RunStatus",
+    "Runner",
+    "Step",
+    "StepCall",
+    "StepCancelled",
+    "StepFailed",
+    "StepReady",
+    "StepRecord",
+    "StepRerouted",
+    "StepRetried",
+    "StepSkipped",
+    "StepStarted",
+    "StepState",
+    "StepSucceeded",
+    "StepTimeoutError",
+    "Synthesizer",
+    "Tool",
+    "ToolError",
+    "ToolInputError",
+    "ToolOutputError",
+    "ToolWorker",
+    "Usage",
+    "WorkResult",
+    "Worker",
+    "check_plan",
+    "load_foreign_plan",
+    "parse_event",
+    "predicate",
+    "tool",
+    "validate_plan",
+]

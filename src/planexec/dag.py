@@ -1,0 +1,126 @@
+"""The pure, synchronous scheduler: which steps may run now.
+
+Owns dependency bookkeeping only, on top of `graphlib.TopologicalSorter`:
+`ready()` hands out steps whose dependencies all ended, `succeeded()` and
+`failed()` record outcomes, and a step whose dependency did not succeed is
+skipped (returned by `ready()`'s caller-visible `skipped` list) unless it
+accepts failed inputs. No I/O, no asyncio, no clock: the engine owns those.
+Imports only `errors`.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = ["CycleError", "Outcome", "Scheduler", "find_cycle"]
+
+CycleError = graphlib.CycleError
+
+
+class Outcome(str, Enum):
+    """How a step ended, as far as scheduling cares."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class Batch:
+    """What `Scheduler.ready()` returns: steps to start, and steps skipped because an input failed."""
+
+    run: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (step_id, the dependency that did not succeed)
+
+
+class Scheduler:
+    """Dependency-driven scheduling of a DAG.
+
+    `graph` maps each node to its dependencies. `tolerant` names nodes that run
+    even when a dependency failed or was skipped. Raises `CycleError` (with the
+    cycle in ``args[1]``) on a cycle.
+    """
+
+    def __init__(self, graph: Mapping[str, Iterable[str]], tolerant: Iterable[str] = ()) -> None:
+        self._deps = {node: tuple(deps) for node, deps in graph.items()}
+        self._tolerant = frozenset(tolerant)
+        self._sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
+        self._sorter.prepare()
+        self._outcome: dict[str, Outcome] = {}
+        self._handed_out: set[str] = set()
+
+    def ready(self) -> Batch:
+        """Steps that may start now, plus steps skipped (and settled) because an input did not succeed."""
+        batch = Batch()
+        pending = list(self._sorter.get_ready())
+        while pending:
+            node = pending.pop()
+            blocker = self._blocker(node)
+            if blocker is None or node in self._tolerant:
+                self._handed_out.add(node)
+                batch.run.append(node)
+            else:
+                self._outcome[node] = Outcome.SKIPPED
+                batch.skipped.append((node, blocker))
+                self._sorter.done(node)
+                pending.extend(self._sorter.get_ready())
+        batch.run.reverse()
+        return batch
+
+    def _blocker(self, node: str) -> str | None:
+        for dep in self._deps.get(node, ()):
+            if self._outcome.get(dep) is not Outcome.SUCCEEDED:
+                return dep
+        return None
+
+    def succeeded(self, node: str) -> None:
+        """Record that a handed-out step succeeded."""
+        self._settle(node, Outcome.SUCCEEDED)
+
+    def failed(self, node: str) -> None:
+        """Record that a handed-out step failed; its dependents will be skipped unless tolerant."""
+        self._settle(node, Outcome.FAILED)
+
+    def cancelled(self, node: str) -> None:
+        """Record that a handed-out step was cancelled."""
+        self._settle(node, Outcome.CANCELLED)
+
+    def _settle(self, node: str, outcome: Outcome) -> None:
+        if node not in self._handed_out:
+            raise ValueError(f"step {node!r} was not handed out by ready()")
+        self._handed_out.discard(node)
+        self._outcome[node] = outcome
+        self._sorter.done(node)
+
+    def is_active(self) -> bool:
+        """True while some step has not reached an outcome."""
+        return self._sorter.is_active()
+
+    def running(self) -> set[str]:
+        """Steps handed out and not yet settled."""
+        return set(self._handed_out)
+
+    def is_handed_out(self, node: str) -> bool:
+        """True when `ready()` handed the step out and it has not been settled."""
+        return node in self._handed_out
+
+    def unsettled(self) -> list[str]:
+        """Steps with no outcome yet (running or waiting), in graph order."""
+        return [n for n in self._deps if n not in self._outcome]
+
+    def outcome(self, node: str) -> Outcome | None:
+        """How the step ended, or None while it has not."""
+        return self._outcome.get(node)
+
+
+def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """The first cycle graphlib finds (first node repeated at the end), or None."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return None

@@ -1,0 +1,486 @@
+"""The execution engine: runs a validated plan with asyncio, driven by dependencies alone.
+
+Owns everything asynchronous about a run: a step starts the moment its last
+dependency ends (the pure `dag.Scheduler` says which), within a global
+concurrency limit and per-worker limits; each attempt has a timeout; failure
+actions retry with exponential backoff and jitter, skip, fall back to
+another worker, abort or request a replan; a run can be cancelled from
+outside and every step still ends in a recorded state. Where a step runs is
+the `Runner`'s business. Every transition becomes an event, delivered to
+subscribers and to async iterators. Imports `plan`, `dag`, `validation`,
+`registry`, `runner`, `checks`, `synthesis`, `calls`, `results`, `events`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from .calls import Output, Provenance, StepCall, WorkResult
+from .checks import Checker, CriteriaChecker
+from .dag import Scheduler
+from .errors import CheckFailedError, ToolInputError, ToolOutputError
+from .events import (
+    RunFinished,
+    RunStarted,
+    StepCancelled,
+    StepFailed,
+    StepReady,
+    StepRerouted,
+    StepRetried,
+    StepSkipped,
+    StepStarted,
+    StepSucceeded,
+    utcnow,
+)
+from .plan import Plan, Step, resolve_references
+from .registry import Registry
+from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
+from .runner import LocalRunner, Runner
+from .synthesis import Synthesizer, default_answer
+from .usage import Usage
+from .validation import check_plan
+
+__all__ = ["Engine", "Run"]
+
+log = logging.getLogger("planexec.engine")
+
+Subscriber = Callable[[Any], None]
+
+
+class Engine:
+    """Runs plans on a registry's workers.
+
+    `max_concurrency` caps steps running at once; `worker_limits` caps steps
+    per worker (a worker's own `max_concurrency` applies when not given);
+    `default_timeout` (seconds) applies to steps without a timeout; `seed`
+    makes retry jitter reproducible.
+    """
+
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        runner: Runner | None = None,
+        max_concurrency: int = 64,
+        worker_limits: Mapping[str, int] | None = None,
+        default_timeout: float | None = 300.0,
+        synthesizer: Synthesizer | None = None,
+        checker: Checker | None = None,
+        seed: int | None = None,
+        on_event: Subscriber | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.registry = registry if registry is not None else Registry.default()
+        self.runner = runner if runner is not None else LocalRunner(self.registry)
+        self.max_concurrency = max_concurrency
+        self.worker_limits = dict(worker_limits or {})
+        self.default_timeout = default_timeout
+        self.synthesizer = synthesizer
+        self.checker = checker if checker is not None else CriteriaChecker(self.registry)
+        self.random = random.Random(seed)
+        self.subscribers: list[Subscriber] = [on_event] if on_event else []
+
+    def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True) -> Run:
+        """Validate the plan and start running it in the current event loop; returns the `Run` handle.
+
+        Raises `PlanValidationError` (listing every problem) before anything runs.
+        """
+        if validate:
+            check_plan(plan, self.registry)
+        run = Run(self, plan, run_id or new_run_id())
+        run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id}")
+        return run
+
+    async def run(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
+        """Run the plan to the end and return its result."""
+        return await self.start(plan, run_id=run_id).result()
+
+    def run_sync(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
+        """`run` for code without an event loop."""
+        return asyncio.run(self.run(plan, run_id=run_id))
+
+    def _limit(self, worker: str) -> int | None:
+        if worker in self.worker_limits:
+            return self.worker_limits[worker]
+        w = self.registry.workers.get(worker)
+        return getattr(w, "max_concurrency", None) if w is not None else None
+
+
+def new_run_id() -> str:
+    """A sortable run id: ``run-YYYYmmdd-HHMMSS-xxxxxx``."""
+    return f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+class Run:
+    """One execution of a plan: its records, its events, and control over it."""
+
+    def __init__(self, engine: Engine, plan: Plan, run_id: str) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.run_id = run_id
+        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action) for s in plan.steps}
+        self.history: list[Any] = []
+        self._steps = {s.step_id: s for s in plan.steps}
+        self._subscribers = list(engine.subscribers)
+        self._queues: list[asyncio.Queue[Any]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._outputs: dict[str, Output] = {}
+        self._global = asyncio.Semaphore(engine.max_concurrency)
+        self._worker_sems: dict[str, asyncio.Semaphore | None] = {}
+        self._done = asyncio.Event()
+        self._status = RunStatus.RUNNING
+        self._reason: str | None = None
+        self._replan: ReplanRequest | None = None
+        self._result: RunResult | None = None
+        self._task: asyncio.Task[RunResult] | None = None
+        self._started_at = utcnow()
+        self._t0 = time.perf_counter()
+        self._sched = Scheduler({s.step_id: s.dependencies for s in plan.steps}, [s.step_id for s in plan.steps if s.accepts_failed_inputs])
+
+    # --- the public handle -------------------------------------------------
+
+    @property
+    def status(self) -> RunStatus:
+        """RUNNING until the run ends, then how it ended."""
+        return self._status if self._result is None else self._result.status
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Call `callback(event)` for every later event (exceptions in it are logged, not raised)."""
+        self._subscribers.append(callback)
+
+    async def events(self) -> AsyncIterator[Any]:
+        """Every event of the run from the first, then live ones, ending with `RunFinished`."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        for ev in self.history:
+            queue.put_nowait(ev)
+        self._queues.append(queue)
+        try:
+            while True:
+                ev = await queue.get()
+                yield ev
+                if isinstance(ev, RunFinished):
+                    return
+        finally:
+            self._queues.remove(queue)
+
+    def cancel(self, reason: str = "cancelled from outside") -> None:
+        """Stop the run: running steps are cancelled, waiting ones never start; all are recorded."""
+        self._end(RunStatus.CANCELLED, reason)
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result."""
+        assert self._task is not None
+        return await asyncio.shield(self._task)
+
+    # --- events ------------------------------------------------------------
+
+    def _emit(self, cls: type, **fields: Any) -> None:
+        ev = cls(run_id=self.run_id, seq=len(self.history), at=utcnow(), **fields)
+        self.history.append(ev)
+        for q in self._queues:
+            q.put_nowait(ev)
+        for cb in self._subscribers:
+            try:
+                cb(ev)
+            except Exception:  # a broken subscriber must not break the run
+                log.exception("event subscriber %r failed on %s", cb, ev.type)
+
+    # --- the run -----------------------------------------------------------
+
+    async def _main(self) -> RunResult:
+        self._emit(
+            RunStarted,
+            plan_id=self.plan.plan_id,
+            plan_version=self.plan.version,
+            content_hash=self.plan.content_hash,
+            goal=self.plan.goal,
+            step_ids=self.plan.step_ids,
+        )
+        try:
+            self._launch_ready()
+            await self._done.wait()
+        except asyncio.CancelledError:
+            # the task running us was cancelled (Ctrl-C in asyncio.run): record, then re-raise
+            self._end(RunStatus.CANCELLED, "the run's task was cancelled")
+            await self._settle()
+            raise
+        await self._settle()
+        return self._result  # type: ignore[return-value]
+
+    async def _settle(self) -> None:
+        """Wait for step tasks to finish cancelling, mark the rest, synthesize, emit RunFinished."""
+        if self._result is not None:
+            return
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for sid in self._sched.unsettled():
+            rec = self.records[sid]
+            if not rec.state.terminal:
+                self._record_cancelled(sid, was_running=False)
+        if self._status is RunStatus.RUNNING:
+            failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
+            self._status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
+        answer = None
+        usage = sum((r.usage for r in self.records.values()), Usage())
+        if self._status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL):
+            answer, extra = await self._synthesize()
+            usage = usage + extra
+        wall = time.perf_counter() - self._t0
+        self._emit(
+            RunFinished, status=self._status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan
+        )
+        self._result = RunResult(
+            run_id=self.run_id,
+            plan=self.plan,
+            status=self._status,
+            reason=self._reason,
+            steps=self.records,
+            answer=answer,
+            started_at=self._started_at,
+            finished_at=utcnow(),
+            wall_time=wall,
+            usage=usage,
+            replan=self._replan,
+        )
+
+    async def _synthesize(self) -> tuple[Any, Usage]:
+        synth = self.engine.synthesizer
+        if synth is None:
+            return default_answer(self.plan, self._outputs), Usage()
+        try:
+            result = await synth.synthesize(self.plan, dict(self._outputs))
+        except Exception as exc:  # the steps' work stands; say why there is no answer
+            self._reason = f"synthesizer failed: {type(exc).__name__}: {exc}"
+            self._status = RunStatus.PARTIAL
+            return None, Usage()
+        return result.output, result.usage
+
+    def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None) -> None:
+        if self._status is not RunStatus.RUNNING or self._result is not None:
+            return
+        self._status, self._reason, self._replan = status, reason, replan
+        me = asyncio.current_task()
+        for task in self._tasks.values():
+            if task is not me and not task.done():
+                task.cancel()
+        self._done.set()
+
+    def _launch_ready(self) -> None:
+        if self._status is not RunStatus.RUNNING:
+            return
+        batch = self._sched.ready()
+        for sid, because in batch.skipped:
+            rec = self.records[sid]
+            rec.state = StepState.SKIPPED
+            rec.reason = f"input step {because!r} {self._sched.outcome(because).value}"  # type: ignore[union-attr]
+            self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
+        for sid in batch.run:
+            self.records[sid].state = StepState.READY
+            self._emit(StepReady, step_id=sid)
+            self._tasks[sid] = asyncio.get_running_loop().create_task(self._run_step(sid))
+        if not self._sched.is_active():
+            self._done.set()
+
+    async def _run_step(self, sid: str) -> None:
+        step = self._steps[sid]
+        rec = self.records[sid]
+        fa = step.failure_action
+        worker = step.worker
+        rerouted = False
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                result, error, wall, usage = await self._attempt(step, worker, attempt)
+                rec.attempts, rec.wall_time, rec.usage = attempt, rec.wall_time + wall, rec.usage + usage
+                if error is None:
+                    assert result is not None
+                    self._succeed(step, worker, attempt, result, wall)
+                    return
+                then = self._next_action(fa, attempt, error, rerouted)
+                self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
+                if then == "retry":
+                    delay = fa.retry_delay(attempt, self.engine.random.random())
+                    self._emit(StepRetried, step_id=sid, next_attempt=attempt + 1, delay=delay)
+                    await asyncio.sleep(delay)
+                    continue
+                if then == "fallback":
+                    assert fa.worker is not None
+                    self._emit(StepRerouted, step_id=sid, from_worker=worker, to_worker=fa.worker)
+                    worker, rerouted = fa.worker, True
+                    continue
+                self._fail(step, error, then)
+                return
+        except asyncio.CancelledError:
+            self._record_cancelled(sid, was_running=rec.state is StepState.RUNNING)
+            raise
+        except Exception as exc:  # an engine bug must still end the run in a recorded state
+            log.exception("internal error while running step %s", sid)
+            rec.error = ErrorInfo(rule="engine", type=type(exc).__name__, message=str(exc))
+            rec.state = StepState.FAILED
+            self._sched.failed(sid)
+            self._end(RunStatus.ABORTED, f"internal error in step {sid!r}: {exc}")
+
+    @staticmethod
+    def _next_action(fa: Any, attempt: int, error: ErrorInfo, rerouted: bool) -> str:
+        retryable = error.rule not in ("tool_input", "reference")
+        if fa.kind == "retry" and attempt < fa.max_attempts and retryable and not rerouted:
+            return "retry"
+        action = fa.then if fa.kind == "retry" else fa.kind
+        if action == "fallback" and rerouted:
+            # the fallback failed too; for kind=fallback, `then` says what comes next
+            action = fa.then if fa.kind == "fallback" and fa.then != "fallback" else "abort"
+        return action
+
+    async def _attempt(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
+        rec = self.records[step.step_id]
+        async with self._slots(worker):
+            rec.state = StepState.RUNNING
+            rec.worker = worker
+            if rec.started_at is None:
+                rec.started_at = utcnow()
+            self._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+            t0 = time.perf_counter()
+            timeout = step.timeout or self.engine.default_timeout
+            deadline = None
+            try:
+                call = self._call(step, worker, attempt)
+                async with asyncio.timeout(timeout) as deadline:
+                    try:
+                        result = await self.engine.runner.run(call)
+                        if not isinstance(result, WorkResult):
+                            raise ToolOutputError(
+                                f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
+                            )
+                        await self.engine.checker.check(step, result.output)
+                    except CheckFailedError as exc:
+                        return None, _error("check_failed", exc), time.perf_counter() - t0, result.usage
+            except TimeoutError as exc:
+                if deadline is not None and deadline.expired():
+                    exc = TimeoutError(f"step {step.step_id!r} timed out after {timeout:g}s")
+                    return None, _error("timeout", exc), time.perf_counter() - t0, Usage()
+                return None, _error("exception", exc), time.perf_counter() - t0, Usage()
+            except _ReferenceError as exc:
+                return None, _error("reference", exc), time.perf_counter() - t0, Usage()
+            except ToolInputError as exc:
+                return None, _error("tool_input", exc), time.perf_counter() - t0, Usage()
+            except ToolOutputError as exc:
+                return None, _error("tool_output", exc), time.perf_counter() - t0, Usage()
+            except (Exception, SystemExit) as exc:  # whatever a tool raises becomes a recorded failure
+                return None, _error("exception", exc), time.perf_counter() - t0, Usage()
+            return result, None, time.perf_counter() - t0, result.usage
+
+    def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
+        deps = step.dependencies
+        failed = {d: self._failure_text(d) for d in deps if d not in self._outputs}
+        values = {d: self._outputs[d].value for d in deps if d in self._outputs}
+        try:
+            params = resolve_references(step.parameters, values, frozenset(failed))
+        except (LookupError, KeyError) as exc:
+            raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
+        return StepCall(
+            run_id=self.run_id,
+            plan_id=self.plan.plan_id,
+            plan_version=self.plan.version,
+            goal=self.plan.goal,
+            step=step,
+            worker=worker,
+            parameters=params,
+            context={d: self._outputs[d] for d in deps if d in self._outputs},
+            failed_inputs=failed,
+            attempt=attempt,
+        )
+
+    def _failure_text(self, sid: str) -> str:
+        rec = self.records[sid]
+        return rec.error.render() if rec.error else (rec.reason or rec.state.value)
+
+    def _slots(self, worker: str) -> _Slots:
+        if worker not in self._worker_sems:
+            limit = self.engine._limit(worker)
+            self._worker_sems[worker] = asyncio.Semaphore(limit) if limit else None
+        return _Slots(self._worker_sems[worker], self._global)
+
+    def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float) -> None:
+        sid = step.step_id
+        rec = self.records[sid]
+        prov = Provenance(
+            run_id=self.run_id,
+            plan_id=self.plan.plan_id,
+            plan_version=self.plan.version,
+            step_id=sid,
+            worker=worker,
+            action=step.action,
+            attempt=attempt,
+            tools=result.tools,
+        )
+        out = Output(value=result.output, provenance=prov)
+        self._outputs[sid] = out
+        rec.state, rec.output, rec.error, rec.finished_at = StepState.SUCCEEDED, out, None, utcnow()
+        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=rec.usage, output=out)
+        self._sched.succeeded(sid)
+        self._launch_ready()
+
+    def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:
+        sid = step.step_id
+        rec = self.records[sid]
+        rec.state, rec.error, rec.finished_at = StepState.FAILED, error, utcnow()
+        rec.reason = f"failure action: {then}"
+        self._sched.failed(sid)
+        if then == "abort":
+            self._end(RunStatus.ABORTED, f"step {sid!r} failed ({error.render()}); failure action abort")
+        elif then == "replan":
+            req = ReplanRequest(step_id=sid, reason=f"step {sid!r} failed: {error.render()}", error=error)
+            self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req)
+        else:
+            self._launch_ready()
+
+    def _record_cancelled(self, sid: str, *, was_running: bool) -> None:
+        rec = self.records[sid]
+        if rec.state.terminal:
+            return
+        rec.state, rec.finished_at = StepState.CANCELLED, utcnow()
+        rec.reason = self._reason or "cancelled"
+        if self._sched.is_handed_out(sid):
+            self._sched.cancelled(sid)
+        self._emit(StepCancelled, step_id=sid, was_running=was_running, reason=rec.reason)
+
+
+class _ReferenceError(Exception):
+    """A reference did not resolve against the upstream output (a wrong path)."""
+
+
+class _Slots:
+    """Acquire the worker's slot, then a global one (so a busy worker never holds a global slot)."""
+
+    def __init__(self, worker: asyncio.Semaphore | None, global_: asyncio.Semaphore) -> None:
+        self.worker, self.global_ = worker, global_
+
+    async def __aenter__(self) -> None:
+        if self.worker is not None:
+            await self.worker.acquire()
+        try:
+            await self.global_.acquire()
+        except BaseException:
+            if self.worker is not None:
+                self.worker.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.global_.release()
+        if self.worker is not None:
+            self.worker.release()
+
+
+def _error(rule: str, exc: BaseException) -> ErrorInfo:
+    message = str(exc) or type(exc).__name__
+    return ErrorInfo(rule=rule, type=type(exc).__name__, message=message)

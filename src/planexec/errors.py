@@ -1,0 +1,225 @@
+"""The exception tree of planexec, and the `Problem` record that errors carry.
+
+Owns every exception the package raises on purpose. Imports nothing from
+planexec. Exceptions carry structured fields (step id, field, rule, value) and
+do no I/O; `str(error)` is the readable rendering.
+
+    PlanexecError
+    ├── PlanError                 a plan could not be read or is not acceptable
+    │   ├── PlanParseError        malformed JSON or a shape the Plan model rejects
+    │   └── PlanValidationError   one or more `Problem`s, all reported at once
+    ├── RegistryError             a name was registered twice or is unknown
+    ├── ToolError                 a tool call went wrong
+    │   ├── ToolInputError        arguments refused before the function ran
+    │   └── ToolOutputError       the function returned what its type rejects
+    ├── StepTimeoutError          a step ran past its timeout
+    ├── CheckFailedError          a success criterion rejected a step's output
+    ├── RunError                  a run ended without succeeding
+    │   ├── RunAbortedError       a failure action aborted the run
+    │   ├── RunCancelledError     the run was cancelled from outside
+    │   └── ReplanRequested       a step asked for a new plan (typed signal)
+    └── ModelError                a model call failed
+        ├── ModelAuthError
+        ├── ModelRateLimitError
+        ├── ModelTimeoutError
+        ├── ModelBadRequestError
+        ├── ModelServerError
+        └── ModelRequestsBlockedError   real model calls are switched off (tests)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CheckFailedError",
+    "ModelAuthError",
+    "ModelBadRequestError",
+    "ModelError",
+    "ModelRateLimitError",
+    "ModelRequestsBlockedError",
+    "ModelServerError",
+    "ModelTimeoutError",
+    "PlanError",
+    "PlanParseError",
+    "PlanValidationError",
+    "PlanexecError",
+    "Problem",
+    "RegistryError",
+    "ReplanRequested",
+    "RunAbortedError",
+    "RunCancelledError",
+    "RunError",
+    "StepTimeoutError",
+    "ToolError",
+    "ToolInputError",
+    "ToolOutputError",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a plan or a call: where it is and which rule it breaks.
+
+    `step_id` is None for plan-level problems; `field` is a dotted path such
+    as ``parameters.count`` or ``depends_on``; `rule` is a stable machine name
+    (``duplicate_step_id``, ``cycle``, ``unknown_tool`` ...).
+    """
+
+    rule: str
+    message: str
+    step_id: str | None = None
+    field: str | None = None
+
+    def render(self) -> str:
+        """One readable line: ``step 'b' · parameters.x · missing_parameter: ...``."""
+        where = []
+        if self.step_id is not None:
+            where.append(f"step {self.step_id!r}")
+        if self.field:
+            where.append(self.field)
+        prefix = " · ".join(where)
+        return f"{prefix} · {self.rule}: {self.message}" if prefix else f"{self.rule}: {self.message}"
+
+    def to_dict(self) -> dict[str, str | None]:
+        """The stable JSON form."""
+        return {"rule": self.rule, "message": self.message, "step_id": self.step_id, "field": self.field}
+
+
+class PlanexecError(Exception):
+    """Base of every error planexec raises on purpose."""
+
+
+class PlanError(PlanexecError):
+    """A plan could not be read or is not acceptable."""
+
+
+class PlanValidationError(PlanError):
+    """A plan broke one or more rules; `problems` lists every one of them."""
+
+    def __init__(self, problems: list[Problem], *, plan_id: str | None = None) -> None:
+        self.problems = list(problems)
+        self.plan_id = plan_id
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        """All problems, one per line, under a header that counts them."""
+        n = len(self.problems)
+        head = f"plan {self.plan_id!r} " if self.plan_id else "plan "
+        lines = [f"{head}has {n} problem{'s' if n != 1 else ''}:"]
+        lines += [f"  - {p.render()}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class PlanParseError(PlanValidationError):
+    """The plan text is not JSON, or its shape is rejected by the Plan model."""
+
+
+class RegistryError(PlanexecError):
+    """A tool, worker or predicate name is unknown or registered twice."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class ToolError(PlanexecError):
+    """A tool call went wrong."""
+
+    def __init__(self, message: str, *, tool: str, problems: list[Problem] | None = None) -> None:
+        self.tool = tool
+        self.problems = list(problems or [])
+        super().__init__(message)
+
+
+class ToolInputError(ToolError):
+    """The arguments did not match the tool's input schema; the function did not run."""
+
+
+class ToolOutputError(ToolError):
+    """The function returned something its declared output type rejects."""
+
+
+class StepTimeoutError(PlanexecError):
+    """A step ran longer than its timeout."""
+
+    def __init__(self, step_id: str, timeout: float) -> None:
+        self.step_id = step_id
+        self.timeout = timeout
+        super().__init__(f"step {step_id!r} timed out after {timeout:g}s")
+
+
+class CheckFailedError(PlanexecError):
+    """A success criterion rejected a step's output."""
+
+    def __init__(self, step_id: str, criterion: str, reason: str) -> None:
+        self.step_id = step_id
+        self.criterion = criterion
+        self.reason = reason
+        super().__init__(f"step {step_id!r} failed success criterion {criterion}: {reason}")
+
+
+class RunError(PlanexecError):
+    """A run ended without succeeding."""
+
+    def __init__(self, message: str, *, run_id: str, step_id: str | None = None) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        super().__init__(message)
+
+
+class RunAbortedError(RunError):
+    """A step's failure action aborted the run."""
+
+
+class RunCancelledError(RunError):
+    """The run was cancelled from outside (for example Ctrl-C)."""
+
+
+class ReplanRequested(RunError):  # noqa: N818 - a signal, not a fault
+    """A step failed with `failure_action: replan`; the planner should revise the plan."""
+
+    def __init__(self, message: str, *, run_id: str, step_id: str | None = None, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(message, run_id=run_id, step_id=step_id)
+
+
+class ModelError(PlanexecError):
+    """A model call failed. `retryable` says whether trying again may help."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, model: str | None = None, status: int | None = None) -> None:
+        self.model = model
+        self.status = status
+        super().__init__(message)
+
+
+class ModelAuthError(ModelError):
+    """The provider refused the credentials."""
+
+
+class ModelRateLimitError(ModelError):
+    """The provider asked us to slow down."""
+
+    retryable = True
+
+
+class ModelTimeoutError(ModelError):
+    """The call took longer than its timeout."""
+
+    retryable = True
+
+
+class ModelBadRequestError(ModelError):
+    """The provider rejected the request itself."""
+
+
+class ModelServerError(ModelError):
+    """The provider failed on its side."""
+
+    retryable = True
+
+
+class ModelRequestsBlockedError(ModelError):
+    """Real model requests are switched off (the test suite does this by default)."""

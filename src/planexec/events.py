@@ -1,0 +1,172 @@
+"""Events: frozen, past-tense records of every transition in a run.
+
+Owns the event classes, the `Event` union (discriminated by ``type``) and
+`parse_event` to read one back from its JSON form. Each event carries the
+run id, a per-run sequence number and a UTC timestamp. Imports `calls`,
+`results` and `usage`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .calls import Output
+from .results import ErrorInfo, ReplanRequest, RunStatus
+from .usage import Usage
+
+__all__ = [
+    "Event",
+    "RunFinished",
+    "RunStarted",
+    "StepCancelled",
+    "StepFailed",
+    "StepReady",
+    "StepRerouted",
+    "StepRetried",
+    "StepSkipped",
+    "StepStarted",
+    "StepSucceeded",
+    "parse_event",
+]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    seq: int = Field(description="position in the run's event stream, from 0")
+    at: datetime
+
+
+class RunStarted(_Event):
+    """The engine accepted a validated plan and began."""
+
+    type: Literal["run_started"] = "run_started"
+    plan_id: str
+    plan_version: int
+    content_hash: str
+    goal: str
+    step_ids: list[str]
+
+
+class StepReady(_Event):
+    """Every dependency of the step ended; it waits only for a free slot."""
+
+    type: Literal["step_ready"] = "step_ready"
+    step_id: str
+
+
+class StepStarted(_Event):
+    """An attempt began on a worker."""
+
+    type: Literal["step_started"] = "step_started"
+    step_id: str
+    worker: str
+    action: str
+    attempt: int
+
+
+class StepSucceeded(_Event):
+    """An attempt produced an output that passed the step's success criteria."""
+
+    type: Literal["step_succeeded"] = "step_succeeded"
+    step_id: str
+    attempt: int
+    wall_time: float
+    usage: Usage
+    output: Output
+
+
+class StepFailed(_Event):
+    """An attempt failed; `then` says what the failure action did next."""
+
+    type: Literal["step_failed"] = "step_failed"
+    step_id: str
+    attempt: int
+    worker: str
+    error: ErrorInfo
+    then: Literal["retry", "fallback", "skip", "abort", "replan", "none"]
+    wall_time: float
+    usage: Usage
+
+
+class StepRetried(_Event):
+    """The step will be tried again after `delay` seconds."""
+
+    type: Literal["step_retried"] = "step_retried"
+    step_id: str
+    next_attempt: int
+    delay: float
+
+
+class StepRerouted(_Event):
+    """The step was handed to its fallback worker."""
+
+    type: Literal["step_rerouted"] = "step_rerouted"
+    step_id: str
+    from_worker: str
+    to_worker: str
+
+
+class StepSkipped(_Event):
+    """The step did not run because an input step did not succeed."""
+
+    type: Literal["step_skipped"] = "step_skipped"
+    step_id: str
+    because: str
+    reason: str
+
+
+class StepCancelled(_Event):
+    """The step was stopped (`was_running`) or never started because the run ended."""
+
+    type: Literal["step_cancelled"] = "step_cancelled"
+    step_id: str
+    was_running: bool
+    reason: str
+
+
+class RunFinished(_Event):
+    """The run ended; every step is in a terminal state."""
+
+    type: Literal["run_finished"] = "run_finished"
+    status: RunStatus
+    reason: str | None = None
+    answer: Any = None
+    wall_time: float
+    usage: Usage
+    replan: ReplanRequest | None = None
+
+
+Event = Annotated[
+    Union[
+        RunStarted,
+        StepReady,
+        StepStarted,
+        StepSucceeded,
+        StepFailed,
+        StepRetried,
+        StepRerouted,
+        StepSkipped,
+        StepCancelled,
+        RunFinished,
+    ],
+    Field(discriminator="type"),
+]
+
+_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+def parse_event(data: dict[str, Any] | str | bytes) -> Any:
+    """Read an event back from its JSON form (a dict or JSON text)."""
+    if isinstance(data, (str, bytes)):
+        return _EVENT.validate_json(data)
+    return _EVENT.validate_python(data)

@@ -1,0 +1,23 @@
+"""Model providers and the protocol they implement (see `models.base`)."""
+
+from .base import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolDefinition,
+    block_model_requests,
+    ensure_requests_allowed,
+)
+
+__all__ = [
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "ToolCall",
+    "ToolDefinition",
+    "block_model_requests",
+    "ensure_requests_allowed",
+]

@@ -1,0 +1,134 @@
+"""What a run leaves behind: each step's record and the run's result.
+
+Owns `StepState`, `RunStatus`, `ErrorInfo`, `StepRecord`, `ReplanRequest`
+and `RunResult`, all typed records with a stable JSON form. The engine fills
+them; the CLI, store and UI read them. Imports `calls`, `plan`, `usage` and
+`errors`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .calls import Output
+from .errors import ReplanRequested, RunAbortedError, RunCancelledError, RunError
+from .plan import Plan
+from .usage import Usage
+
+__all__ = ["ErrorInfo", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
+
+
+class StepState(str, Enum):
+    """Where a step is. The last four are terminal: a step ends in exactly one of them."""
+
+    PENDING = "pending"
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True for succeeded, failed, skipped and cancelled."""
+        return self in (StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)
+
+
+class RunStatus(str, Enum):
+    """How a run ended."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # every step succeeded
+    PARTIAL = "partial"  # it finished, but some steps failed or were skipped under `skip`
+    ABORTED = "aborted"  # a failure action aborted it
+    CANCELLED = "cancelled"  # stopped from outside
+    REPLAN_REQUESTED = "replan_requested"  # a step asked for a new plan
+
+
+class ErrorInfo(BaseModel):
+    """A failure as data: the rule it broke, the exception type and message."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: str = Field(description="timeout, tool_input, tool_output, check_failed, exception, worker, cancelled")
+    type: str
+    message: str
+
+    def render(self) -> str:
+        """``rule: message``."""
+        return f"{self.rule}: {self.message}"
+
+
+class StepRecord(BaseModel):
+    """One step's whole story: state, attempts, timings, usage, output or error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step_id: str
+    state: StepState = StepState.PENDING
+    worker: str = ""
+    action: str = ""
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    wall_time: float = 0.0
+    usage: Usage = Field(default_factory=Usage)
+    output: Output | None = None
+    error: ErrorInfo | None = None
+    reason: str | None = Field(None, description="why it was skipped or cancelled, or what was done after it failed")
+
+
+class ReplanRequest(BaseModel):
+    """The typed signal a `replan` failure action leaves for the planner."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_id: str
+    reason: str
+    error: ErrorInfo | None = None
+
+
+class RunResult(BaseModel):
+    """The outcome of a run: status, every step's record, the answer and total usage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    plan: Plan
+    status: RunStatus
+    reason: str | None = None
+    steps: dict[str, StepRecord]
+    answer: Any = None
+    started_at: datetime
+    finished_at: datetime
+    wall_time: float
+    usage: Usage = Field(default_factory=Usage)
+    replan: ReplanRequest | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every step succeeded."""
+        return self.status is RunStatus.SUCCEEDED
+
+    def outputs(self) -> dict[str, Any]:
+        """Output values of the steps that succeeded, by step id."""
+        return {sid: r.output.value for sid, r in self.steps.items() if r.output is not None}
+
+    def raise_for_status(self) -> RunResult:
+        """Return self when the run succeeded or finished partially; raise the matching `RunError` otherwise."""
+        failed = next((s for s, r in self.steps.items() if r.state is StepState.FAILED), None)
+        msg = f"run {self.run_id} {self.status.value}" + (f": {self.reason}" if self.reason else "")
+        if self.status is RunStatus.ABORTED:
+            raise RunAbortedError(msg, run_id=self.run_id, step_id=failed)
+        if self.status is RunStatus.CANCELLED:
+            raise RunCancelledError(msg, run_id=self.run_id)
+        if self.status is RunStatus.REPLAN_REQUESTED and self.replan is not None:
+            raise ReplanRequested(msg, run_id=self.run_id, step_id=self.replan.step_id, reason=self.replan.reason)
+        if self.status is RunStatus.RUNNING:
+            raise RunError(msg, run_id=self.run_id)
+        return self

@@ -1,0 +1,39 @@
+"""Usage accounting: tokens and cost, as reported by a worker or a model call.
+
+Owns the `Usage` record only. Imports nothing from planexec, so models,
+workers, events and the engine can all share it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["Usage"]
+
+
+class Usage(BaseModel):
+    """Tokens in and out, model calls and cost in US dollars; adds with `+`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    cost: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            model_calls=self.model_calls + other.model_calls,
+            cost=self.cost + other.cost,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def is_zero(self) -> bool:
+        """True when nothing was used (tool-only steps)."""
+        return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost)
