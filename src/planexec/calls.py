@@ -45,7 +45,7 @@ class Output(BaseModel):
 class StepCall(BaseModel):
     """One attempt at one step, as a worker receives it.
 
-    `parameters` are resolved (references replaced by upstream outputs);
+    `parameters` and `instruction` are resolved (references replaced by upstream outputs);
     `context` holds the outputs of the step's dependencies, keyed by step id.
     """
 
@@ -57,6 +57,7 @@ class StepCall(BaseModel):
     goal: str = ""
     step: Step
     worker: str
+    instruction: str = Field("", description="the step's instruction with references resolved")
     parameters: dict[str, Any] = Field(default_factory=dict)
     context: dict[str, Output] = Field(default_factory=dict)
     failed_inputs: dict[str, str] = Field(

@@ -18,7 +18,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +53,8 @@ __all__ = ["Engine", "Run"]
 log = logging.getLogger("planexec.engine")
 
 Subscriber = Callable[[Any], None]
+# Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
+Approver = Callable[[Step], "bool | Awaitable[bool]"]
 
 
 class Engine:
@@ -60,7 +63,8 @@ class Engine:
     `max_concurrency` caps steps running at once; `worker_limits` caps steps
     per worker (a worker's own `max_concurrency` applies when not given);
     `default_timeout` (seconds) applies to steps without a timeout; `seed`
-    makes retry jitter reproducible.
+    makes retry jitter reproducible; `approver` decides steps marked
+    `requires_approval` (without one they are refused, never run silently).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Engine:
         checker: Checker | None = None,
         seed: int | None = None,
         on_event: Subscriber | None = None,
+        approver: Approver | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -87,6 +92,7 @@ class Engine:
         self.checker = checker if checker is not None else CriteriaChecker(self.registry)
         self.random = random.Random(seed)
         self.subscribers: list[Subscriber] = [on_event] if on_event else []
+        self.approver = approver
 
     def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True) -> Run:
         """Validate the plan and start running it in the current event loop; returns the `Run` handle.
@@ -298,6 +304,13 @@ class Run:
         rerouted = False
         attempt = 0
         try:
+            if step.requires_approval:
+                refusal = await self._approval(step)
+                if refusal is not None:
+                    then = fa.kind if fa.kind in ("skip", "replan") else "abort"
+                    self._emit(StepFailed, step_id=sid, attempt=0, worker=worker, error=refusal, then=then, wall_time=0.0, usage=Usage())
+                    self._fail(step, refusal, then)
+                    return
             while True:
                 attempt += 1
                 result, error, wall, usage = await self._attempt(step, worker, attempt)
@@ -329,6 +342,25 @@ class Run:
             rec.state = StepState.FAILED
             self._sched.failed(sid)
             self._end(RunStatus.ABORTED, f"internal error in step {sid!r}: {exc}")
+
+    async def _approval(self, step: Step) -> ErrorInfo | None:
+        """None when approved; otherwise why the step may not run."""
+        approver = self.engine.approver
+        if approver is None:
+            return ErrorInfo(
+                rule="approval_required",
+                type="NotApproved",
+                message=f"step {step.step_id!r} requires approval and the engine has no approver",
+            )
+        try:
+            verdict = approver(step)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as exc:  # a broken approver refuses; it never approves by accident
+            return ErrorInfo(rule="approval_required", type=type(exc).__name__, message=f"the approver failed: {exc}")
+        if verdict is True:
+            return None
+        return ErrorInfo(rule="approval_denied", type="NotApproved", message=f"approval for step {step.step_id!r} was denied")
 
     @staticmethod
     def _next_action(fa: Any, attempt: int, error: ErrorInfo, rerouted: bool) -> str:
@@ -384,7 +416,9 @@ class Run:
         failed = {d: self._failure_text(d) for d in deps if d not in self._outputs}
         values = {d: self._outputs[d].value for d in deps if d in self._outputs}
         try:
-            params = resolve_references(step.parameters, values, frozenset(failed))
+            missing = frozenset(failed)
+            params = resolve_references(step.parameters, values, missing)
+            instruction = resolve_references(step.instruction, values, missing)
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
         return StepCall(
@@ -394,6 +428,7 @@ class Run:
             goal=self.plan.goal,
             step=step,
             worker=worker,
+            instruction=instruction,
             parameters=params,
             context={d: self._outputs[d] for d in deps if d in self._outputs},
             failed_inputs=failed,

@@ -180,7 +180,7 @@ class Step(_Record):
     step_id: str = Field(alias="id", pattern=STEP_ID_PATTERN, max_length=64, description="unique within the plan")
     action: str = Field(description="the tool or task name the worker performs")
     worker: str = Field("tool", description="the role that performs the step; 'tool' calls the action directly")
-    instruction: str = Field("", description="the narrow natural-language task")
+    instruction: str = Field("", description="the narrow natural-language task; may reference outputs like parameters")
     parameters: dict[str, Any] = Field(
         default_factory=dict,
         description="arguments; a string '${step_id}' or '${step_id.path}' references an earlier output",
@@ -204,8 +204,8 @@ class Step(_Record):
 
     @property
     def references(self) -> set[str]:
-        """Step ids this step's parameters refer to."""
-        return {ref for ref, _ in find_references(self.parameters)}
+        """Step ids this step's parameters and instruction refer to."""
+        return {ref for ref, _ in find_references([self.parameters, self.instruction])}
 
     @property
     def dependencies(self) -> list[str]:

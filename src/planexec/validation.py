@@ -76,9 +76,9 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
         problems.append(Problem("cycle", "dependency cycle (-> means depends on): " + " -> ".join(cycle), step_id=cycle[0], field="depends_on"))
 
     for step in steps:
-        for name, value in step.parameters.items():
+        fields = [(f"parameters.{name}", value) for name, value in step.parameters.items()]
+        for where, value in fields + [("instruction", step.instruction)]:
             for ref, path in find_references(value):
-                where = f"parameters.{name}"
                 text = "${" + ref + ("." + path if path else "") + "}"
                 if ref == step.step_id:
                     problems.append(Problem("self_reference", f"{text} refers to the step's own output", step_id=step.step_id, field=where))

@@ -142,7 +142,7 @@ class RoleWorker:
     def render_task(self, call: StepCall) -> str:
         """The user message: the goal, the instruction, parameters and upstream outputs."""
         parts = [f"Overall goal: {call.goal}"] if call.goal else []
-        parts.append(f"Your task ({call.action}): {call.step.instruction or call.action}")
+        parts.append(f"Your task ({call.action}): {call.instruction or call.step.instruction or call.action}")
         if call.parameters:
             parts.append("Parameters:\n" + json.dumps(call.parameters, indent=2, ensure_ascii=False, default=str))
         for step_id, out in call.context.items():
