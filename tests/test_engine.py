@@ -224,6 +224,8 @@ def test_abort_cancels_running_steps_and_records_everything(reg):
     assert states == {"slow": StepState.CANCELLED, "bad": StepState.FAILED, "never": StepState.CANCELLED}
     cancelled = {e.step_id: e.was_running for e in r.history if e.type == "step_cancelled"}
     assert cancelled == {"slow": True, "never": False}
+    assert result.steps["slow"].attempts == 1 and result.steps["slow"].wall_time > 0  # its time so far counts
+    assert result.steps["never"].attempts == 0 and result.steps["never"].wall_time == 0
     with pytest.raises(RunAbortedError):
         result.raise_for_status()
 

@@ -14,13 +14,13 @@ EXPECTED = {
     "Registry", "Tool", "tool", "Predicate", "predicate", "Worker", "ToolWorker", "RoleWorker",
     "StepCall", "WorkResult", "Output", "Provenance",
     # execution
-    "Engine", "Run", "Runner", "LocalRunner", "Checker", "CriteriaChecker", "Synthesizer", "FunctionSynthesizer",
+    "Engine", "Run", "Approver", "Runner", "LocalRunner", "Checker", "CriteriaChecker", "Synthesizer", "FunctionSynthesizer",
     "RunResult", "RunStatus", "StepRecord", "StepState", "ErrorInfo", "ReplanRequest", "Usage",
     # events
     "Event", "parse_event", "RunStarted", "RunFinished", "StepReady", "StepStarted", "StepSucceeded",
     "StepFailed", "StepRetried", "StepRerouted", "StepSkipped", "StepCancelled",
     # errors
-    "PlanexecError", "PlanError", "PlanParseError", "PlanValidationError", "RegistryError", "ToolError",
+    "PlanexecError", "ConfigError", "PlanError", "PlanParseError", "PlanValidationError", "RegistryError", "ToolError",
     "ToolInputError", "ToolOutputError", "StepTimeoutError", "CheckFailedError", "RunError",
     "RunAbortedError", "RunCancelledError", "ReplanRequested", "ModelError",
 }  # fmt: skip

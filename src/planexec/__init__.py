@@ -15,9 +15,10 @@ change. Start with `Plan`, `Registry` and `Engine`::
 
 from .calls import Output, Provenance, StepCall, WorkResult
 from .checks import Checker, CriteriaChecker
-from .engine import Engine, Run
+from .engine import Approver, Engine, Run
 from .errors import (
     CheckFailedError,
+    ConfigError,
     ModelError,
     PlanError,
     PlanexecError,
@@ -62,8 +63,10 @@ from .workers import RoleWorker, ToolWorker, Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "Approver",
     "CheckFailedError",
     "Checker",
+    "ConfigError",
     "CriteriaChecker",
     "Criterion",
     "Engine",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import PlanexecError
+from .errors import ConfigError
 
 __all__ = ["CONFIG_FILE", "Config", "ConfigError", "load_config"]
 
@@ -29,15 +29,6 @@ CONFIG_FILE = "planexec.toml"
 SECTION = "planexec"
 
 _TOML_LINE = re.compile(r"at line (\d+)")
-
-
-class ConfigError(PlanexecError):
-    """A configuration file could not be read or holds values planexec rejects."""
-
-    def __init__(self, message: str, *, path: Path, line: int | None = None) -> None:
-        self.path = path
-        self.line = line
-        super().__init__(message)
 
 
 class Config(BaseModel):

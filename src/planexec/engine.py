@@ -48,7 +48,7 @@ from .synthesis import Synthesizer, default_answer
 from .usage import Usage
 from .validation import check_plan
 
-__all__ = ["Engine", "Run"]
+__all__ = ["Approver", "Engine", "Run"]
 
 log = logging.getLogger("planexec.engine")
 
@@ -139,6 +139,7 @@ class Run:
         self._queues: list[asyncio.Queue[Any]] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._outputs: dict[str, Output] = {}
+        self._attempt_t0: dict[str, float] = {}  # start of the attempt in progress, per step
         self._global = asyncio.Semaphore(engine.max_concurrency)
         self._worker_sems: dict[str, asyncio.Semaphore | None] = {}
         self._done = asyncio.Event()
@@ -149,7 +150,8 @@ class Run:
         self._task: asyncio.Task[RunResult] | None = None
         self._started_at = utcnow()
         self._t0 = time.perf_counter()
-        self._sched = Scheduler({s.step_id: s.dependencies for s in plan.steps}, [s.step_id for s in plan.steps if s.accepts_failed_inputs])
+        self._deps = {s.step_id: s.dependencies for s in plan.steps}
+        self._sched = Scheduler(self._deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs])
 
     # --- the public handle -------------------------------------------------
 
@@ -313,8 +315,10 @@ class Run:
                     return
             while True:
                 attempt += 1
+                rec.attempts = attempt
                 result, error, wall, usage = await self._attempt(step, worker, attempt)
-                rec.attempts, rec.wall_time, rec.usage = attempt, rec.wall_time + wall, rec.usage + usage
+                self._attempt_t0.pop(sid, None)
+                rec.wall_time, rec.usage = rec.wall_time + wall, rec.usage + usage
                 if error is None:
                     assert result is not None
                     self._succeed(step, worker, attempt, result, wall)
@@ -381,7 +385,7 @@ class Run:
             if rec.started_at is None:
                 rec.started_at = utcnow()
             self._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
-            t0 = time.perf_counter()
+            t0 = self._attempt_t0[step.step_id] = time.perf_counter()
             timeout = step.timeout or self.engine.default_timeout
             deadline = None
             try:
@@ -412,7 +416,7 @@ class Run:
             return result, None, time.perf_counter() - t0, result.usage
 
     def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
-        deps = step.dependencies
+        deps = self._deps[step.step_id]
         failed = {d: self._failure_text(d) for d in deps if d not in self._outputs}
         values = {d: self._outputs[d].value for d in deps if d in self._outputs}
         try:
@@ -485,6 +489,9 @@ class Run:
             return
         rec.state, rec.finished_at = StepState.CANCELLED, utcnow()
         rec.reason = self._reason or "cancelled"
+        t0 = self._attempt_t0.pop(sid, None)
+        if t0 is not None:  # stopped mid-attempt: its time counts
+            rec.wall_time += time.perf_counter() - t0
         if self._sched.is_handed_out(sid):
             self._sched.cancelled(sid)
         self._emit(StepCancelled, step_id=sid, was_running=was_running, reason=rec.reason)

@@ -8,6 +8,7 @@ do no I/O; `str(error)` is the readable rendering.
     ├── PlanError                 a plan could not be read or is not acceptable
     │   ├── PlanParseError        malformed JSON or a shape the Plan model rejects
     │   └── PlanValidationError   one or more `Problem`s, all reported at once
+    ├── ConfigError               planexec.toml could not be read or is rejected
     ├── RegistryError             a name was registered twice or is unknown
     ├── ToolError                 a tool call went wrong
     │   ├── ToolInputError        arguments refused before the function ran
@@ -30,9 +31,11 @@ do no I/O; `str(error)` is the readable rendering.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "CheckFailedError",
+    "ConfigError",
     "ModelAuthError",
     "ModelBadRequestError",
     "ModelError",
@@ -113,6 +116,15 @@ class PlanValidationError(PlanError):
 
 class PlanParseError(PlanValidationError):
     """The plan text is not JSON, or its shape is rejected by the Plan model."""
+
+
+class ConfigError(PlanexecError):
+    """A configuration file could not be read or holds values planexec rejects."""
+
+    def __init__(self, message: str, *, path: Path, line: int | None = None) -> None:
+        self.path = path
+        self.line = line
+        super().__init__(message)
 
 
 class RegistryError(PlanexecError):

@@ -171,8 +171,6 @@ class LiveProgress:
     def __call__(self, event: Any) -> None:
         """Take one event (the table refreshes on its own)."""
         self.board.update(event)
-        if isinstance(event, RunFinished) and self._live is not None:
-            self._live.refresh()
 
     def __enter__(self) -> LiveProgress:
         self._start()
@@ -182,8 +180,9 @@ class LiveProgress:
         self._stop()
 
     def _start(self) -> None:
-        # a fresh Live each time: a restarted one would redraw over what was printed while it paused
-        self._live = Live(console=self.console, get_renderable=self.board.table, refresh_per_second=8)
+        # a fresh Live each time: a restarted one would redraw over what was printed while it paused;
+        # transient, so a prompt gets a clear screen and the summary that follows is not a second table
+        self._live = Live(console=self.console, get_renderable=self.board.table, refresh_per_second=8, transient=True)
         self._live.start(refresh=True)
 
     def _stop(self) -> None:
@@ -297,13 +296,14 @@ def print_summary(console: Console, result: RunResult) -> None:
         f"${usage.cost:.4f} · wall time {result.wall_time:.2f}s",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     status = Text("status: ") + Text(result.status.value, style=_STATUS_STYLE.get(result.status, ""))
     if result.reason:
         status += Text(f" ({result.reason})")
-    console.print(status)
+    console.print(status, soft_wrap=True)
     if result.replan is not None:
-        console.print(f"replan requested by step {result.replan.step_id!r}: {result.replan.reason}", markup=False)
+        console.print(f"replan requested by step {result.replan.step_id!r}: {result.replan.reason}", markup=False, soft_wrap=True)
     answer = result.model_dump(mode="json")["answer"]
     if answer is None:
         console.print("answer: none", markup=False, highlight=False)

@@ -174,9 +174,13 @@ def _import(spec: str) -> Any:
             raise RegistryError(f"cannot load tools file {spec!r}", name=spec)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # a SyntaxError or whatever the module raises: name the file
+            sys.modules.pop(name, None)
+            raise RegistryError(f"cannot load tools file {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
         return module
     try:
         return importlib.import_module(spec)
-    except ImportError as exc:
-        raise RegistryError(f"cannot import tools module {spec!r}: {exc}", name=spec) from exc
+    except Exception as exc:  # ImportError, or an error raised while the module runs
+        raise RegistryError(f"cannot import tools module {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc

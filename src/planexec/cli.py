@@ -1,0 +1,318 @@
+"""The ``planexec`` command: validate a plan, run it, print the plan schema.
+
+Owns argument parsing, exit codes, where output goes, Ctrl-C handling and
+approval prompts. Thin over the public API (`Plan`, `Registry`, `Engine`,
+`validate_plan`); displays come from `progress`, settings from `config`.
+Must not import engine, registry or scheduler internals.
+
+Exit codes: 0 success (or a valid plan); 1 problems with the plan, or a run
+that ended partial, aborted or asking for a replan; 2 usage and input errors
+(missing or malformed files, tool modules that do not load, bad
+configuration); 130 a run cancelled with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.prompt import Confirm
+
+from . import (
+    Engine,
+    Plan,
+    PlanParseError,
+    PlanValidationError,
+    Problem,
+    Registry,
+    RegistryError,
+    RunResult,
+    RunStatus,
+    Step,
+    __version__,
+    validate_plan,
+)
+from .config import Config, load_config
+from .engine import Approver
+from .errors import ConfigError
+from .tools import in_thread
+from .progress import EventLog, LiveProgress, print_summary
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_EXIT_BY_STATUS = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.CANCELLED: EXIT_INTERRUPTED}
+CTRL_C_REASON = "interrupted (Ctrl-C)"
+
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for (a file, a module, a setting): one message, exit 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.command(args))
+    except UsageError as exc:
+        _console(stderr=True).print(f"planexec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C outside a run (while loading tools, at a prompt)
+        print("planexec: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with its three subcommands."""
+    parser = argparse.ArgumentParser(prog="planexec", description="Validate and run planexec plans.")
+    parser.add_argument("--version", action="version", version=f"planexec {__version__}")
+    sub = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+    tools_help = (
+        "a module with tools: a dotted module name (importable from the current folder) or a .py file; "
+        "repeatable; added to 'tools' in planexec.toml"
+    )
+
+    p = sub.add_parser("validate", help="check a plan against the registered tools and workers")
+    p.add_argument("plan", metavar="PLAN.json", help="the plan file")
+    p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
+    p.add_argument("--json", action="store_true", help="print the problems as a JSON list")
+    p.set_defaults(command=cmd_validate)
+
+    p = sub.add_parser("run", help="validate a plan, then run it with a live progress display")
+    p.add_argument("--plan", required=True, metavar="PLAN.json", help="the plan file")
+    p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
+    p.add_argument("--json", action="store_true", help="no live display; print the run result as JSON")
+    p.add_argument("--max-concurrency", type=_positive(int), metavar="N", help="steps running at once")
+    p.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="timeout of steps that set none")
+    p.add_argument("--yes", "-y", action="store_true", help="approve every step that requires approval")
+    p.set_defaults(command=cmd_run)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a plan")
+    p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
+    p.set_defaults(command=cmd_schema)
+    return parser
+
+
+# --- commands -----------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``planexec validate``: print every problem (exit 1) or an ok line (exit 0)."""
+    checked = _checked_plan(args)
+    if checked is None:
+        return EXIT_FAILED
+    plan = checked[0]
+    ok = f"ok: plan {plan.plan_id!r} · {len(plan.steps)} steps · {plan.content_hash}"
+    if args.json:
+        print("[]")
+    _console(stderr=args.json).print(ok, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``planexec run``: validate, run with a live display (or JSON), summarise; exit by run status."""
+    checked = _checked_plan(args)
+    if checked is None:
+        return EXIT_FAILED
+    plan, registry, config = checked
+    out = _console()
+    options: dict[str, Any] = {}
+    max_concurrency = args.max_concurrency or config.max_concurrency
+    if max_concurrency:
+        options["max_concurrency"] = max_concurrency
+    timeout = args.timeout or config.default_timeout
+    if timeout:
+        options["default_timeout"] = timeout
+
+    if args.json:
+        display: LiveProgress | EventLog | None = None
+    elif out.is_terminal:
+        display = LiveProgress(plan, out)
+    else:
+        display = EventLog(plan, out)
+    options["approver"] = _approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
+    engine = Engine(registry, **options)
+    result = asyncio.run(_execute(engine, plan, display))
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    else:
+        print_summary(out, result)
+    return _EXIT_BY_STATUS.get(result.status, EXIT_FAILED)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """``planexec schema``: the JSON Schema of a plan."""
+    indent = args.indent if args.indent > 0 else None
+    print(json.dumps(Plan.model_json_schema(), indent=indent, ensure_ascii=False))
+    return EXIT_OK
+
+
+# --- running ------------------------------------------------------------------
+
+
+async def _execute(engine: Engine, plan: Plan, display: LiveProgress | EventLog | None) -> RunResult:
+    """Start the run, feed the display, turn Ctrl-C into a recorded cancellation."""
+    run = engine.start(plan, validate=False)  # the command validated it and printed any problems
+    if display is not None:
+        run.subscribe(display)
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def interrupted() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:  # the user insists: no summary, no waiting for steps to wind down
+            sys.stdout.flush()
+            sys.stderr.write("\nplanexec: interrupted again; exiting at once\n")
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+        note = "interrupted: cancelling the run (Ctrl-C again to exit at once)"
+        if display is not None:
+            display.note(note)
+        else:
+            print(note, file=sys.stderr, flush=True)
+        run.cancel(CTRL_C_REASON)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (NotImplementedError, RuntimeError):  # no signal handlers in this loop (Windows, not main thread)
+        pass
+    try:
+        if display is None:
+            return await run.result()
+        with display:
+            return await run.result()
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+
+def _approver(*, yes: bool, interactive: bool, display: LiveProgress | EventLog | None) -> Approver:
+    """What decides a step with ``requires_approval``: --yes, a prompt on a terminal, else a denial."""
+    if yes:
+        return lambda step: True
+    if not interactive:
+        return lambda step: False
+    lock = asyncio.Lock()
+    console = _console(stderr=True)
+
+    async def ask(step: Step) -> bool:
+        async with lock:  # one question at a time
+            if display is None:
+                return await in_thread(_confirm, console, step)
+            with display.paused():
+                return await in_thread(_confirm, console, step)
+
+    return ask
+
+
+def _confirm(console: Console, step: Step) -> bool:
+    what = f"{step.step_id!r} ({step.worker}: {step.action})"
+    if step.instruction:
+        console.print(f"  {step.instruction}", markup=False, highlight=False)
+    try:
+        return Confirm.ask(f"Approve step {what}?", console=console, default=False)
+    except EOFError:
+        return False
+
+
+# --- inputs -------------------------------------------------------------------
+
+
+def _checked_plan(args: argparse.Namespace) -> tuple[Plan, Registry, Config] | None:
+    """The plan, a registry with every tools module, the config; None after printing the plan's problems."""
+    config = _config()
+    plan = _load_plan(Path(args.plan), as_json=args.json)
+    if plan is None:
+        return None
+    registry = _registry([*config.tools, *args.tools])
+    problems = validate_plan(plan, registry)
+    if problems:
+        _print_problems(problems, plan.plan_id, as_json=args.json)
+        return None
+    return plan, registry, config
+
+
+def _config() -> Config:
+    try:
+        return load_config(Path("."))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _load_plan(path: Path, *, as_json: bool) -> Plan | None:
+    """The plan in `path`; None after printing its shape problems; UsageError when unreadable."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"plan file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read plan file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return Plan.from_json(text)
+    except PlanParseError as exc:
+        if any(p.rule == "malformed_json" for p in exc.problems):
+            detail = "; ".join(p.message for p in exc.problems)
+            raise UsageError(f"plan file {str(path)!r} is not valid JSON: {detail}") from None
+        _print_problems(exc.problems, exc.plan_id, as_json=as_json)
+        return None
+
+
+def _registry(modules: list[str]) -> Registry:
+    """Built-ins and installed plugins, then each tools module; UsageError naming one that fails."""
+    if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
+        sys.path.insert(0, os.getcwd())
+    try:
+        registry = Registry.default()
+    except Exception as exc:  # a broken installed plugin
+        raise UsageError(f"cannot load installed planexec plugins: {type(exc).__name__}: {exc}") from None
+    for module in dict.fromkeys(modules):
+        try:
+            registry.load_module(module)
+        except RegistryError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # an error inside the module itself: say which module
+            raise UsageError(f"tools module {module!r} failed to load: {type(exc).__name__}: {exc}") from None
+    return registry
+
+
+# --- output -------------------------------------------------------------------
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # not a terminal (a log, CI): wide enough that tables and lines do not wrap, unless COLUMNS says otherwise
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(stderr=stderr, width=width)
+
+
+def _print_problems(problems: list[Problem], plan_id: str | None, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([p.to_dict() for p in problems], indent=2, ensure_ascii=False))
+    else:
+        _console().print(PlanValidationError(problems, plan_id=plan_id).render(), markup=False, highlight=False, soft_wrap=True)
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+        return value
+
+    return parse
