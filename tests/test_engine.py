@@ -430,3 +430,20 @@ def test_steps_needing_approval_wait_for_the_approver(reg):
 
     _, ok = run(Engine(reg, approver=approve), plan)
     assert ok.ok
+
+
+def test_a_cancel_after_every_step_ended_does_not_undo_the_outcome(reg):
+    plan = mkplan({"id": "only", "action": "work", "parameters": {"name": "only"}})
+    holder = {}
+
+    def cancel_late(ev):
+        if ev.type == "step_succeeded":
+            holder["run"].cancel("too late")
+
+    async def go():
+        engine = Engine(reg, on_event=cancel_late)
+        r = holder["run"] = engine.start(plan)
+        return await r.result()
+
+    result = asyncio.run(go())
+    assert result.status is RunStatus.SUCCEEDED and result.answer == "only"

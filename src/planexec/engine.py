@@ -275,6 +275,8 @@ class Run:
     def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None) -> None:
         if self._status is not RunStatus.RUNNING or self._result is not None:
             return
+        if status is RunStatus.CANCELLED and not self._sched.is_active():
+            return  # every step has ended: nothing is left to cancel, the outcome stands
         self._status, self._reason, self._replan = status, reason, replan
         me = asyncio.current_task()
         for task in self._tasks.values():
@@ -288,7 +290,7 @@ class Run:
         batch = self._sched.ready()
         for sid, because in batch.skipped:
             rec = self.records[sid]
-            rec.state = StepState.SKIPPED
+            rec.state, rec.finished_at = StepState.SKIPPED, utcnow()
             rec.reason = f"input step {because!r} {self._sched.outcome(because).value}"  # type: ignore[union-attr]
             self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
         for sid in batch.run:
@@ -309,19 +311,20 @@ class Run:
             if step.requires_approval:
                 refusal = await self._approval(step)
                 if refusal is not None:
-                    then = fa.kind if fa.kind in ("skip", "replan") else "abort"
+                    # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does
+                    then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
+                    then = then if then in ("skip", "replan") else "abort"
                     self._emit(StepFailed, step_id=sid, attempt=0, worker=worker, error=refusal, then=then, wall_time=0.0, usage=Usage())
                     self._fail(step, refusal, then)
                     return
             while True:
                 attempt += 1
-                rec.attempts = attempt
                 result, error, wall, usage = await self._attempt(step, worker, attempt)
                 self._attempt_t0.pop(sid, None)
                 rec.wall_time, rec.usage = rec.wall_time + wall, rec.usage + usage
                 if error is None:
                     assert result is not None
-                    self._succeed(step, worker, attempt, result, wall)
+                    self._succeed(step, worker, attempt, result, wall, usage)
                     return
                 then = self._next_action(fa, attempt, error, rerouted)
                 self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
@@ -381,6 +384,7 @@ class Run:
         rec = self.records[step.step_id]
         async with self._slots(worker):
             rec.state = StepState.RUNNING
+            rec.attempts = attempt
             rec.worker = worker
             if rec.started_at is None:
                 rec.started_at = utcnow()
@@ -449,7 +453,7 @@ class Run:
             self._worker_sems[worker] = asyncio.Semaphore(limit) if limit else None
         return _Slots(self._worker_sems[worker], self._global)
 
-    def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float) -> None:
+    def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float, usage: Usage) -> None:
         sid = step.step_id
         rec = self.records[sid]
         prov = Provenance(
@@ -465,7 +469,7 @@ class Run:
         out = Output(value=result.output, provenance=prov)
         self._outputs[sid] = out
         rec.state, rec.output, rec.error, rec.finished_at = StepState.SUCCEEDED, out, None, utcnow()
-        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=rec.usage, output=out)
+        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._sched.succeeded(sid)
         self._launch_ready()
 

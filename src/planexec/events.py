@@ -75,7 +75,7 @@ class StepStarted(_Event):
 
 
 class StepSucceeded(_Event):
-    """An attempt produced an output that passed the step's success criteria."""
+    """An attempt produced an output that passed the step's success criteria (usage: this attempt's)."""
 
     type: Literal["step_succeeded"] = "step_succeeded"
     step_id: str
@@ -86,7 +86,7 @@ class StepSucceeded(_Event):
 
 
 class StepFailed(_Event):
-    """An attempt failed; `then` says what the failure action did next."""
+    """An attempt failed; `then` says what the failure action did next (usage: this attempt's)."""
 
     type: Literal["step_failed"] = "step_failed"
     step_id: str
