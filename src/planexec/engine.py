@@ -469,8 +469,8 @@ class Run:
         out = Output(value=result.output, provenance=prov)
         self._outputs[sid] = out
         rec.state, rec.output, rec.error, rec.finished_at = StepState.SUCCEEDED, out, None, utcnow()
-        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._sched.succeeded(sid)
+        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._launch_ready()
 
     def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:
