@@ -164,3 +164,14 @@ def test_retry_delay_grows_exponentially_with_bounded_jitter():
     fa = FailureAction(kind="retry", backoff=1.0, backoff_multiplier=2.0, backoff_max=5.0, jitter=0.2)
     assert [fa.retry_delay(n, 0.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
     assert fa.retry_delay(2, 1.0) == pytest.approx(1.6)
+
+
+def test_copies_recompute_derived_values():
+    plan = make_plan()
+    before = plan.content_hash
+    step = plan.steps[1]
+    assert step.dependencies == ["a"]
+    changed = plan.model_copy(update={"goal": "something else"})
+    assert changed.content_hash != before
+    new_step = step.model_copy(update={"parameters": {"a": 1, "b": 2}})
+    assert new_step.dependencies == []

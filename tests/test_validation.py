@@ -167,3 +167,20 @@ def test_references_in_instructions_are_checked_and_imply_dependencies(reg):
     )
     assert rules(validate_plan(p, reg)) == [("b", "instruction", "unknown_reference")]
     assert p.steps[1].dependencies == ["a", "nobody"]
+
+
+def test_references_that_close_a_loop_together_are_a_cycle(reg):
+    p = plan(
+        {"id": "a", "action": "add", "parameters": {"a": "${b}"}},
+        {"id": "b", "action": "add", "parameters": {"a": "${a}"}},
+    )
+    problems = validate_plan(p, reg)
+    assert [(x.rule, x.field) for x in problems] == [("cycle", "parameters")]
+    assert "a -> b -> a" in problems[0].message or "b -> a -> b" in problems[0].message
+
+
+def test_validation_of_a_large_plan_with_references_is_fast_enough_to_be_linear(reg):
+    # 3,000 steps, each using its predecessor's output: a quadratic check would take seconds
+    steps = [{"id": "s0", "action": "add", "parameters": {"a": 1}}]
+    steps += [{"id": f"s{i}", "action": "add", "parameters": {"a": f"${{s{i-1}}}"}} for i in range(1, 3000)]
+    assert validate_plan(plan(*steps), reg) == []

@@ -349,6 +349,9 @@ class Run:
             rec.state = StepState.FAILED
             self._sched.failed(sid)
             self._end(RunStatus.ABORTED, f"internal error in step {sid!r}: {exc}")
+        finally:
+            if self._status is RunStatus.RUNNING:
+                self._tasks.pop(sid, None)  # a finished task need not be kept (or cancelled) any more
 
     async def _approval(self, step: Step) -> ErrorInfo | None:
         """None when approved; otherwise why the step may not run."""
@@ -424,9 +427,12 @@ class Run:
         failed = {d: self._failure_text(d) for d in deps if d not in self._outputs}
         values = {d: self._outputs[d].value for d in deps if d in self._outputs}
         try:
-            missing = frozenset(failed)
-            params = resolve_references(step.parameters, values, missing)
-            instruction = resolve_references(step.instruction, values, missing)
+            if deps:
+                missing = frozenset(failed)
+                params = resolve_references(step.parameters, values, missing)
+                instruction = resolve_references(step.instruction, values, missing)
+            else:  # nothing to resolve: a step without dependencies has no references
+                params, instruction = step.parameters, step.instruction
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
         return StepCall(

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from datetime import timedelta
+from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -50,8 +52,18 @@ RiskLevel = Literal["low", "medium", "high", "critical"]
 FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 
+_CACHED = ("content_hash", "references", "dependencies")
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy with `update` applied; derived values (hash, dependencies) are recomputed, never copied."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _CACHED:
+            copy.__dict__.pop(name, None)
+        return copy
 
 
 # --- failure actions -------------------------------------------------------
@@ -202,12 +214,12 @@ class Step(_Record):
     def _failure(cls, value: Any) -> Any:
         return FailureAction() if value is None else value
 
-    @property
+    @cached_property
     def references(self) -> set[str]:
         """Step ids this step's parameters and instruction refer to."""
         return {ref for ref, _ in find_references([self.parameters, self.instruction])}
 
-    @property
+    @cached_property
     def dependencies(self) -> list[str]:
         """Declared dependencies plus those implied by references, in a stable order."""
         deps = list(dict.fromkeys(self.depends_on))
@@ -249,7 +261,7 @@ class Plan(_Record):
         return data
 
     @computed_field  # type: ignore[prop-decorator]
-    @property
+    @cached_property
     def content_hash(self) -> str:
         """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version."""
         content = self.model_dump(
@@ -373,6 +385,8 @@ def resolve_references(value: Any, outputs: dict[str, Any], missing: frozenset[s
         return lookup(outputs[m.group(1)], m.group(2).lstrip("."))
 
     if isinstance(value, str):
+        if "${" not in value:
+            return value
         whole = _WHOLE_REF.match(value)
         if whole:
             return get(whole)

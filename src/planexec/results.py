@@ -110,6 +110,10 @@ class RunResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     replan: ReplanRequest | None = None
 
+    def __repr__(self) -> str:
+        # short on purpose: asyncio.run reprs a task's result, and a full dump of a big run takes seconds
+        return f"RunResult(run_id={self.run_id!r}, status={self.status.value!r}, steps={len(self.steps)}, wall_time={self.wall_time:.3f})"
+
     @property
     def ok(self) -> bool:
         """True when every step succeeded."""

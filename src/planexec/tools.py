@@ -26,6 +26,8 @@ from .models.base import ToolDefinition
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
 
+_SCALARS = frozenset({type(None), bool, int, float, str})
+
 
 async def in_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """Run a blocking function in a fresh daemon thread and await its result.
@@ -171,6 +173,9 @@ class Tool:
 
     def encode_output(self, result: Any) -> Any:
         """The return value checked against the declared type, as JSON-able data."""
+        kind = type(result)
+        if kind in _SCALARS and (self.output_type is Any or self.output_type is kind):
+            return result  # already JSON and of the declared type
         try:
             value = self.output_adapter.validate_python(result)
             return self.output_adapter.dump_python(value, mode="json")

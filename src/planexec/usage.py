@@ -22,6 +22,11 @@ class Usage(BaseModel):
     cost: float = 0.0
 
     def __add__(self, other: Usage) -> Usage:
+        # tool steps add zeros thousands of times: skip building a new record then
+        if other.is_zero():
+            return self
+        if self.is_zero():
+            return other
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,

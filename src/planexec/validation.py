@@ -11,6 +11,7 @@ Imports `plan`, `dag`, `registry`, `tools` and `errors`.
 
 from __future__ import annotations
 
+import graphlib
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -72,32 +73,44 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
             else:
                 deps.append(dep)
 
-    for cycle in _cycles(declared):
+    cycles, acyclic = _cycles(declared)
+    for cycle in cycles:
         problems.append(Problem("cycle", "dependency cycle (-> means depends on): " + " -> ".join(cycle), step_id=cycle[0], field="depends_on"))
 
+    # A step that comes earlier in one topological order cannot depend on a later one, so only
+    # references forward in that order need a search of what lies upstream.
+    order = {sid: i for i, sid in enumerate(graphlib.TopologicalSorter(acyclic).static_order())}
+    implied = {sid: list(deps) for sid, deps in acyclic.items()}
     for step in steps:
         fields = [(f"parameters.{name}", value) for name, value in step.parameters.items()]
+        sid = step.step_id
         for where, value in fields + [("instruction", step.instruction)]:
             for ref, path in find_references(value):
                 text = "${" + ref + ("." + path if path else "") + "}"
-                if ref == step.step_id:
-                    problems.append(Problem("self_reference", f"{text} refers to the step's own output", step_id=step.step_id, field=where))
+                if ref == sid:
+                    problems.append(Problem("self_reference", f"{text} refers to the step's own output", step_id=sid, field=where))
                 elif ref not in seen:
-                    problems.append(Problem("unknown_reference", f"{text} refers to no step of the plan", step_id=step.step_id, field=where))
-                elif step.step_id in _upstream(declared, ref):
+                    problems.append(Problem("unknown_reference", f"{text} refers to no step of the plan", step_id=sid, field=where))
+                elif ref in acyclic[sid] or order[ref] < order[sid] or sid not in _upstream(acyclic, ref):
+                    implied[sid].append(ref)
+                else:
                     problems.append(
                         Problem(
                             "reference_not_upstream",
-                            f"{text} refers to a step that runs after this one ({ref!r} depends on {step.step_id!r})",
-                            step_id=step.step_id,
+                            f"{text} refers to a step that runs after this one ({ref!r} depends on {sid!r})",
+                            step_id=sid,
                             field=where,
                         )
                     )
+    if not cycles:  # references that are fine one by one may still close a loop together
+        for cycle in _cycles(implied)[0]:
+            problems.append(Problem("cycle", "cycle through references (-> means uses the output of): " + " -> ".join(cycle), step_id=cycle[0], field="parameters"))
     return problems
 
 
-def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Each cycle as a path of "depends on" arrows; one is reported, one of its edges cut, and the search repeats."""
+def _cycles(graph: dict[str, list[str]]) -> tuple[list[list[str]], dict[str, list[str]]]:
+    """Each cycle as a path of "depends on" arrows (one is found, one of its edges cut, and the
+    search repeats), and the graph left acyclic by those cuts."""
     graph = {k: list(v) for k, v in graph.items()}
     found = []
     for _ in range(len(graph) + 1):
@@ -107,7 +120,7 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
         # graphlib lists each node before the node that depends on it; reversed, it reads as "depends on"
         found.append(list(reversed(cycle)))
         graph[cycle[1]] = [d for d in graph[cycle[1]] if d != cycle[0]]
-    return found
+    return found, graph
 
 
 def _upstream(graph: dict[str, list[str]], node: str) -> set[str]:
