@@ -294,7 +294,7 @@ class Run:
             rec.reason = f"input step {because!r} {self._sched.outcome(because).value}"  # type: ignore[union-attr]
             self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
         for sid in batch.run:
-            self.records[sid].state = StepState.READY
+            _update(self.records[sid], state=StepState.READY)
             self._emit(StepReady, step_id=sid)
             self._tasks[sid] = asyncio.get_running_loop().create_task(self._run_step(sid))
         if not self._sched.is_active():
@@ -321,7 +321,7 @@ class Run:
                 attempt += 1
                 result, error, wall, usage = await self._attempt(step, worker, attempt)
                 self._attempt_t0.pop(sid, None)
-                rec.wall_time, rec.usage = rec.wall_time + wall, rec.usage + usage
+                _update(rec, wall_time=rec.wall_time + wall, usage=rec.usage + usage)
                 if error is None:
                     assert result is not None
                     self._succeed(step, worker, attempt, result, wall, usage)
@@ -386,11 +386,9 @@ class Run:
     async def _attempt(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         rec = self.records[step.step_id]
         async with self._slots(worker):
-            rec.state = StepState.RUNNING
-            rec.attempts = attempt
-            rec.worker = worker
+            _update(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
             if rec.started_at is None:
-                rec.started_at = utcnow()
+                _update(rec, started_at=utcnow())
             self._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
             t0 = self._attempt_t0[step.step_id] = time.perf_counter()
             timeout = step.timeout or self.engine.default_timeout
@@ -404,7 +402,8 @@ class Run:
                             raise ToolOutputError(
                                 f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
                             )
-                        await self.engine.checker.check(step, result.output)
+                        if step.success_criteria:
+                            await self.engine.checker.check(step, result.output)
                     except CheckFailedError as exc:
                         return None, _error("check_failed", exc), time.perf_counter() - t0, result.usage
             except TimeoutError as exc:
@@ -474,7 +473,7 @@ class Run:
         )
         out = Output(value=result.output, provenance=prov)
         self._outputs[sid] = out
-        rec.state, rec.output, rec.error, rec.finished_at = StepState.SUCCEEDED, out, None, utcnow()
+        _update(rec, state=StepState.SUCCEEDED, output=out, error=None, finished_at=utcnow())
         self._sched.succeeded(sid)
         self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._launch_ready()
@@ -531,6 +530,12 @@ class _Slots:
         self.global_.release()
         if self.worker is not None:
             self.worker.release()
+
+
+def _update(record: StepRecord, **fields: Any) -> None:
+    """Set fields of a step record the engine owns, skipping pydantic's per-attribute
+    `__setattr__` (the hot path sets about ten fields per step; the values are the engine's own)."""
+    record.__dict__.update(fields)
 
 
 def _error(rule: str, exc: BaseException) -> ErrorInfo:
