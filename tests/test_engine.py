@@ -413,8 +413,8 @@ def test_events_are_delivered_to_subscribers_and_iterators_and_round_trip(reg):
     assert [e.seq for e in streamed] == list(range(len(streamed)))
     assert streamed[0].type == "run_started" and streamed[-1].type == "run_finished"
     for ev in streamed:
-        assert parse_event(ev.model_dump_json()) == ev
-        assert parse_event(json.loads(ev.model_dump_json())) == ev
+        assert parse_event(ev.to_json()) == ev
+        assert parse_event(json.loads(ev.to_json())) == ev
     assert result.model_validate_json(result.model_dump_json()) == result
 
 
@@ -447,3 +447,19 @@ def test_a_cancel_after_every_step_ended_does_not_undo_the_outcome(reg):
 
     result = asyncio.run(go())
     assert result.status is RunStatus.SUCCEEDED and result.answer == "only"
+
+
+def test_hot_path_records_are_validated_when_read_back():
+    from planexec import Output, Provenance, StepSucceeded
+
+    prov = Provenance(run_id="r", plan_id="p", plan_version=1, step_id="s", worker="w", action="a", tools=["a"])
+    out = Output(value={"x": [1, 2]}, provenance=prov)
+    assert Output.from_json(out.to_json()) == out
+    assert out.to_dict() == {"value": {"x": [1, 2]}, "provenance": {**prov.to_dict()}}
+    with pytest.raises(Exception, match="plan_version"):
+        Provenance.from_dict({**prov.to_dict(), "plan_version": "not a number"})
+    with pytest.raises(Exception, match="colour"):
+        Provenance.from_dict({**prov.to_dict(), "colour": "red"})
+    data = json.loads(StepSucceeded(run_id="r", seq=3, at=__import__("datetime").datetime(2026, 1, 1), step_id="s", attempt=1, wall_time=0.5, usage=__import__("planexec").Usage(), output=out).to_json())
+    assert data["type"] == "step_succeeded" and data["output"]["provenance"]["step_id"] == "s"
+    assert parse_event(data).output == out

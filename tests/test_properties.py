@@ -418,7 +418,7 @@ def check_stream(out: Outcome) -> None:
     assert (fin.status, fin.usage, fin.replan, fin.answer) == (result.status, result.usage, result.replan, result.answer)
     for ev in history:
         assert ev.run_id == result.run_id
-        assert parse_event(ev.model_dump_json()) == ev, f"event {ev.seq} ({ev.type}) does not round-trip"
+        assert parse_event(ev.to_json()) == ev, f"event {ev.seq} ({ev.type}) does not round-trip"
     assert type(result).model_validate_json(result.model_dump_json()) == result
 
 

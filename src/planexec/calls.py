@@ -2,26 +2,25 @@
 
 Owns what the engine hands a runner (and a runner a worker), what comes back,
 and the `Output`/`Provenance` pair that keeps every value with where it came
-from. All are typed records with a stable JSON form, so a distributed runner
-can ship them as they are. Imports `plan` and `usage` only.
+from. All are `Record`s (frozen dataclasses with a stable JSON form), so a
+distributed runner can ship them as they are. Imports `plan`, `records`, `usage`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from .plan import Step
+from .records import Record
 from .usage import Usage
 
 __all__ = ["Output", "Provenance", "StepCall", "WorkResult"]
 
 
-class Provenance(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Provenance(Record):
     """Which run, plan version, step, attempt, worker and tool produced a value."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
     plan_id: str
@@ -30,26 +29,26 @@ class Provenance(BaseModel):
     worker: str
     action: str
     attempt: int = 1
-    tools: list[str] = Field(default_factory=list, description="tools the worker called to produce it")
+    tools: list[str] = field(default_factory=list)  # tools the worker called to produce it
 
 
-class Output(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Output(Record):
     """A step's output value (JSON-able) together with its provenance."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     value: Any = None
     provenance: Provenance
 
 
-class StepCall(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCall(Record):
     """One attempt at one step, as a worker receives it.
 
-    `parameters` and `instruction` are resolved (references replaced by upstream outputs);
-    `context` holds the outputs of the step's dependencies, keyed by step id.
+    `parameters` and `instruction` are resolved (references replaced by
+    upstream outputs); `context` holds the outputs of the step's dependencies,
+    keyed by step id; `failed_inputs` names dependencies that did not succeed
+    (with their error), for steps that accept failed inputs.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
     plan_id: str
@@ -57,12 +56,10 @@ class StepCall(BaseModel):
     goal: str = ""
     step: Step
     worker: str
-    instruction: str = Field("", description="the step's instruction with references resolved")
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    context: dict[str, Output] = Field(default_factory=dict)
-    failed_inputs: dict[str, str] = Field(
-        default_factory=dict, description="dependencies that did not succeed, with their error, for tolerant steps"
-    )
+    instruction: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Output] = field(default_factory=dict)
+    failed_inputs: dict[str, str] = field(default_factory=dict)
     attempt: int = 1
 
     @property
@@ -76,11 +73,10 @@ class StepCall(BaseModel):
         return self.step.action
 
 
-class WorkResult(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkResult(Record):
     """What a worker returns: the output (JSON-able), its usage and the tools it used."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     output: Any = None
-    usage: Usage = Field(default_factory=Usage)
-    tools: list[str] = Field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    tools: list[str] = field(default_factory=list)

@@ -1,19 +1,22 @@
 """Events: frozen, past-tense records of every transition in a run.
 
 Owns the event classes, the `Event` union (discriminated by ``type``) and
-`parse_event` to read one back from its JSON form. Each event carries the
-run id, a per-run sequence number and a UTC timestamp. Imports `calls`,
-`results` and `usage`.
+`parse_event` to read one back from its JSON form (`event.to_json()` writes
+it). Each event carries the run id, a per-run sequence number and a UTC
+timestamp. Events are `Record`s: frozen dataclasses, cheap to build on the
+engine's hot path. Imports `calls`, `records`, `results` and `usage`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
 from .calls import Output
+from .records import Record
 from .results import ErrorInfo, ReplanRequest, RunStatus
 from .usage import Usage
 
@@ -38,14 +41,14 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Event(Record):
     run_id: str
-    seq: int = Field(description="position in the run's event stream, from 0")
+    seq: int  # position in the run's event stream, from 0
     at: datetime
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(_Event):
     """The engine accepted a validated plan and began."""
 
@@ -57,6 +60,7 @@ class RunStarted(_Event):
     step_ids: list[str]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepReady(_Event):
     """Every dependency of the step ended; it waits only for a free slot."""
 
@@ -64,6 +68,7 @@ class StepReady(_Event):
     step_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(_Event):
     """An attempt began on a worker."""
 
@@ -74,6 +79,7 @@ class StepStarted(_Event):
     attempt: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepSucceeded(_Event):
     """An attempt produced an output that passed the step's success criteria (usage: this attempt's)."""
 
@@ -85,6 +91,7 @@ class StepSucceeded(_Event):
     output: Output
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(_Event):
     """An attempt failed; `then` says what the failure action did next (usage: this attempt's)."""
 
@@ -98,6 +105,7 @@ class StepFailed(_Event):
     usage: Usage
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepRetried(_Event):
     """The step will be tried again after `delay` seconds."""
 
@@ -107,6 +115,7 @@ class StepRetried(_Event):
     delay: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepRerouted(_Event):
     """The step was handed to its fallback worker."""
 
@@ -116,6 +125,7 @@ class StepRerouted(_Event):
     to_worker: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepSkipped(_Event):
     """The step did not run because an input step did not succeed."""
 
@@ -125,6 +135,7 @@ class StepSkipped(_Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepCancelled(_Event):
     """The step was stopped (`was_running`) or never started because the run ended."""
 
@@ -134,6 +145,7 @@ class StepCancelled(_Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinished(_Event):
     """The run ended; every step is in a terminal state."""
 
