@@ -463,3 +463,28 @@ def test_hot_path_records_are_validated_when_read_back():
     data = json.loads(StepSucceeded(run_id="r", seq=3, at=__import__("datetime").datetime(2026, 1, 1), step_id="s", attempt=1, wall_time=0.5, usage=__import__("planexec").Usage(), output=out).to_json())
     assert data["type"] == "step_succeeded" and data["output"]["provenance"]["step_id"] == "s"
     assert parse_event(data).output == out
+
+
+def test_timeouts_and_outside_cancellation_are_told_apart(reg):
+    @reg.tool
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            return "swallowed"  # a tool that ignores its cancellation still ends the attempt
+        return "slept"
+
+    _, swallowed = run(Engine(reg), mkplan({"id": "s", "action": "stubborn", "timeout": 0.05}))
+    assert swallowed.ok and swallowed.answer == "swallowed"
+    plan = mkplan({"id": "w", "action": "work", "parameters": {"name": "w", "seconds": 5}, "timeout": 0.3})
+
+    async def go():
+        r = Engine(reg).start(plan)
+        await asyncio.sleep(0.05)
+        r.cancel("outside")
+        return await r.result()
+
+    result = asyncio.run(go())
+    assert result.status is RunStatus.CANCELLED and result.steps["w"].state is StepState.CANCELLED
+    _, timed = run(Engine(reg, default_timeout=0.05), mkplan({"id": "w", "action": "work", "parameters": {"name": "w", "seconds": 5}, "failure_action": "skip"}))
+    assert timed.steps["w"].error.rule == "timeout" and "0.05s" in timed.steps["w"].error.message
