@@ -53,6 +53,7 @@ __all__ = ["Approver", "Engine", "Run"]
 log = logging.getLogger("planexec.engine")
 
 Subscriber = Callable[[Any], None]
+_ZERO = Usage()  # records are immutable: one shared zero
 # Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
 Approver = Callable[[Step], "bool | Awaitable[bool]"]
 
@@ -132,7 +133,7 @@ class Run:
         self.engine = engine
         self.plan = plan
         self.run_id = run_id
-        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action) for s in plan.steps}
+        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=_ZERO) for s in plan.steps}
         self.history: list[Any] = []
         self._steps = {s.step_id: s for s in plan.steps}
         self._subscribers = list(engine.subscribers)
@@ -409,24 +410,31 @@ class Run:
                 except asyncio.CancelledError:
                     if deadline.expired():
                         exc = TimeoutError(f"step {step.step_id!r} timed out after {timeout:g}s")
-                        return None, _error("timeout", exc), time.perf_counter() - t0, Usage()
+                        return None, _error("timeout", exc), time.perf_counter() - t0, _ZERO
                     raise
                 finally:
                     deadline.disarm()
             except _ReferenceError as exc:
-                return None, _error("reference", exc), time.perf_counter() - t0, Usage()
+                return None, _error("reference", exc), time.perf_counter() - t0, _ZERO
             except ToolInputError as exc:
-                return None, _error("tool_input", exc), time.perf_counter() - t0, Usage()
+                return None, _error("tool_input", exc), time.perf_counter() - t0, _ZERO
             except ToolOutputError as exc:
-                return None, _error("tool_output", exc), time.perf_counter() - t0, Usage()
+                return None, _error("tool_output", exc), time.perf_counter() - t0, _ZERO
             except (Exception, SystemExit) as exc:  # whatever a tool raises becomes a recorded failure
-                return None, _error("exception", exc), time.perf_counter() - t0, Usage()
+                return None, _error("exception", exc), time.perf_counter() - t0, _ZERO
             return result, None, time.perf_counter() - t0, result.usage
 
     def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
         deps = self._deps[step.step_id]
-        failed = {d: self._failure_text(d) for d in deps if d not in self._outputs}
-        values = {d: self._outputs[d].value for d in deps if d in self._outputs}
+        context = {}
+        failed = {}
+        for d in deps:
+            out = self._outputs.get(d)
+            if out is None:
+                failed[d] = self._failure_text(d)
+            else:
+                context[d] = out
+        values = {d: out.value for d, out in context.items()}
         try:
             if deps:
                 missing = frozenset(failed)
@@ -445,7 +453,7 @@ class Run:
             worker=worker,
             instruction=instruction,
             parameters=params,
-            context={d: self._outputs[d] for d in deps if d in self._outputs},
+            context=context,
             failed_inputs=failed,
             attempt=attempt,
         )

@@ -162,7 +162,7 @@ class Tool:
     async def invoke(self, arguments: dict[str, Any], call: StepCall | None = None) -> Any:
         """Check the arguments, run the function, check and JSON-encode what it returns."""
         checked = self.check_arguments(arguments, step_id=call.step_id if call else None)
-        kwargs = {k: getattr(checked, k) for k in type(checked).model_fields}
+        kwargs = dict(checked.__dict__)  # the validated fields, as pydantic stores them
         if self.call_param is not None:
             kwargs[self.call_param] = call
         if self.is_async:
