@@ -77,6 +77,8 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
     for cycle in cycles:
         problems.append(Problem("cycle", "dependency cycle (-> means depends on): " + " -> ".join(cycle), step_id=cycle[0], field="depends_on"))
 
+    if not any(step.references for step in steps):
+        return problems
     # A step that comes earlier in one topological order cannot depend on a later one, so only
     # references forward in that order need a search of what lies upstream.
     order = {sid: i for i, sid in enumerate(graphlib.TopologicalSorter(acyclic).static_order())}
