@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .calls import Output, Provenance, StepCall, WorkResult
 from .dag import Scheduler
+from .deadline import Deadline
 from .errors import CheckFailedError, ToolInputError, ToolOutputError
 from .events import (
     RunFinished,
@@ -321,7 +322,7 @@ class Run:
             deadline = None
             try:
                 call = self._call(step, worker, attempt)
-                deadline = _Deadline(timeout)
+                deadline = Deadline(timeout)
                 try:
                     result = await self.engine.runner.run(call)
                     if not isinstance(result, WorkResult):
@@ -439,43 +440,6 @@ class Run:
         if self._sched.is_handed_out(sid):
             self._sched.cancelled(sid)
         self._emit(StepCancelled, step_id=sid, was_running=was_running, reason=rec.reason)
-
-
-class _Deadline:
-    """A per-attempt timeout with `asyncio.timeout`'s contract at a fraction of its cost.
-
-    One `TimerHandle` that cancels the task; `expired()` tells that cancellation
-    apart from one that came from outside (the same `uncancel` rule asyncio
-    uses). At 10,000 steps `asyncio.timeout`'s state machine was a tenth of
-    the engine's per-step overhead.
-    """
-
-    __slots__ = ("_cancelling", "_fired", "_handle", "_settled", "_task")
-
-    def __init__(self, delay: float | None) -> None:
-        self._task = asyncio.current_task()
-        assert self._task is not None
-        self._fired = self._settled = False
-        self._cancelling = self._task.cancelling()
-        self._handle = asyncio.get_running_loop().call_later(delay, self._fire) if delay is not None else None
-
-    def _fire(self) -> None:
-        self._fired = True
-        self._task.cancel()  # type: ignore[union-attr]
-
-    def expired(self) -> bool:
-        """True when the CancelledError being handled is this deadline's (and absorb it)."""
-        if not self._fired:
-            return False
-        self._settled = True
-        return self._task.uncancel() <= self._cancelling  # type: ignore[union-attr]
-
-    def disarm(self) -> None:
-        """Stop the timer (the attempt ended); withdraw a cancellation the attempt swallowed."""
-        if self._handle is not None:
-            self._handle.cancel()
-        if self._fired and not self._settled:
-            self._task.uncancel()  # type: ignore[union-attr]
 
 
 class _ReferenceError(Exception):
