@@ -488,3 +488,86 @@ def test_timeouts_and_outside_cancellation_are_told_apart(reg):
     assert result.status is RunStatus.CANCELLED and result.steps["w"].state is StepState.CANCELLED
     _, timed = run(Engine(reg, default_timeout=0.05), mkplan({"id": "w", "action": "work", "parameters": {"name": "w", "seconds": 5}, "failure_action": "skip"}))
     assert timed.steps["w"].error.rule == "timeout" and "0.05s" in timed.steps["w"].error.message
+
+
+def test_escapes_are_literal_everywhere_and_outputs_are_never_unescaped(reg):
+    plan = mkplan(
+        {"id": "a", "action": "work", "parameters": {"name": "a", "value": "echo $${HOME}"}},
+        {"id": "b", "action": "work", "parameters": {"name": "b", "value": "$${HOME}"}},
+        {"id": "c", "action": "work", "parameters": {"name": "c", "value": "${a} and $${x}"}},
+    )
+    _, result = run(Engine(reg), plan)
+    assert result.steps["a"].output.value == "echo ${HOME}"
+    assert result.steps["b"].output.value == "${HOME}"
+    assert result.steps["c"].output.value == "echo ${HOME} and ${x}"  # a's output passes through as it is
+
+
+def test_engine_edge_cases_found_in_review(reg):
+    # a tool that raises CancelledError itself (an inner task was cancelled) is a step failure, not a hang
+    @reg.tool
+    async def inner_cancelled() -> str:
+        t = asyncio.ensure_future(asyncio.sleep(10))
+        t.cancel()
+        return await t
+
+    _, r1 = run(Engine(reg), mkplan({"id": "a", "action": "inner_cancelled", "failure_action": "skip"}, {"id": "b", "action": "work", "parameters": {"name": "b"}, "depends_on": ["a"]}))
+    assert (r1.steps["a"].error.rule, r1.steps["a"].error.type) == ("exception", "CancelledError")
+    assert r1.steps["b"].state is StepState.SKIPPED
+
+    # cancel() from a subscriber stops the step whose event triggered it
+    reg.add_tool(scripted_tool("flaky2", [RuntimeError("x")] * 5))
+    holder = {}
+
+    def on(ev):
+        if ev.type == "step_failed":
+            holder["run"].cancel("stop now")
+
+    async def go():
+        r = holder["run"] = Engine(reg, on_event=on).start(mkplan({"id": "f", "action": "flaky2", "failure_action": {"kind": "retry", "max_attempts": 5, "backoff": 0.01}}))
+        return await r.result()
+
+    r2 = asyncio.run(go())
+    assert r2.status is RunStatus.CANCELLED and r2.steps["f"].state is StepState.CANCELLED and r2.steps["f"].attempts == 1
+
+    # a custom worker whose output is not JSON fails the step instead of breaking the result
+    from planexec import WorkResult
+
+    class Odd:
+        name, description, max_concurrency = "odd", "returns an object", None
+        actions = {"odd"}
+
+        def input_model(self, action):
+            return None
+
+        async def perform(self, call):
+            return WorkResult(output={"handle": object()})
+
+    reg.add_worker(Odd())
+    _, r3 = run(Engine(reg), mkplan({"id": "o", "action": "odd", "worker": "odd", "failure_action": "skip"}))
+    assert r3.steps["o"].error.rule == "tool_output"
+    json.loads(r3.model_dump_json())
+
+    with pytest.raises(ValueError, match="worker_limits"):
+        Engine(reg, worker_limits={"tool": 0})
+
+
+def test_a_hanging_synthesizer_is_bounded_and_cancellable(reg):
+    async def never(plan, outputs):
+        await asyncio.sleep(30)
+
+    plan = mkplan({"id": "a", "action": "work", "parameters": {"name": "a"}})
+    _, timed = run(Engine(reg, synthesizer=FunctionSynthesizer(never), default_timeout=0.1), plan)
+    assert timed.status is RunStatus.PARTIAL and "synthesizer timed out" in timed.reason
+
+    async def go():
+        r = Engine(reg, synthesizer=FunctionSynthesizer(never)).start(plan)
+        async for ev in r.events():
+            if ev.type == "step_succeeded":
+                await asyncio.sleep(0.05)
+                assert r.status is RunStatus.RUNNING  # still assembling the answer
+                r.cancel("enough")
+        return await r.result()
+
+    cancelled = asyncio.run(go())
+    assert cancelled.status is RunStatus.CANCELLED and cancelled.reason == "enough"
+    assert cancelled.steps["a"].state is StepState.SUCCEEDED

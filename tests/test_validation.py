@@ -184,3 +184,10 @@ def test_validation_of_a_large_plan_with_references_is_fast_enough_to_be_linear(
     steps = [{"id": "s0", "action": "add", "parameters": {"a": 1}}]
     steps += [{"id": f"s{i}", "action": "add", "parameters": {"a": f"${{s{i-1}}}"}} for i in range(1, 3000)]
     assert validate_plan(plan(*steps), reg) == []
+
+
+def test_densely_cyclic_plans_are_reported_not_crashed_on(reg):
+    ids = ["a", "b", "c", "d"]
+    p = plan(*[{"id": i, "action": "add", "parameters": {"a": "${a}" if i == "d" else 1}, "depends_on": [j for j in ids if j != i]} for i in ids])
+    problems = validate_plan(p, reg)
+    assert problems and all(x.rule in ("cycle", "reference_not_upstream", "self_reference") for x in problems)

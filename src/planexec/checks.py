@@ -4,7 +4,8 @@ Owns the `Checker` protocol (the seam an LLM critic will plug into) and
 `CriteriaChecker`, which applies a step's programmatic criteria: not empty,
 a regex, a JSON Schema, or a named predicate from the registry. A failed
 criterion raises `CheckFailedError`, and the step's failure action applies.
-Imports `plan`, `registry` and `errors`.
+Regexes and JSON Schemas run in a thread, so the step's deadline bounds them.
+Imports `plan`, `registry`, `tools` and `errors`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .plan import (
     lookup,
 )
 from .registry import Registry
+from .tools import in_thread
 
 __all__ = ["Checker", "CriteriaChecker"]
 
@@ -63,14 +65,16 @@ class CriteriaChecker:
             except LookupError as exc:
                 return False, f"path {crit.path!r}: {exc}"
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-            return re.search(crit.pattern, text) is not None, f"{text[:80]!r} does not match"
+            # in a thread: a pathological pattern is then bounded by the step's deadline, not the event loop
+            found = await in_thread(re.search, crit.pattern, text)
+            return found is not None, f"{text[:80]!r} does not match"
         if isinstance(crit, JsonSchemaCriterion):
             key = json.dumps(crit.json_schema, sort_keys=True)
             validator = self._validators.get(key)
             if validator is None:
                 cls = jsonschema.validators.validator_for(crit.json_schema)
                 validator = self._validators[key] = cls(crit.json_schema)
-            error = jsonschema.exceptions.best_match(validator.iter_errors(output))
+            error = await in_thread(lambda: jsonschema.exceptions.best_match(validator.iter_errors(output)))
             if error is None:
                 return True, ""
             where = "/".join(str(p) for p in error.absolute_path)

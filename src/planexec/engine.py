@@ -37,7 +37,9 @@ class Engine:
     per worker (a worker's own `max_concurrency` applies when not given);
     `default_timeout` (seconds) applies to steps without a timeout; `seed`
     makes retry jitter reproducible; `approver` decides steps marked
-    `requires_approval` (without one they are refused, never run silently).
+    `requires_approval` (without one they are refused, never run silently);
+    `cancel_grace` (seconds) is how long a cancelled step may take to stop
+    before the run ends without it. The synthesizer is bounded by `default_timeout`.
     """
 
     def __init__(
@@ -53,9 +55,13 @@ class Engine:
         seed: int | None = None,
         on_event: Subscriber | None = None,
         approver: Approver | None = None,
+        cancel_grace: float = 5.0,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        bad = {w: n for w, n in (worker_limits or {}).items() if not isinstance(n, int) or n < 1}
+        if bad:
+            raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
         self.registry = registry if registry is not None else Registry.default()
         self.runner = runner if runner is not None else LocalRunner(self.registry)
         self.max_concurrency = max_concurrency
@@ -66,6 +72,7 @@ class Engine:
         self.random = random.Random(seed)
         self.subscribers: list[Subscriber] = [on_event] if on_event else []
         self.approver = approver
+        self.cancel_grace = cancel_grace
 
     def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True) -> Run:
         """Validate the plan and start running it in the current event loop; returns the `Run` handle.

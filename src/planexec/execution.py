@@ -20,10 +20,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
 from .calls import Output, Provenance, StepCall, WorkResult
+from .checks import CriteriaChecker
 from .dag import Scheduler
 from .deadline import Deadline
-from .errors import CheckFailedError, ToolInputError, ToolOutputError
+from .errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from .events import (
     RunFinished,
     RunStarted,
@@ -40,6 +43,7 @@ from .events import (
 from .plan import Plan, Step, resolve_references
 from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
 from .synthesis import default_answer
+from .tools import in_thread
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -74,10 +78,12 @@ class Run:
         self._reason: str | None = None
         self._replan: ReplanRequest | None = None
         self._result: RunResult | None = None
+        self._synth_task: asyncio.Task[Any] | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self._started_at = utcnow()
         self._t0 = time.perf_counter()
         self._deps = {s.step_id: s.dependencies for s in plan.steps}
+        self._verbatim = {s.step_id for s in plan.steps if not s.references and "$${" not in repr((s.parameters, s.instruction))}
         self._sched = Scheduler(self._deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs])
 
     # --- the public handle -------------------------------------------------
@@ -142,41 +148,43 @@ class Run:
         try:
             self._launch_ready()
             await self._done.wait()
+            await self._finish()
         except asyncio.CancelledError:
             # the task running us was cancelled (Ctrl-C in asyncio.run): record, then re-raise
             self._end(RunStatus.CANCELLED, "the run's task was cancelled")
-            await self._settle()
+            await self._finish(interrupted=True)
             raise
-        await self._settle()
         return self._result  # type: ignore[return-value]
 
-    async def _settle(self) -> None:
-        """Wait for step tasks to finish cancelling, mark the rest, synthesize, emit RunFinished."""
+    async def _finish(self, *, interrupted: bool = False) -> None:
+        """Let step tasks finish cancelling (bounded), mark the rest, synthesize, emit RunFinished."""
         if self._result is not None:
             return
         pending = [t for t in self._tasks.values() if not t.done()]
         if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+            # a tool that swallows its cancellation is abandoned after the grace period, never waited on for ever
+            _, stuck = await asyncio.wait(pending, timeout=self.engine.cancel_grace)
+            if stuck:
+                log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), self.engine.cancel_grace)
         for sid in self._sched.unsettled():
-            rec = self.records[sid]
-            if not rec.state.terminal:
-                self._record_cancelled(sid, was_running=False)
-        if self._status is RunStatus.RUNNING:
+            if not self.records[sid].state.terminal:
+                self._record_cancelled(sid, was_running=self.records[sid].state is StepState.RUNNING)
+        status = self._status
+        if status is RunStatus.RUNNING:
             failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
-            self._status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
+            status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
         answer = None
-        usage = sum((r.usage for r in self.records.values()), Usage())
-        if self._status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL):
-            answer, extra = await self._synthesize()
+        usage = sum((r.usage for r in self.records.values()), _ZERO)
+        if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
+            answer, extra, status = await self._synthesize(status)
             usage = usage + extra
+        self._status = status
         wall = time.perf_counter() - self._t0
-        self._emit(
-            RunFinished, status=self._status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan
-        )
+        self._emit(RunFinished, status=status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan)
         self._result = RunResult(
             run_id=self.run_id,
             plan=self.plan,
-            status=self._status,
+            status=status,
             reason=self._reason,
             steps=self.records,
             answer=answer,
@@ -187,25 +195,50 @@ class Run:
             replan=self._replan,
         )
 
-    async def _synthesize(self) -> tuple[Any, Usage]:
+    async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
+        """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
         synth = self.engine.synthesizer
         if synth is None:
-            return default_answer(self.plan, self._outputs), Usage()
+            return default_answer(self.plan, self._outputs), _ZERO, status
+        task = self._synth_task = asyncio.get_running_loop().create_task(synth.synthesize(self.plan, dict(self._outputs)))
         try:
-            result = await synth.synthesize(self.plan, dict(self._outputs))
-        except Exception as exc:  # the steps' work stands; say why there is no answer
+            done, _ = await asyncio.wait({task}, timeout=self.engine.default_timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            self._synth_task = None
+        if not done:
+            task.cancel()
+            self._reason = f"synthesizer timed out after {self.engine.default_timeout:g}s"
+            return None, _ZERO, RunStatus.PARTIAL
+        if task.cancelled():  # cancel() while the answer was being assembled
+            return None, _ZERO, RunStatus.CANCELLED
+        exc = task.exception()
+        if exc is not None:  # the steps' work stands; say why there is no answer
             self._reason = f"synthesizer failed: {type(exc).__name__}: {exc}"
-            self._status = RunStatus.PARTIAL
-            return None, Usage()
-        return result.output, result.usage
+            return None, _ZERO, RunStatus.PARTIAL
+        result = task.result()
+        if not isinstance(result, WorkResult):
+            self._reason = f"synthesizer returned {type(result).__name__}, not a WorkResult"
+            return None, _ZERO, RunStatus.PARTIAL
+        return result.output, result.usage, status
 
-    def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None) -> None:
-        if self._status is not RunStatus.RUNNING or self._result is not None:
+    def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False) -> None:
+        """Stop the run with `status`. `from_step`: a step's own failure action ends it (its task goes on to return)."""
+        if self._result is not None:
+            return
+        if self._synth_task is not None:  # the steps are done; a cancel stops the synthesizer
+            if status is RunStatus.CANCELLED:
+                self._reason = reason
+                self._synth_task.cancel()
+            return
+        if self._status is not RunStatus.RUNNING:
             return
         if status is RunStatus.CANCELLED and not self._sched.is_active():
             return  # every step has ended: nothing is left to cancel, the outcome stands
         self._status, self._reason, self._replan = status, reason, replan
-        me = asyncio.current_task()
+        me = asyncio.current_task() if from_step else None
         for task in self._tasks.values():
             if task is not me and not task.done():
                 task.cancel()
@@ -272,10 +305,13 @@ class Run:
             raise
         except Exception as exc:  # an engine bug must still end the run in a recorded state
             log.exception("internal error while running step %s", sid)
-            rec.error = ErrorInfo(rule="engine", type=type(exc).__name__, message=str(exc))
-            rec.state = StepState.FAILED
-            self._sched.failed(sid)
-            self._end(RunStatus.ABORTED, f"internal error in step {sid!r}: {exc}")
+            error = ErrorInfo(rule="engine", type=type(exc).__name__, message=str(exc))
+            if not rec.state.terminal:
+                _update(rec, state=StepState.FAILED, error=error, finished_at=utcnow())
+                if self._sched.is_handed_out(sid):
+                    self._sched.failed(sid)
+                self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then="abort", wall_time=0.0, usage=_ZERO)
+            self._end(RunStatus.ABORTED, f"internal error in step {sid!r}: {exc}", from_step=True)
         finally:
             if self._status is RunStatus.RUNNING:
                 self._tasks.pop(sid, None)  # a finished task need not be kept (or cancelled) any more
@@ -290,9 +326,12 @@ class Run:
                 message=f"step {step.step_id!r} requires approval and the engine has no approver",
             )
         try:
-            verdict = approver(step)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+            if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(getattr(approver, "__call__", None)):
+                verdict = await approver(step)
+            else:  # a sync approver may block (a prompt): keep it off the event loop
+                verdict = await in_thread(approver, step)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
         except Exception as exc:  # a broken approver refuses; it never approves by accident
             return ErrorInfo(rule="approval_required", type=type(exc).__name__, message=f"the approver failed: {exc}")
         if verdict is True:
@@ -329,14 +368,18 @@ class Run:
                         raise ToolOutputError(
                             f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
                         )
-                    if step.success_criteria:
+                    if type(result.output) not in _SCALARS:
+                        result = _as_json(result, worker, step.action)
+                    if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):
                         await self.engine.checker.check(step, result.output)
                 except CheckFailedError as exc:
                     return None, _error("check_failed", exc), time.perf_counter() - t0, result.usage
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as exc:
                     if deadline.expired():
-                        exc = TimeoutError(f"step {step.step_id!r} timed out after {timeout:g}s")
-                        return None, _error("timeout", exc), time.perf_counter() - t0, _ZERO
+                        return None, _error("timeout", StepTimeoutError(step.step_id, timeout)), time.perf_counter() - t0, _ZERO
+                    if asyncio.current_task().cancelling() == 0:  # type: ignore[union-attr]
+                        # nobody cancelled this step: the tool raised CancelledError itself (a cancelled inner task)
+                        return None, _error("exception", exc), time.perf_counter() - t0, _ZERO
                     raise
                 finally:
                     deadline.disarm()
@@ -362,12 +405,12 @@ class Run:
                 context[d] = out
         values = {d: out.value for d, out in context.items()}
         try:
-            if deps:
+            if step.step_id in self._verbatim:  # no references, no escapes: nothing to resolve
+                params, instruction = step.parameters, step.instruction
+            else:
                 missing = frozenset(failed)
                 params = resolve_references(step.parameters, values, missing)
                 instruction = resolve_references(step.instruction, values, missing)
-            else:  # nothing to resolve: a step without dependencies has no references
-                params, instruction = step.parameters, step.instruction
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
         return StepCall(
@@ -421,10 +464,10 @@ class Run:
         rec.reason = f"failure action: {then}"
         self._sched.failed(sid)
         if then == "abort":
-            self._end(RunStatus.ABORTED, f"step {sid!r} failed ({error.render()}); failure action abort")
+            self._end(RunStatus.ABORTED, f"step {sid!r} failed ({error.render()}); failure action abort", from_step=True)
         elif then == "replan":
             req = ReplanRequest(step_id=sid, reason=f"step {sid!r} failed: {error.render()}", error=error)
-            self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req)
+            self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req, from_step=True)
         else:
             self._launch_ready()
 
@@ -466,6 +509,20 @@ class _Slots:
         self.global_.release()
         if self.worker is not None:
             self.worker.release()
+
+
+_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
+def _as_json(result: WorkResult, worker: str, action: str) -> WorkResult:
+    """The result with its output as JSON data; a worker's output must be storable (rule tool_output)."""
+    try:
+        value = to_jsonable_python(result.output)
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise ToolOutputError(
+            f"worker {worker!r} returned a {type(result.output).__name__} output that cannot be stored as JSON: {exc}", tool=action
+        ) from None
+    return result if value == result.output else WorkResult(output=value, usage=result.usage, tools=result.tools)
 
 
 def _update(record: StepRecord, **fields: Any) -> None:

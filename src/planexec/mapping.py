@@ -69,4 +69,6 @@ def load_foreign_plan(source: str | bytes | Mapping[str, Any], mapping: PlanMapp
             source = json.loads(source)
         except json.JSONDecodeError as exc:
             raise PlanParseError([Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]) from None
+        except (ValueError, RecursionError) as exc:
+            raise PlanParseError([Problem("malformed_json", f"{type(exc).__name__}: {exc}")]) from None
     return Plan.from_data(mapping.apply(source))  # type: ignore[arg-type]

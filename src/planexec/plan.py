@@ -46,6 +46,7 @@ __all__ = [
 STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$"
 # ${step_id} or ${step_id.path.to.value}; "$${" escapes a literal "${".
 _REF = re.compile(r"(?<!\$)\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
+_REF_OR_ESCAPE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
 _WHOLE_REF = re.compile(r"^\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}$")
 
 RiskLevel = Literal["low", "medium", "high", "critical"]
@@ -228,7 +229,7 @@ class Step(_Record):
 
 
 class RollbackPlan(_Record):
-    """Steps that undo what a plan did; run when a run aborts after side effects."""
+    """Steps that undo what a plan did (validated with the plan; running them on abort comes with durable runs)."""
 
     goal: str = ""
     steps: list[Step] = Field(default_factory=list)
@@ -300,6 +301,8 @@ class Plan(_Record):
             raise PlanParseError(
                 [Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]
             ) from None
+        except (ValueError, RecursionError) as exc:  # not UTF-8, or nested too deeply to read
+            raise PlanParseError([Problem("malformed_json", f"{type(exc).__name__}: {exc}")]) from None
         return cls.from_data(data)
 
     @classmethod
@@ -392,10 +395,12 @@ def resolve_references(value: Any, outputs: dict[str, Any], missing: frozenset[s
             return get(whole)
 
         def text(m: re.Match[str]) -> str:
+            if m.group(1) is None:  # "$${": a literal "${", in the same pass so outputs are never unescaped
+                return "${"
             v = get(m)
             return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
 
-        return _REF.sub(text, value).replace("$${", "${")
+        return _REF_OR_ESCAPE.sub(text, value)
     if isinstance(value, dict):
         return {k: resolve_references(v, outputs, missing) for k, v in value.items()}
     if isinstance(value, list):

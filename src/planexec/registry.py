@@ -176,11 +176,11 @@ def _import(spec: str) -> Any:
         sys.modules[name] = module
         try:
             module_spec.loader.exec_module(module)
-        except Exception as exc:  # a SyntaxError or whatever the module raises: name the file
+        except (Exception, SystemExit) as exc:  # a SyntaxError, sys.exit(), whatever the module raises: name the file
             sys.modules.pop(name, None)
             raise RegistryError(f"cannot load tools file {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
         return module
     try:
         return importlib.import_module(spec)
-    except Exception as exc:  # ImportError, or an error raised while the module runs
+    except (Exception, SystemExit) as exc:  # ImportError, or an error raised while the module runs
         raise RegistryError(f"cannot import tools module {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc

@@ -55,7 +55,10 @@ class ErrorInfo(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rule: str = Field(description="timeout, tool_input, tool_output, check_failed, exception, worker, cancelled")
+    rule: str = Field(
+        description="timeout, tool_input, tool_output, reference, check_failed, exception, "
+        "approval_required, approval_denied, engine"
+    )
     type: str
     message: str
 

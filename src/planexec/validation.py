@@ -47,8 +47,9 @@ def validate_plan(plan: Plan, registry: Registry | None = None) -> list[Problem]
         if registry is not None:
             problems += _registry_problems(step, registry)
     if plan.rollback_plan is not None and not isinstance(plan.rollback_plan, str):
-        for p in _graph_problems(plan.rollback_plan.steps) + [
-            q for s in plan.rollback_plan.steps for q in (_registry_problems(s, registry) if registry else [])
+        rollback = plan.rollback_plan.steps
+        for p in _graph_problems(rollback) + [
+            q for s in rollback for q in _criteria_problems(s, registry) + (_registry_problems(s, registry) if registry else [])
         ]:
             problems.append(Problem(p.rule, p.message, step_id=p.step_id, field=f"rollback_plan.{p.field}" if p.field else "rollback_plan"))
     return problems
@@ -115,7 +116,7 @@ def _cycles(graph: dict[str, list[str]]) -> tuple[list[list[str]], dict[str, lis
     search repeats), and the graph left acyclic by those cuts."""
     graph = {k: list(v) for k, v in graph.items()}
     found = []
-    for _ in range(len(graph) + 1):
+    for _ in range(sum(len(deps) for deps in graph.values()) + 1):  # each round cuts one edge
         cycle = find_cycle(graph)
         if cycle is None:
             break
