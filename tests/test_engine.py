@@ -571,3 +571,35 @@ def test_a_hanging_synthesizer_is_bounded_and_cancellable(reg):
     cancelled = asyncio.run(go())
     assert cancelled.status is RunStatus.CANCELLED and cancelled.reason == "enough"
     assert cancelled.steps["a"].state is StepState.SUCCEEDED
+
+
+def test_a_tool_that_ignores_its_timeout_is_abandoned_and_the_run_goes_on(reg):
+    stop = {"flag": False}
+
+    @reg.tool
+    async def stubborn_forever() -> str:
+        while not stop["flag"]:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue  # swallows every cancellation
+        return "finally"
+
+    plan = mkplan(
+        {"id": "s", "action": "stubborn_forever", "timeout": 0.05, "failure_action": "skip"},
+        {"id": "after", "action": "work", "parameters": {"name": "after"}, "depends_on": ["s"]},
+        {"id": "other", "action": "work", "parameters": {"name": "other"}},
+    )
+
+    async def go():
+        r = Engine(reg, max_concurrency=1, cancel_grace=0.1).start(plan)
+        result = await asyncio.wait_for(r.result(), 5)
+        stop["flag"] = True
+        return r, result
+
+    r, result = asyncio.run(go())
+    s = result.steps["s"]
+    assert s.state is StepState.FAILED and s.error.rule == "timeout" and "abandoned" in s.error.message
+    assert result.steps["after"].state is StepState.SKIPPED
+    assert result.steps["other"].state is StepState.SUCCEEDED  # its slot was given back (max_concurrency=1)
+    assert [e.type for e in r.history if getattr(e, "step_id", None) == "s"][-1] == "step_failed"

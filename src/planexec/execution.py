@@ -71,6 +71,8 @@ class Run:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._outputs: dict[str, Output] = {}
         self._attempt_t0: dict[str, float] = {}  # start of the attempt in progress, per step
+        self._abandoned: set[str] = set()  # steps whose tool ignored its timeout's cancellation
+        self._held: dict[str, _Slots] = {}  # the slots each running attempt holds
         self._global = asyncio.Semaphore(engine.max_concurrency)
         self._worker_sems: dict[str, asyncio.Semaphore | None] = {}
         self._done = asyncio.Event()
@@ -160,7 +162,7 @@ class Run:
         """Let step tasks finish cancelling (bounded), mark the rest, synthesize, emit RunFinished."""
         if self._result is not None:
             return
-        pending = [t for t in self._tasks.values() if not t.done()]
+        pending = [t for sid, t in self._tasks.items() if not t.done() and sid not in self._abandoned]
         if pending:
             # a tool that swallows its cancellation is abandoned after the grace period, never waited on for ever
             _, stuck = await asyncio.wait(pending, timeout=self.engine.cancel_grace)
@@ -280,6 +282,9 @@ class Run:
             while True:
                 attempt += 1
                 result, error, wall, usage = await self._attempt(step, worker, attempt)
+                self._held.pop(sid, None)
+                if sid in self._abandoned:
+                    return  # it was given up on and recorded while it ignored its timeout
                 self._attempt_t0.pop(sid, None)
                 _update(rec, wall_time=rec.wall_time + wall, usage=rec.usage + usage)
                 if error is None:
@@ -351,7 +356,7 @@ class Run:
 
     async def _attempt(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         rec = self.records[step.step_id]
-        async with self._slots(worker):
+        async with self._slots(step.step_id, worker):
             _update(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
             if rec.started_at is None:
                 _update(rec, started_at=utcnow())
@@ -361,7 +366,7 @@ class Run:
             deadline = None
             try:
                 call = self._call(step, worker, attempt)
-                deadline = Deadline(timeout)
+                deadline = Deadline(timeout, on_stuck=lambda: self._abandon(step, timeout), grace=self.engine.cancel_grace)
                 try:
                     result = await self.engine.runner.run(call)
                     if not isinstance(result, WorkResult):
@@ -431,11 +436,38 @@ class Run:
         rec = self.records[sid]
         return rec.error.render() if rec.error else (rec.reason or rec.state.value)
 
-    def _slots(self, worker: str) -> _Slots:
+    def _slots(self, step_id: str, worker: str) -> _Slots:
         if worker not in self._worker_sems:
             limit = self.engine.limit_for(worker)
             self._worker_sems[worker] = asyncio.Semaphore(limit) if limit else None
-        return _Slots(self._worker_sems[worker], self._global)
+        slots = self._held[step_id] = _Slots(self._worker_sems[worker], self._global)
+        return slots
+
+    def _abandon(self, step: Step, timeout: float) -> None:
+        """The step's tool ignored its timeout for the grace period: record the timeout and go on without it."""
+        sid = step.step_id
+        rec = self.records[sid]
+        if rec.state.terminal or self._status is not RunStatus.RUNNING:
+            return
+        self._abandoned.add(sid)
+        grace = self.engine.cancel_grace
+        log.warning("run %s: step %s ignored its %gs timeout for %gs; abandoned", self.run_id, sid, timeout, grace)
+        t0 = self._attempt_t0.pop(sid, None)
+        wall = time.perf_counter() - t0 if t0 is not None else 0.0
+        _update(rec, wall_time=rec.wall_time + wall)
+        slots = self._held.pop(sid, None)
+        if slots is not None:
+            slots.release()  # its slots go back to the steps that can still run
+        error = ErrorInfo(
+            rule="timeout",
+            type="StepTimeoutError",
+            message=f"step {sid!r} timed out after {timeout:g}s and did not stop within {grace:g}s; abandoned",
+        )
+        fa = step.failure_action
+        then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
+        then = then if then in ("skip", "replan") else "abort"  # an uncooperative tool is not tried again
+        self._emit(StepFailed, step_id=sid, attempt=rec.attempts, worker=rec.worker, error=error, then=then, wall_time=wall, usage=_ZERO)
+        self._fail(step, error, then)
 
     def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float, usage: Usage) -> None:
         sid = step.step_id
@@ -494,6 +526,7 @@ class _Slots:
 
     def __init__(self, worker: asyncio.Semaphore | None, global_: asyncio.Semaphore) -> None:
         self.worker, self.global_ = worker, global_
+        self.released = False
 
     async def __aenter__(self) -> None:
         if self.worker is not None:
@@ -506,6 +539,13 @@ class _Slots:
             raise
 
     async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Give both slots back, once (an abandoned attempt's slots are returned early)."""
+        if self.released:
+            return
+        self.released = True
         self.global_.release()
         if self.worker is not None:
             self.worker.release()
