@@ -603,3 +603,15 @@ def test_a_tool_that_ignores_its_timeout_is_abandoned_and_the_run_goes_on(reg):
     assert result.steps["after"].state is StepState.SKIPPED
     assert result.steps["other"].state is StepState.SUCCEEDED  # its slot was given back (max_concurrency=1)
     assert [e.type for e in r.history if getattr(e, "step_id", None) == "s"][-1] == "step_failed"
+
+
+def test_a_failed_model_attempt_keeps_its_usage(reg):
+    from planexec.errors import ModelServerError
+
+    model = ScriptedModel([tool_call("add", a=1, b=2), ModelServerError("upstream 500")])
+    reg.add_worker(RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[reg.tools["add"]]))
+    _, result = run(Engine(reg), mkplan({"id": "a", "action": "respond", "worker": "coder", "failure_action": "skip"}))
+    rec = result.steps["a"]
+    assert rec.error.rule == "worker" and "ModelServerError: upstream 500" in rec.error.message
+    assert rec.usage.model_calls == 1 and rec.usage.input_tokens > 0  # the turn that succeeded is counted
+    assert result.usage == rec.usage

@@ -191,3 +191,19 @@ def test_densely_cyclic_plans_are_reported_not_crashed_on(reg):
     p = plan(*[{"id": i, "action": "add", "parameters": {"a": "${a}" if i == "d" else 1}, "depends_on": [j for j in ids if j != i]} for i in ids])
     problems = validate_plan(p, reg)
     assert problems and all(x.rule in ("cycle", "reference_not_upstream", "self_reference") for x in problems)
+
+
+def test_predicate_arguments_and_fallback_parameters_are_checked_up_front(reg):
+    @reg.tool(worker="backup")
+    def add2(a: int, bonus: int) -> int:
+        return a + bonus
+
+    reg.worker("backup").tools["add"] = reg.worker("backup").tools.pop("add2")
+    p = plan(
+        {"id": "a", "action": "add", "worker": "math", "parameters": {"a": 1}, "failure_action": {"kind": "fallback", "worker": "backup"}},
+        {"id": "b", "action": "add", "parameters": {"a": 1}, "success_criteria": [{"kind": "predicate", "name": "has_keys", "args": {"kys": ["x"]}}]},
+    )
+    found = rules(validate_plan(p, reg))
+    assert ("a", "parameters.bonus", "missing_parameter") in found
+    assert ("b", "success_criteria.0.args.keys", "missing_parameter") in found
+    assert ("b", "success_criteria.0.args.kys", "unknown_parameter") in found

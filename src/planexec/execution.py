@@ -45,6 +45,7 @@ from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord,
 from .synthesis import default_answer
 from .tools import in_thread
 from .usage import Usage
+from .workers import WorkerError
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -394,6 +395,8 @@ class Run:
                 return None, _error("tool_input", exc), time.perf_counter() - t0, _ZERO
             except ToolOutputError as exc:
                 return None, _error("tool_output", exc), time.perf_counter() - t0, _ZERO
+            except WorkerError as exc:  # the worker failed; what it had used is still counted
+                return None, _error("worker", exc), time.perf_counter() - t0, exc.usage
             except (Exception, SystemExit) as exc:  # whatever a tool raises becomes a recorded failure
                 return None, _error("exception", exc), time.perf_counter() - t0, _ZERO
             return result, None, time.perf_counter() - t0, result.usage

@@ -357,7 +357,7 @@ def find_references(value: Any) -> list[tuple[str, str]]:
 
 
 def lookup(value: Any, path: str) -> Any:
-    """Follow a dotted path (`items.0.name`) into nested mappings, sequences and objects."""
+    """Follow a dotted path (`items.0.name`) into nested mappings and lists."""
     if not path:
         return value
     for part in path.split("."):
@@ -370,9 +370,7 @@ def lookup(value: Any, path: str) -> Any:
                 value = value[int(part)]
             except (ValueError, IndexError):
                 raise LookupError(f"no index {part!r} in a list of {len(value)}") from None
-        elif hasattr(value, part):
-            value = getattr(value, part)
-        else:
+        else:  # outputs are JSON data: mappings, lists and scalars only
             raise LookupError(f"cannot index {type(value).__name__} with {part!r}")
     return value
 

@@ -56,7 +56,7 @@ class ErrorInfo(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rule: str = Field(
-        description="timeout, tool_input, tool_output, reference, check_failed, exception, "
+        description="timeout, tool_input, tool_output, reference, check_failed, worker, exception, "
         "approval_required, approval_denied, engine"
     )
     type: str

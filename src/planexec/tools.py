@@ -217,6 +217,17 @@ class Predicate:
         self.name = name or fn.__name__
         self.description = description if description is not None else _first_line(fn.__doc__)
         self.is_async = inspect.iscoroutinefunction(fn)
+        # the arguments after the output, checked when a plan is validated
+        hints = _hints(fn)
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        fields = {
+            p.name: (hints.get(p.name, Any), ... if p.default is p.empty else p.default)
+            for p in params
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        self.args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{self.name}Args", __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)

@@ -151,9 +151,16 @@ def _criteria_problems(step: Step, registry: Registry | None) -> list[Problem]:
                 jsonschema.validators.validator_for(crit.json_schema).check_schema(crit.json_schema)
             except jsonschema.SchemaError as exc:
                 problems.append(Problem("invalid_json_schema", exc.message, step_id=step.step_id, field=where))
-        elif isinstance(crit, PredicateCriterion) and registry is not None and crit.name not in registry.predicates:
-            known = ", ".join(sorted(registry.predicates)) or "none"
-            problems.append(Problem("unknown_predicate", f"no predicate {crit.name!r} is registered (known: {known})", step_id=step.step_id, field=where))
+        elif isinstance(crit, PredicateCriterion) and registry is not None:
+            pred = registry.predicates.get(crit.name)
+            if pred is None:
+                known = ", ".join(sorted(registry.predicates)) or "none"
+                problems.append(Problem("unknown_predicate", f"no predicate {crit.name!r} is registered (known: {known})", step_id=step.step_id, field=where))
+            else:
+                try:
+                    pred.args_model.model_validate(crit.args)
+                except ValidationError as exc:
+                    problems += input_problems(exc, step_id=step.step_id, prefix=f"{where}.args")
     return problems
 
 
@@ -185,6 +192,12 @@ def _registry_problems(step: Step, registry: Registry) -> list[Problem]:
             problems.append(Problem("fallback_to_same_worker", f"the fallback is the step's own worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"))
         elif step.action not in registry.workers[fa.worker].actions:
             problems.append(Problem("action_not_offered", f"fallback worker {fa.worker!r} cannot perform {step.action!r}", step_id=step.step_id, field="failure_action.worker"))
+        else:
+            model = registry.workers[fa.worker].input_model(step.action)
+            primary = worker.input_model(step.action) if worker is not None and step.action in worker.actions else None
+            if model is not None and model is not primary:  # the fallback reads the same parameters its own way
+                for p in parameter_problems(step, model):
+                    problems.append(Problem(p.rule, f"on fallback worker {fa.worker!r}: {p.message}", step_id=p.step_id, field=p.field))
     elif fa.worker is not None and fa.worker not in registry.workers:
         problems.append(Problem("unknown_worker", f"failure_action names unknown worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"))
     return problems

@@ -25,7 +25,14 @@ __all__ = ["RoleWorker", "ToolWorker", "Worker", "WorkerError"]
 
 
 class WorkerError(PlanexecError):
-    """A worker could not perform a step (unknown action, a model that never finished)."""
+    """A worker could not perform a step (unknown action, a failed model call, a model that never finished).
+
+    `usage` is what the attempt consumed before it failed, so the step's accounting stays exact.
+    """
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        self.usage = usage if usage is not None else Usage()
+        super().__init__(message)
 
 
 @runtime_checkable
@@ -158,9 +165,12 @@ class RoleWorker:
         usage = Usage()
         used: list[str] = []
         for _ in range(self.max_turns):
-            response = await self.model.complete(
-                ModelRequest(messages=messages, tools=definitions, temperature=self.temperature)
-            )
+            try:
+                response = await self.model.complete(
+                    ModelRequest(messages=messages, tools=definitions, temperature=self.temperature)
+                )
+            except PlanexecError as exc:  # a model error: keep what the earlier turns cost
+                raise WorkerError(f"worker {self.name!r}: {type(exc).__name__}: {exc}", usage=usage) from exc
             usage = usage + response.usage
             if not response.tool_calls:
                 return WorkResult(output=_maybe_json(response.text), usage=usage, tools=used)
@@ -168,7 +178,7 @@ class RoleWorker:
             for tc in response.tool_calls:
                 used.append(tc.name)
                 messages.append(Message(role="tool", call_id=tc.call_id, content=await self._run_tool(tc, call)))
-        raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering")
+        raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
 
     async def _run_tool(self, tc: ToolCall, call: StepCall) -> str:
         found = self.tools.get(tc.name)
