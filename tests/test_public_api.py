@@ -9,6 +9,7 @@ import planexec
 EXPECTED = {
     # plans
     "Plan", "Step", "RollbackPlan", "FailureAction", "Criterion", "PlanMapping", "load_foreign_plan",
+    "parse_llmcompiler", "parse_rewoo",
     "check_plan", "validate_plan", "Problem",
     # workers and tools
     "Registry", "Tool", "tool", "Predicate", "predicate", "Worker", "ToolWorker", "RoleWorker",

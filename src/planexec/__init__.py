@@ -49,6 +49,7 @@ from .events import (
     StepSucceeded,
     parse_event,
 )
+from .formats import parse_llmcompiler, parse_rewoo
 from .mapping import PlanMapping, load_foreign_plan
 from .plan import Criterion, FailureAction, Plan, RollbackPlan, Step
 from .registry import Registry
@@ -126,6 +127,8 @@ __all__ = [
     "check_plan",
     "load_foreign_plan",
     "parse_event",
+    "parse_llmcompiler",
+    "parse_rewoo",
     "predicate",
     "tool",
     "validate_plan",
