@@ -3,7 +3,7 @@
 Owns what the engine hands a runner (and a runner a worker), what comes back,
 and the `Output`/`Provenance` pair that keeps every value with where it came
 from. All are `Record`s (frozen dataclasses with a stable JSON form), so a
-distributed runner can ship them as they are. Imports `plan`, `records`, `usage`.
+distributed runner can ship them as they are. Imports `errors`, `plan`, `records`, `usage`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from .errors import ToolOutputError
 from .plan import Step
 from .records import Record
 from .usage import Usage
@@ -80,3 +83,19 @@ class WorkResult(Record):
     output: Any = None
     usage: Usage = field(default_factory=Usage)
     tools: list[str] = field(default_factory=list)
+
+    def as_json(self, worker: str) -> WorkResult:
+        """This result with its output as JSON data; `ToolOutputError` (naming `worker`) when it cannot be stored."""
+        if type(self.output) in _SCALARS:
+            return self
+        try:
+            value = to_jsonable_python(self.output)
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise ToolOutputError(
+                f"worker {worker!r} returned a {type(self.output).__name__} output that cannot be stored as JSON: {exc}",
+                tool=self.tools[-1] if self.tools else worker,
+            ) from None
+        return self if value == self.output else WorkResult(output=value, usage=self.usage, tools=self.tools)
+
+
+_SCALARS = frozenset({type(None), bool, int, float, str})

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 
+from .approval import Approver
 from .checks import Checker, CriteriaChecker
 from .execution import Run, Subscriber
-from .plan import Plan, Step
+from .plan import Plan
 from .registry import Registry
 from .results import RunResult
 from .runner import LocalRunner, Runner
@@ -26,8 +27,6 @@ from .validation import check_plan
 
 __all__ = ["Approver", "Engine", "Run"]
 
-# Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
-Approver = Callable[[Step], "bool | Awaitable[bool]"]
 
 
 class Engine:

@@ -14,18 +14,18 @@ Imports `plan`, `dag`, `calls`, `results`, `events`, `synthesis`, `usage`, `erro
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .calls import Output, Provenance, StepCall, WorkResult
 from .checks import CriteriaChecker
 from .dag import Scheduler
+from .approval import ask_approval
 from .deadline import Deadline
+from .limits import Limits, Slots
 from .errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from .events import (
     RunFinished,
@@ -42,8 +42,7 @@ from .events import (
 )
 from .plan import Plan, Step, resolve_references
 from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
-from .synthesis import default_answer
-from .tools import in_thread
+from .synthesis import assemble, default_answer
 from .usage import Usage
 from .workers import WorkerError
 
@@ -73,9 +72,8 @@ class Run:
         self._outputs: dict[str, Output] = {}
         self._attempt_t0: dict[str, float] = {}  # start of the attempt in progress, per step
         self._abandoned: set[str] = set()  # steps whose tool ignored its timeout's cancellation
-        self._held: dict[str, _Slots] = {}  # the slots each running attempt holds
-        self._global = asyncio.Semaphore(engine.max_concurrency)
-        self._worker_sems: dict[str, asyncio.Semaphore | None] = {}
+        self._held: dict[str, Slots] = {}  # the slots each running attempt holds
+        self._limits = Limits(engine.max_concurrency, engine.limit_for)
         self._done = asyncio.Event()
         self._status = RunStatus.RUNNING
         self._reason: str | None = None
@@ -205,27 +203,15 @@ class Run:
             return default_answer(self.plan, self._outputs), _ZERO, status
         task = self._synth_task = asyncio.get_running_loop().create_task(synth.synthesize(self.plan, dict(self._outputs)))
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.engine.default_timeout)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
+            outcome = await assemble(task, self.engine.default_timeout)
         finally:
             self._synth_task = None
-        if not done:
-            task.cancel()
-            self._reason = f"synthesizer timed out after {self.engine.default_timeout:g}s"
-            return None, _ZERO, RunStatus.PARTIAL
-        if task.cancelled():  # cancel() while the answer was being assembled
+        if outcome.cancelled:  # cancel() while the answer was being assembled
             return None, _ZERO, RunStatus.CANCELLED
-        exc = task.exception()
-        if exc is not None:  # the steps' work stands; say why there is no answer
-            self._reason = f"synthesizer failed: {type(exc).__name__}: {exc}"
+        if outcome.problem is not None:  # the steps' work stands; say why there is no answer
+            self._reason = outcome.problem
             return None, _ZERO, RunStatus.PARTIAL
-        result = task.result()
-        if not isinstance(result, WorkResult):
-            self._reason = f"synthesizer returned {type(result).__name__}, not a WorkResult"
-            return None, _ZERO, RunStatus.PARTIAL
-        return result.output, result.usage, status
+        return outcome.answer, outcome.usage, status
 
     def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False) -> None:
         """Stop the run with `status`. `from_step`: a step's own failure action ends it (its task goes on to return)."""
@@ -272,7 +258,7 @@ class Run:
         attempt = 0
         try:
             if step.requires_approval:
-                refusal = await self._approval(step)
+                refusal = await ask_approval(self.engine.approver, step)
                 if refusal is not None:
                     # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does
                     then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
@@ -322,28 +308,6 @@ class Run:
             if self._status is RunStatus.RUNNING:
                 self._tasks.pop(sid, None)  # a finished task need not be kept (or cancelled) any more
 
-    async def _approval(self, step: Step) -> ErrorInfo | None:
-        """None when approved; otherwise why the step may not run."""
-        approver = self.engine.approver
-        if approver is None:
-            return ErrorInfo(
-                rule="approval_required",
-                type="NotApproved",
-                message=f"step {step.step_id!r} requires approval and the engine has no approver",
-            )
-        try:
-            if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(getattr(approver, "__call__", None)):
-                verdict = await approver(step)
-            else:  # a sync approver may block (a prompt): keep it off the event loop
-                verdict = await in_thread(approver, step)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
-        except Exception as exc:  # a broken approver refuses; it never approves by accident
-            return ErrorInfo(rule="approval_required", type=type(exc).__name__, message=f"the approver failed: {exc}")
-        if verdict is True:
-            return None
-        return ErrorInfo(rule="approval_denied", type="NotApproved", message=f"approval for step {step.step_id!r} was denied")
-
     @staticmethod
     def _next_action(fa: Any, attempt: int, error: ErrorInfo, rerouted: bool) -> str:
         retryable = error.rule not in ("tool_input", "reference")
@@ -374,8 +338,7 @@ class Run:
                         raise ToolOutputError(
                             f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
                         )
-                    if type(result.output) not in _SCALARS:
-                        result = _as_json(result, worker, step.action)
+                    result = result.as_json(worker)
                     if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):
                         await self.engine.checker.check(step, result.output)
                 except CheckFailedError as exc:
@@ -439,11 +402,8 @@ class Run:
         rec = self.records[sid]
         return rec.error.render() if rec.error else (rec.reason or rec.state.value)
 
-    def _slots(self, step_id: str, worker: str) -> _Slots:
-        if worker not in self._worker_sems:
-            limit = self.engine.limit_for(worker)
-            self._worker_sems[worker] = asyncio.Semaphore(limit) if limit else None
-        slots = self._held[step_id] = _Slots(self._worker_sems[worker], self._global)
+    def _slots(self, step_id: str, worker: str) -> Slots:
+        slots = self._held[step_id] = self._limits.slots(worker)
         return slots
 
     def _abandon(self, step: Step, timeout: float) -> None:
@@ -522,50 +482,6 @@ class Run:
 
 class _ReferenceError(Exception):
     """A reference did not resolve against the upstream output (a wrong path)."""
-
-
-class _Slots:
-    """Acquire the worker's slot, then a global one (so a busy worker never holds a global slot)."""
-
-    def __init__(self, worker: asyncio.Semaphore | None, global_: asyncio.Semaphore) -> None:
-        self.worker, self.global_ = worker, global_
-        self.released = False
-
-    async def __aenter__(self) -> None:
-        if self.worker is not None:
-            await self.worker.acquire()
-        try:
-            await self.global_.acquire()
-        except BaseException:
-            if self.worker is not None:
-                self.worker.release()
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-    def release(self) -> None:
-        """Give both slots back, once (an abandoned attempt's slots are returned early)."""
-        if self.released:
-            return
-        self.released = True
-        self.global_.release()
-        if self.worker is not None:
-            self.worker.release()
-
-
-_SCALARS = frozenset({type(None), bool, int, float, str})
-
-
-def _as_json(result: WorkResult, worker: str, action: str) -> WorkResult:
-    """The result with its output as JSON data; a worker's output must be storable (rule tool_output)."""
-    try:
-        value = to_jsonable_python(result.output)
-    except (PydanticSerializationError, TypeError, ValueError) as exc:
-        raise ToolOutputError(
-            f"worker {worker!r} returned a {type(result.output).__name__} output that cannot be stored as JSON: {exc}", tool=action
-        ) from None
-    return result if value == result.output else WorkResult(output=value, usage=result.usage, tools=result.tools)
 
 
 def _update(record: StepRecord, **fields: Any) -> None:

@@ -3,20 +3,24 @@
 Owns the `Synthesizer` protocol, `FunctionSynthesizer` (your function
 assembles the answer) and `default_answer` (the plan's `answer_step`, else
 the single sink's output, else every sink's output by step id). An LLM
-synthesizer plugs into the same protocol. Imports `calls`, `plan`, `tools`.
+synthesizer plugs into the same protocol. `assemble` waits for one, bounded.
+Imports `calls`, `plan`, `tools`, `usage`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .calls import Output, WorkResult
 from .plan import Plan
 from .tools import in_thread
+from .usage import Usage
 
-__all__ = ["FunctionSynthesizer", "Synthesizer", "default_answer"]
+__all__ = ["Assembled", "FunctionSynthesizer", "Synthesizer", "assemble", "default_answer"]
 
 
 @runtime_checkable
@@ -53,3 +57,34 @@ def default_answer(plan: Plan, outputs: dict[str, Output]) -> Any:
         out = outputs.get(sinks[0])
         return out.value if out is not None else None
     return {sid: outputs[sid].value for sid in sinks if sid in outputs}
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """How a synthesizer's task ended: the answer and usage, or why there is none."""
+
+    answer: Any = None
+    usage: Usage = Usage()
+    problem: str | None = None
+    cancelled: bool = False
+
+
+async def assemble(task: asyncio.Task[Any], timeout: float | None) -> Assembled:
+    """Wait for a synthesizer's task, at most `timeout` seconds; never raise for what the synthesizer did."""
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        return Assembled(problem=f"synthesizer timed out after {timeout:g}s")
+    if task.cancelled():
+        return Assembled(cancelled=True)
+    exc = task.exception()
+    if exc is not None:
+        return Assembled(problem=f"synthesizer failed: {type(exc).__name__}: {exc}")
+    result = task.result()
+    if not isinstance(result, WorkResult):
+        return Assembled(problem=f"synthesizer returned {type(result).__name__}, not a WorkResult")
+    return Assembled(answer=result.output, usage=result.usage)
