@@ -10,8 +10,10 @@ from .base import (
     block_model_requests,
     ensure_requests_allowed,
 )
+from .local import LocalModel
 
 __all__ = [
+    "LocalModel",
     "Message",
     "Model",
     "ModelRequest",

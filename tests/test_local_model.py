@@ -1,0 +1,114 @@
+"""Integration tests of the ``local:`` provider with the real embedded SmolLM2 model (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import jsonschema
+import pytest
+
+pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
+
+from planexec.errors import ModelBadRequestError, ModelError
+from planexec.models import LocalModel, Message, ModelRequest, ToolDefinition
+from planexec.models.local import default_model_path
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+
+
+def ask(text: str, **kwargs) -> ModelRequest:
+    return ModelRequest(messages=[Message(role="user", content=text)], **kwargs)
+
+
+@pytest.fixture(scope="module")
+def model() -> LocalModel:
+    try:
+        default_model_path()
+    except ModelError as e:
+        pytest.skip(str(e))
+    return LocalModel()
+
+
+def test_plain_chat_answer_has_text_exact_usage_and_name(model):
+    started = time.perf_counter()
+    response = asyncio.run(model.complete(ask("What is the capital of France?", temperature=0, max_tokens=32)))
+    elapsed = time.perf_counter() - started
+    assert response.text.strip()
+    assert response.usage.input_tokens > 0
+    assert response.usage.output_tokens > 0
+    assert response.usage.model_calls == 1
+    assert response.model == "local:smollm2"
+    assert response.finish_reason in ("stop", "length")
+    print(f"{response.usage.output_tokens} tokens in {elapsed:.2f}s (model load included)")
+
+
+def test_output_schema_constrains_the_answer_to_valid_json(model):
+    request = ask("What is 2 + 2? Answer in JSON.", output_schema=ANSWER_SCHEMA, temperature=0, max_tokens=48)
+    response = asyncio.run(model.complete(request))
+    data = json.loads(response.text)
+    jsonschema.validate(data, ANSWER_SCHEMA)
+
+
+def test_same_seed_and_temperature_zero_give_the_same_text(model):
+    request = ask("Name three colours.", temperature=0, seed=7, max_tokens=32)
+    first = asyncio.run(model.complete(request))
+    second = asyncio.run(model.complete(request))
+    assert first.text == second.text
+    assert first.usage == second.usage
+
+
+def test_concurrent_calls_are_serialised_and_both_complete(model):
+    async def both():
+        ticks = 0
+
+        async def ticker():
+            # the event loop keeps running while the model generates in a thread
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick_task = asyncio.create_task(ticker())
+        try:
+            return await asyncio.gather(
+                model.complete(ask("Say hello.", temperature=0, max_tokens=24)),
+                model.complete(ask("Say goodbye.", temperature=0, max_tokens=24)),
+            ), ticks
+        finally:
+            tick_task.cancel()
+
+    (first, second), ticks = asyncio.run(both())
+    assert first.text.strip() and second.text.strip()
+    assert first.usage.output_tokens > 0 and second.usage.output_tokens > 0
+    assert ticks > 0
+
+
+def test_tools_are_ignored_and_never_faked(model):
+    request = ask("Hi.", tools=[ToolDefinition(name="search")], temperature=0, max_tokens=16)
+    response = asyncio.run(model.complete(request))
+    assert response.tool_calls == []
+
+
+def test_invalid_output_schema_is_a_bad_request(model):
+    request = ask("Hi.", output_schema={"type": "no-such-type"}, max_tokens=8)
+    with pytest.raises(ModelBadRequestError, match="output_schema"):
+        asyncio.run(model.complete(request))
+
+
+def test_missing_gguf_path_is_a_clear_model_error(tmp_path):
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(ModelError, match="nope.gguf") as info:
+        asyncio.run(LocalModel(str(missing)).complete(ask("Hi.")))
+    assert str(missing) in str(info.value)
+    assert info.value.model == "local:smollm2"
+
+
+def test_missing_llama_cpp_gives_an_install_hint(monkeypatch, tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` fail
+    with pytest.raises(ModelError, match="CMAKE_ARGS=.*GGML_NATIVE=OFF.*llama-cpp-python==0.3.36"):
+        asyncio.run(LocalModel(gguf).complete(ask("Hi.")))
