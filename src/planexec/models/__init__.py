@@ -11,6 +11,7 @@ from .base import (
     ensure_requests_allowed,
 )
 from .local import LocalModel
+from .openai import OpenAIModel
 
 __all__ = [
     "LocalModel",
@@ -18,6 +19,7 @@ __all__ = [
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIModel",
     "ToolCall",
     "ToolDefinition",
     "block_model_requests",

@@ -1,0 +1,318 @@
+"""Tests of the ``openai:`` provider.
+
+Integration tests talk to a real OpenAI-compatible server this module starts:
+``python -m llama_cpp.server`` on 127.0.0.1 with the bundled SmolLM2 model.
+Error mapping and message wiring are tested at the HTTP level with the HTTP
+client's ``MockTransport`` handed to the SDK (no network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import jsonschema
+import pytest
+
+openai = pytest.importorskip("openai", reason="needs the openai SDK (pip install 'planexec[openai]')")
+
+from planexec.errors import (
+    ModelAuthError,
+    ModelBadRequestError,
+    ModelError,
+    ModelRateLimitError,
+    ModelRequestsBlockedError,
+    ModelServerError,
+)
+from planexec.models import (
+    Message,
+    ModelRequest,
+    OpenAIModel,
+    ToolCall,
+    ToolDefinition,
+    base,
+    block_model_requests,
+)
+from planexec.models import openai as provider
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+MOCK_URL = "http://mock.invalid/v1"
+
+# The SDK's HTTP client library (httpx, or httpx2 in newer SDKs): its MockTransport.
+_http = importlib.import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+
+
+def ask(text: str, **kwargs) -> ModelRequest:
+    return ModelRequest(messages=[Message(role="user", content=text)], **kwargs)
+
+
+@pytest.fixture
+def allow_requests():
+    """Real model requests on for one test (the suite blocks them), restored afterwards."""
+    previous = base._requests_allowed
+    block_model_requests(False)
+    yield
+    block_model_requests(not previous)
+
+
+@pytest.fixture
+def fresh_modes(monkeypatch):
+    monkeypatch.setattr(provider, "_schema_modes", {})
+    return provider._schema_modes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    """A real ``llama_cpp.server`` on a free loopback port, stopped after the module."""
+    pytest.importorskip("llama_cpp.server", reason="needs pip install 'llama-cpp-python[server]==0.3.36'")
+    from planexec.models.local import default_model_path
+
+    try:
+        path = default_model_path()
+    except ModelError as e:
+        pytest.skip(str(e))
+    port = _free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"]  # fmt: skip
+    # a file, not a pipe: the server's load log alone can fill a pipe's buffer and block it
+    log = tmp_path_factory.mktemp("llama_server") / "server.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer GET /v1/models within 60 s: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# --- against the real server ------------------------------------------------
+
+
+def test_plain_chat_returns_text_exact_usage_and_model_id(server_url, allow_requests):
+    model = OpenAIModel("smollm2", base_url=server_url)
+    response = asyncio.run(model.complete(ask("What is the capital of France?", temperature=0, max_tokens=24)))
+    assert model.name == "openai:smollm2"
+    assert response.text.strip()
+    assert response.usage.input_tokens > 0
+    assert response.usage.output_tokens > 0
+    assert response.usage.model_calls == 1
+    assert response.model == "smollm2"
+    assert response.finish_reason in ("stop", "length")
+
+
+def test_structured_output_validates_and_remembers_the_json_object_schema_fallback(server_url, allow_requests, fresh_modes):
+    model = OpenAIModel("smollm2", base_url=server_url)
+    request = ask("What is 2 + 2? Answer in JSON.", output_schema=ANSWER_SCHEMA, temperature=0, max_tokens=48)
+    first = asyncio.run(model.complete(request))
+    jsonschema.validate(json.loads(first.text), ANSWER_SCHEMA)
+    assert fresh_modes == {server_url: "json_object_schema"}
+    assert model.schema_mode() == "json_object_schema"
+    # the remembered mode is used straight away: same answer, one call
+    second = asyncio.run(model.complete(request))
+    jsonschema.validate(json.loads(second.text), ANSWER_SCHEMA)
+    assert second.usage.model_calls == 1
+
+
+def test_blocked_requests_raise_before_any_network(server_url):
+    model = OpenAIModel("smollm2", base_url=server_url)
+    with pytest.raises(ModelRequestsBlockedError) as info:
+        asyncio.run(model.complete(ask("Hi.")))
+    assert info.value.model == "openai:smollm2"
+
+
+def test_a_closed_port_is_a_quick_server_error(allow_requests):
+    model = OpenAIModel("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", max_retries=0, timeout=2)
+    started = time.perf_counter()
+    with pytest.raises(ModelServerError, match="connection") as info:
+        asyncio.run(model.complete(ask("Hi.")))
+    assert time.perf_counter() - started < 5
+    assert info.value.retryable and info.value.model == "openai:m"
+
+
+# --- HTTP-level, through a mock transport -----------------------------------
+
+
+def _completion(content: str | None = "ok", *, tool_calls=None, usage=True, finish_reason="stop") -> dict:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "served-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                "finish_reason": finish_reason,
+            }
+        ],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+    return body
+
+
+def mock_model(handler, **kwargs) -> OpenAIModel:
+    client = openai.DefaultAsyncHttpxClient(transport=_http.MockTransport(handler))
+    kwargs.setdefault("max_retries", 0)
+    return OpenAIModel("m", base_url=MOCK_URL, api_key="sk-test", http_client=client, **kwargs)
+
+
+def _error(status: int, message: str):
+    def handler(request):
+        return _http.Response(status, json={"error": {"message": message, "type": "x", "param": None, "code": None}})
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [(401, ModelAuthError), (400, ModelBadRequestError), (429, ModelRateLimitError), (500, ModelServerError)],
+)
+def test_http_errors_map_to_model_errors_and_keep_the_status(allow_requests, status, error_type):
+    with pytest.raises(error_type, match="boom") as info:
+        asyncio.run(mock_model(_error(status, "boom")).complete(ask("Hi.")))
+    assert info.value.status == status
+    assert info.value.model == "openai:m"
+
+
+def test_server_errors_are_retried_by_the_sdk(allow_requests):
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        if len(calls) == 1:
+            return _http.Response(503, headers={"retry-after-ms": "10"}, json={"error": {"message": "busy"}})
+        return _http.Response(200, json=_completion("fine"))
+
+    response = asyncio.run(mock_model(handler, max_retries=2).complete(ask("Hi.")))
+    assert response.text == "fine" and len(calls) == 2
+
+
+def test_messages_and_tools_are_wired_and_tool_calls_decoded(allow_requests):
+    sent = {}
+
+    def handler(request):
+        sent.update(json.loads(request.content))
+        call = {"id": "call_2", "type": "function", "function": {"name": "search", "arguments": '{"q": "llama"}'}}
+        return _http.Response(200, json=_completion(None, tool_calls=[call], finish_reason="tool_calls"))
+
+    request = ModelRequest(
+        messages=[
+            Message(role="system", content="Be brief."),
+            Message(role="user", content="Find llamas."),
+            Message(role="assistant", tool_calls=[ToolCall(call_id="call_1", name="search", arguments={"q": "x"})]),
+            Message(role="tool", call_id="call_1", content="nothing"),
+        ],
+        tools=[ToolDefinition(name="search", description="Search.", parameters={"type": "object"})],
+        temperature=0,
+        seed=3,
+        max_tokens=10,
+    )
+    response = asyncio.run(mock_model(handler).complete(request))
+    assert sent["model"] == "m" and sent["seed"] == 3 and sent["max_tokens"] == 10
+    assert sent["messages"][2] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}],
+    }
+    assert sent["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "nothing"}
+    assert sent["tools"] == [
+        {"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {"type": "object"}}}
+    ]
+    assert response.tool_calls == [ToolCall(call_id="call_2", name="search", arguments={"q": "llama"})]
+    assert response.text == "" and response.finish_reason == "tool_calls"
+    assert response.model == "served-model"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 3)
+
+
+def test_malformed_tool_arguments_are_a_bad_request_naming_the_tool(allow_requests):
+    def handler(request):
+        call = {"id": "c", "type": "function", "function": {"name": "search", "arguments": '{"q": '}}
+        return _http.Response(200, json=_completion(None, tool_calls=[call]))
+
+    with pytest.raises(ModelBadRequestError, match="'search'.*malformed"):
+        asyncio.run(mock_model(handler).complete(ask("Hi.")))
+
+
+def test_missing_usage_counts_zero_tokens_and_one_call(allow_requests):
+    response = asyncio.run(mock_model(lambda r: _http.Response(200, json=_completion(usage=False))).complete(ask("Hi.")))
+    assert (response.usage.input_tokens, response.usage.output_tokens, response.usage.model_calls) == (0, 0, 1)
+
+
+def test_plain_json_mode_is_the_last_resort_and_its_reply_is_validated(allow_requests, fresh_modes):
+    formats = []
+    reply = {"text": '{"answer": 4}'}
+
+    def handler(request):
+        response_format = json.loads(request.content)["response_format"]
+        formats.append(response_format)
+        if response_format != {"type": "json_object"}:
+            return _http.Response(400, json={"error": {"message": "unsupported response_format"}})
+        return _http.Response(200, json=_completion(reply["text"]))
+
+    model = mock_model(handler)
+    response = asyncio.run(model.complete(ask("2 + 2?", output_schema=ANSWER_SCHEMA)))
+    assert json.loads(response.text) == {"answer": 4}
+    assert [f["type"] for f in formats] == ["json_schema", "json_object", "json_object"]
+    assert "schema" in formats[1] and fresh_modes == {MOCK_URL: "json_object"}
+
+    formats.clear()
+    reply["text"] = '{"answer": "four"}'
+    with pytest.raises(ModelBadRequestError, match="does not match output_schema"):
+        asyncio.run(model.complete(ask("2 + 2?", output_schema=ANSWER_SCHEMA)))
+    assert formats == [{"type": "json_object"}]  # straight to the remembered mode
+
+
+def test_a_server_error_unrelated_to_the_format_does_not_fall_back(allow_requests, fresh_modes):
+    with pytest.raises(ModelServerError, match="disk full"):
+        asyncio.run(mock_model(_error(500, "disk full")).complete(ask("Hi.", output_schema=ANSWER_SCHEMA)))
+    assert fresh_modes == {}
+
+
+def test_invalid_output_schema_is_a_bad_request(allow_requests):
+    model = mock_model(lambda r: pytest.fail("no request expected"))
+    with pytest.raises(ModelBadRequestError, match="output_schema"):
+        asyncio.run(model.complete(ask("Hi.", output_schema={"type": "no-such-type"})))
+
+
+def test_missing_openai_sdk_gives_an_install_hint(allow_requests, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` fail
+    with pytest.raises(ModelError, match=r"pip install 'openai>=1.40'"):
+        asyncio.run(OpenAIModel("m", base_url=MOCK_URL).complete(ask("Hi.")))
+
+
+def test_no_key_and_no_base_url_is_an_auth_error(allow_requests, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ModelAuthError, match="OPENAI_API_KEY"):
+        asyncio.run(OpenAIModel("gpt-4o-mini").complete(ask("Hi.")))
