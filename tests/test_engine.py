@@ -615,3 +615,22 @@ def test_a_failed_model_attempt_keeps_its_usage(reg):
     assert rec.error.rule == "worker" and "ModelServerError: upstream 500" in rec.error.message
     assert rec.usage.model_calls == 1 and rec.usage.input_tokens > 0  # the turn that succeeded is counted
     assert result.usage == rec.usage
+
+
+def test_a_tool_declared_requires_approval_waits_for_the_approver(registry):
+    from planexec import Engine, Plan
+    from planexec.tools import Tool
+
+    ran = []
+
+    def write_note(text: str) -> str:
+        ran.append(text)
+        return text
+
+    registry.add_tool(Tool(write_note, requires_approval=True))
+    plan = Plan.from_data({"plan_id": "p", "goal": "g", "steps": [{"id": "w", "worker": "tool", "action": "write_note", "parameters": {"text": "hi"}}]})
+    refused = Engine(registry).run_sync(plan)
+    assert refused.steps["w"].state == "failed" and ran == []
+    asked = []
+    approved = Engine(registry, approver=lambda step: asked.append(step.step_id) or True).run_sync(plan)
+    assert approved.steps["w"].state == "succeeded" and ran == ["hi"] and asked == ["w"]

@@ -18,7 +18,7 @@ from datetime import datetime
 from .approval import Approver
 from .checks import Checker, CriteriaChecker
 from .execution import Run, Subscriber
-from .plan import Plan
+from .plan import Plan, Step
 from .registry import Registry
 from .results import RunResult
 from .runner import LocalRunner, Runner
@@ -91,6 +91,15 @@ class Engine:
     def run_sync(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
         """`run` for code without an event loop."""
         return asyncio.run(self.run(plan, run_id=run_id))
+
+    def needs_approval(self, step: Step) -> bool:
+        """True when the step says so, or the tool its action names is declared `requires_approval`."""
+        if step.requires_approval:
+            return True
+        worker = self.registry.workers.get(step.worker)
+        tools = getattr(worker, "tools", None)
+        found = tools.get(step.action) if isinstance(tools, Mapping) else None
+        return bool(getattr(found, "requires_approval", False))
 
     def limit_for(self, worker: str) -> int | None:
         """How many steps of this worker may run at once (None: only the global limit)."""

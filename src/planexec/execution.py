@@ -257,7 +257,7 @@ class Run:
         rerouted = False
         attempt = 0
         try:
-            if step.requires_approval:
+            if self.engine.needs_approval(step):
                 refusal = await ask_approval(self.engine.approver, step)
                 if refusal is not None:
                     # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does

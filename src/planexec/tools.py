@@ -104,8 +104,11 @@ class Tool:
         description: str | None = None,
         worker: str | None = None,
         idempotent: bool = False,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
+        # a step calling it waits for the approver, as if the step said requires_approval
+        self.requires_approval = requires_approval
         self.name = name or fn.__name__
         self.description = description if description is not None else _first_line(fn.__doc__)
         self.worker = worker
@@ -200,11 +203,14 @@ def tool(
     description: str | None = None,
     worker: str | None = None,
     idempotent: bool = False,
+    requires_approval: bool = False,
 ) -> Any:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, worker=worker, idempotent=idempotent)
+        return Tool(
+            f, name=name, description=description, worker=worker, idempotent=idempotent, requires_approval=requires_approval
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -3,12 +3,15 @@
 from .base import (
     Message,
     Model,
+    ModelDelta,
     ModelRequest,
     ModelResponse,
     ToolCall,
+    StreamingModel,
     ToolDefinition,
     block_model_requests,
     ensure_requests_allowed,
+    stream_response,
 )
 from .local import LocalModel
 from .openai import OpenAIModel
@@ -17,11 +20,14 @@ __all__ = [
     "LocalModel",
     "Message",
     "Model",
+    "ModelDelta",
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
     "ToolCall",
+    "StreamingModel",
     "ToolDefinition",
     "block_model_requests",
     "ensure_requests_allowed",
+    "stream_response",
 ]

@@ -13,6 +13,7 @@ Real model requests can be switched off process-wide with
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,12 +24,15 @@ from ..usage import Usage
 __all__ = [
     "Message",
     "Model",
+    "ModelDelta",
     "ModelRequest",
     "ModelResponse",
     "ToolCall",
+    "StreamingModel",
     "ToolDefinition",
     "block_model_requests",
     "ensure_requests_allowed",
+    "stream_response",
 ]
 
 _requests_allowed = os.environ.get("PLANEXEC_ALLOW_MODEL_REQUESTS", "1") not in ("0", "false", "no")
@@ -84,6 +88,12 @@ class ModelResponse(_Record):
     finish_reason: str | None = None
 
 
+class ModelDelta(_Record):
+    """A piece of a streamed response: the text that arrived since the last delta."""
+
+    text: str = ""
+
+
 @runtime_checkable
 class Model(Protocol):
     """A chat model named ``"provider:model"``."""
@@ -93,6 +103,33 @@ class Model(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send one request and return the whole response."""
         ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also stream.
+
+    ``stream(request)`` is an async iterator of zero or more `ModelDelta`
+    (text as it arrives) followed by exactly one `ModelResponse`: the whole
+    text, any tool calls and the exact usage of the call. The final response
+    equals what `complete` would have returned for the same call.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """Send one request and yield deltas, then the final response."""
+        ...
+
+
+async def stream_response(model: Model, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+    """Stream from any model: its own `stream` when it has one, else one delta then the response."""
+    if isinstance(model, StreamingModel):
+        async for item in model.stream(request):
+            yield item
+        return
+    response = await model.complete(request)
+    if response.text:
+        yield ModelDelta(text=response.text)
+    yield response
 
 
 def block_model_requests(blocked: bool = True) -> None:
