@@ -209,3 +209,37 @@ def test_scheduler_hands_out_each_step_once_after_its_inputs_and_skips_exactly_t
         assert s.outcome(node) is outcome[node]
         blocked = any(outcome[d] is not Outcome.SUCCEEDED for d in graph[node])
         assert (outcome[node] is Outcome.SKIPPED) == (blocked and node not in tolerant)
+
+
+def test_steps_added_while_running_are_scheduled_after_their_dependencies():
+    from planexec.dag import Scheduler
+
+    s = Scheduler({"a": []})
+    assert s.ready().run == ["a"]
+    s.add("b", ["a"])
+    assert s.ready().run == []  # a is still running
+    s.add("c", [])
+    assert s.ready().run == ["c"]
+    s.succeeded("a")
+    assert s.ready().run == ["b"]
+    s.failed("c")
+    s.add("d", ["c"])
+    batch = s.ready()
+    assert batch.run == [] and batch.skipped == [("d", "c")]
+    s.add("e", ["c"], tolerant=True)
+    assert s.ready().run == ["e"]
+    s.succeeded("b")
+    s.succeeded("e")
+    assert not s.is_active()
+
+
+def test_adding_a_step_with_an_unknown_dependency_is_refused():
+    import pytest
+
+    from planexec.dag import Scheduler
+
+    s = Scheduler({"a": []})
+    with pytest.raises(ValueError, match="not in the graph: zz"):
+        s.add("b", ["zz"])
+    with pytest.raises(ValueError, match="already"):
+        s.add("a", [])

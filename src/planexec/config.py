@@ -11,6 +11,19 @@ import the engine, the registry or the CLI.
     tools = ["mytools.py", "mypackage.tools"]
     max_concurrency = 8
     default_timeout = 120
+    planner_model = "openai:gpt-4o-mini"   # default: local:smollm2
+    worker_model = "local:smollm2"         # default: the planner's model
+    workspace = "work"                     # the folder file tools may touch
+
+    [planexec.role_models]
+    coder = "openai:gpt-4.1-mini"
+
+    [planexec.providers.openai]
+    base_url = "http://127.0.0.1:8080/v1"
+    api_key_env = "MY_SERVER_KEY"
+
+    [planexec.prices]                      # US dollars per million tokens
+    "openai:my-finetune*" = {input = 0.3, output = 1.2}
 """
 
 from __future__ import annotations
@@ -23,12 +36,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
 
-__all__ = ["CONFIG_FILE", "Config", "ConfigError", "load_config"]
+__all__ = ["CONFIG_FILE", "Config", "ConfigError", "ProviderConfig", "load_config"]
 
 CONFIG_FILE = "planexec.toml"
 SECTION = "planexec"
 
 _TOML_LINE = re.compile(r"at line (\d+)")
+
+
+class ProviderConfig(BaseModel):
+    """How to reach one provider."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="the environment variable holding the key")
+    timeout: float | None = Field(None, gt=0, description="seconds per call")
 
 
 class Config(BaseModel):
@@ -39,6 +62,14 @@ class Config(BaseModel):
     tools: list[str] = Field(default_factory=list, description="tool modules: dotted names or .py paths")
     max_concurrency: int | None = Field(None, ge=1, description="steps running at once")
     default_timeout: float | None = Field(None, gt=0, description="seconds, for steps without a timeout")
+    planner_model: str | None = Field(None, description="'provider:model' that plans")
+    worker_model: str | None = Field(None, description="'provider:model' for role workers")
+    role_models: dict[str, str] = Field(default_factory=dict, description="role -> 'provider:model'")
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict, description="model -> {input, output} per 1M tokens")
+    model_timeout: float | None = Field(None, gt=0, description="seconds per model call")
+    model_retries: int | None = Field(None, ge=0, description="retries of a rate-limited or failed call")
+    workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
 
 
 def load_config(start: Path) -> Config:
@@ -67,7 +98,10 @@ def load_config(start: Path) -> Config:
     except ValidationError as exc:
         details = "; ".join(f"{'.'.join(map(str, e['loc'])) or SECTION}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: [{SECTION}] {details}", path=path) from None
-    return config.model_copy(update={"tools": [_relative_to(path.parent, t) for t in config.tools]})
+    update: dict[str, object] = {"tools": [_relative_to(path.parent, t) for t in config.tools]}
+    if config.workspace is not None and not Path(config.workspace).is_absolute():
+        update["workspace"] = str(path.parent / config.workspace)
+    return config.model_copy(update=update)
 
 
 def _relative_to(folder: Path, spec: str) -> str:

@@ -52,11 +52,41 @@ class Scheduler:
         self._sorter.prepare()
         self._outcome: dict[str, Outcome] = {}
         self._handed_out: set[str] = set()
+        self._fresh: list[str] = []  # ready in a rebuilt sorter, not yet handed out by ready()
+
+    def add(self, node: str, deps: Iterable[str], *, tolerant: bool = False) -> None:
+        """Add a step while the graph runs (a plan streamed in): its dependencies must already be known.
+
+        graphlib cannot grow a prepared graph, so the sorter is rebuilt and the
+        outcomes so far replayed into it: O(steps) per added step.
+        """
+        deps = tuple(deps)
+        if node in self._deps:
+            raise ValueError(f"step {node!r} is already in the graph")
+        unknown = [d for d in deps if d not in self._deps]
+        if unknown:
+            raise ValueError(f"step {node!r} depends on steps not in the graph: {', '.join(unknown)}")
+        self._deps[node] = deps
+        if tolerant:
+            self._tolerant = self._tolerant | {node}
+        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
+        sorter.prepare()
+        fresh: list[str] = []
+        ready = list(sorter.get_ready())
+        while ready:
+            for n in ready:
+                if n in self._outcome:
+                    sorter.done(n)
+                elif n not in self._handed_out:
+                    fresh.append(n)
+            ready = list(sorter.get_ready())
+        self._sorter, self._fresh = sorter, fresh
 
     def ready(self) -> Batch:
         """Steps that may start now, plus steps skipped (and settled) because an input did not succeed."""
         batch = Batch()
-        pending = list(self._sorter.get_ready())
+        pending = self._fresh + list(self._sorter.get_ready())
+        self._fresh = []
         while pending:
             node = pending.pop()
             blocker = self._blocker(node)

@@ -19,6 +19,8 @@ from .approval import Approver
 from .checks import Checker, CriteriaChecker
 from .execution import Run, Subscriber
 from .plan import Plan, Step
+from .plan_stream import PlanStream, follow
+from .planner import Planning
 from .registry import Registry
 from .results import RunResult
 from .runner import LocalRunner, Runner
@@ -73,15 +75,33 @@ class Engine:
         self.approver = approver
         self.cancel_grace = cancel_grace
 
-    def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True) -> Run:
+    def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True, planning: Planning | None = None) -> Run:
         """Validate the plan and start running it in the current event loop; returns the `Run` handle.
 
         Raises `PlanValidationError` (listing every problem) before anything runs.
+        `planning` (from `Planner.draft`) puts the planner's drafts and their
+        usage into the run's events and totals.
         """
         if validate:
             check_plan(plan, self.registry)
         run = Run(self, plan, run_id or new_run_id())
+        for d in planning.drafts if planning is not None else ():
+            run._drafts.append({"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time})
         run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id}")
+        return run
+
+    def start_streaming(self, stream: PlanStream, *, run_id: str | None = None) -> Run:
+        """Start a run whose steps arrive from a `PlanStream`: each starts once it is parsed and its dependencies end.
+
+        Each step is checked on its own before it joins; the whole plan is
+        validated when the stream ends, and a late problem stops the run
+        cleanly (status ``failed``, every started step recorded).
+        """
+        empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
+        run = Run(self, empty, run_id or new_run_id(), streaming=True)
+        loop = asyncio.get_running_loop()
+        run._task = loop.create_task(run._main(), name=f"planexec {run.run_id}")
+        run._tasks[PLAN_TASK] = loop.create_task(follow(run, stream), name=f"planexec {run.run_id} plan stream")
         return run
 
     async def run(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
@@ -107,6 +127,9 @@ class Engine:
             return self.worker_limits[worker]
         w = self.registry.workers.get(worker)
         return getattr(w, "max_concurrency", None) if w is not None else None
+
+
+PLAN_TASK = "<plan stream>"  # the key of the task that feeds a streaming run (no step id can look like it)
 
 
 def new_run_id() -> str:

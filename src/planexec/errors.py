@@ -7,7 +7,8 @@ do no I/O; `str(error)` is the readable rendering.
     PlanexecError
     ├── PlanError                 a plan could not be read or is not acceptable
     │   ├── PlanParseError        malformed JSON or a shape the Plan model rejects
-    │   └── PlanValidationError   one or more `Problem`s, all reported at once
+    │   ├── PlanValidationError   one or more `Problem`s, all reported at once
+    │   └── PlanningError         the planner gave up: its last draft and its problems
     ├── ConfigError               planexec.toml could not be read or is rejected
     ├── RegistryError             a name was registered twice or is unknown
     ├── ToolError                 a tool call went wrong
@@ -24,6 +25,7 @@ do no I/O; `str(error)` is the readable rendering.
         ├── ModelRateLimitError
         ├── ModelTimeoutError
         ├── ModelBadRequestError
+        │   └── ModelOutputError  the reply did not match the requested schema
         ├── ModelServerError
         └── ModelRequestsBlockedError   real model calls are switched off (tests)
 """
@@ -39,6 +41,7 @@ __all__ = [
     "ModelAuthError",
     "ModelBadRequestError",
     "ModelError",
+    "ModelOutputError",
     "ModelRateLimitError",
     "ModelRequestsBlockedError",
     "ModelServerError",
@@ -46,6 +49,7 @@ __all__ = [
     "PlanError",
     "PlanParseError",
     "PlanValidationError",
+    "PlanningError",
     "PlanexecError",
     "Problem",
     "RegistryError",
@@ -118,10 +122,39 @@ class PlanParseError(PlanValidationError):
     """The plan text is not JSON, or its shape is rejected by the Plan model."""
 
 
+class PlanningError(PlanError):
+    """The planner could not produce a valid plan within its attempts.
+
+    `model` is the planner's model, `attempts` how many drafts it wrote,
+    `problems` the last draft's problems, `last_text` that draft as the model
+    wrote it, and `usage` what all attempts cost.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        attempts: int,
+        problems: list[Problem],
+        last_text: str = "",
+        usage: object = None,
+    ) -> None:
+        self.model = model
+        self.attempts = attempts
+        self.problems = list(problems)
+        self.last_text = last_text
+        self.usage = usage
+        lines = [message] + [f"  - {p.render()}" for p in self.problems]
+        if last_text:
+            lines.append(f"last draft ({len(last_text)} chars): {last_text[:600]}")
+        super().__init__("\n".join(lines))
+
+
 class ConfigError(PlanexecError):
     """A configuration file could not be read or holds values planexec rejects."""
 
-    def __init__(self, message: str, *, path: Path, line: int | None = None) -> None:
+    def __init__(self, message: str, *, path: Path | None = None, line: int | None = None) -> None:
         self.path = path
         self.line = line
         super().__init__(message)
@@ -197,13 +230,19 @@ class ReplanRequested(RunError):  # noqa: N818 - a signal, not a fault
 
 
 class ModelError(PlanexecError):
-    """A model call failed. `retryable` says whether trying again may help."""
+    """A model call failed. `retryable` says whether trying again may help.
+
+    `retry_after` is the wait in seconds the provider asked for, when it said.
+    """
 
     retryable = False
 
-    def __init__(self, message: str, *, model: str | None = None, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, model: str | None = None, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         self.model = model
         self.status = status
+        self.retry_after = retry_after
         super().__init__(message)
 
 
@@ -225,6 +264,19 @@ class ModelTimeoutError(ModelError):
 
 class ModelBadRequestError(ModelError):
     """The provider rejected the request itself."""
+
+
+class ModelOutputError(ModelBadRequestError):
+    """The model answered, but not in the requested shape (not JSON, or not matching the schema).
+
+    `text` is what it said and `usage` what the call cost, so a caller that
+    repairs (the planner) keeps both.
+    """
+
+    def __init__(self, message: str, *, model: str | None = None, text: str = "", usage: object = None) -> None:
+        self.text = text
+        self.usage = usage
+        super().__init__(message, model=model)
 
 
 class ModelServerError(ModelError):

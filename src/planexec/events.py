@@ -22,6 +22,9 @@ from .usage import Usage
 
 __all__ = [
     "Event",
+    "PlanCompleted",
+    "PlanDrafted",
+    "PlanStepParsed",
     "RunFinished",
     "RunStarted",
     "StepCancelled",
@@ -57,6 +60,36 @@ class RunStarted(_Event):
     plan_version: int
     content_hash: str
     goal: str
+    step_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanDrafted(_Event):
+    """The planner wrote a draft; `problems` is empty when it was accepted, else it went back for repair."""
+
+    type: Literal["plan_drafted"] = "plan_drafted"
+    attempt: int
+    model: str
+    problems: list[str]
+    usage: Usage
+    wall_time: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanStepParsed(_Event):
+    """A streamed plan's step was complete and valid, and joined the running graph."""
+
+    type: Literal["plan_step_parsed"] = "plan_step_parsed"
+    step_id: str
+    depends_on: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanCompleted(_Event):
+    """A streamed plan ended and the whole plan validated; it is the run's plan from now on."""
+
+    type: Literal["plan_completed"] = "plan_completed"
+    content_hash: str
     step_ids: list[str]
 
 
@@ -161,6 +194,9 @@ class RunFinished(_Event):
 Event = Annotated[
     Union[
         RunStarted,
+        PlanDrafted,
+        PlanStepParsed,
+        PlanCompleted,
         StepReady,
         StepStarted,
         StepSucceeded,

@@ -28,6 +28,9 @@ from .deadline import Deadline
 from .limits import Limits, Slots
 from .errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from .events import (
+    PlanCompleted,
+    PlanDrafted,
+    PlanStepParsed,
     RunFinished,
     RunStarted,
     StepCancelled,
@@ -59,8 +62,11 @@ _ZERO = Usage()  # records are immutable: one shared zero
 class Run:
     """One execution of a plan: its records, its events, and control over it."""
 
-    def __init__(self, engine: Engine, plan: Plan, run_id: str) -> None:
+    def __init__(self, engine: Engine, plan: Plan, run_id: str, *, streaming: bool = False) -> None:
         self.engine = engine
+        self._open = streaming  # steps are still arriving (see `extend` and `close`)
+        self._planning = _ZERO  # what the planner's drafts cost (see `record_draft`)
+        self._drafts: list[dict[str, Any]] = []
         self.plan = plan
         self.run_id = run_id
         self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=_ZERO) for s in plan.steps}
@@ -146,6 +152,8 @@ class Run:
             goal=self.plan.goal,
             step_ids=self.plan.step_ids,
         )
+        for draft in self._drafts:
+            self.record_draft(**draft)
         try:
             self._launch_ready()
             await self._done.wait()
@@ -175,7 +183,8 @@ class Run:
             failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
         answer = None
-        usage = sum((r.usage for r in self.records.values()), _ZERO)
+        usage = sum((r.usage for r in self.records.values()), self._planning)
+        extra = _ZERO
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
             answer, extra, status = await self._synthesize(status)
             usage = usage + extra
@@ -193,6 +202,8 @@ class Run:
             finished_at=utcnow(),
             wall_time=wall,
             usage=usage,
+            planning_usage=self._planning,
+            synthesis_usage=extra,
             replan=self._replan,
         )
 
@@ -224,9 +235,10 @@ class Run:
             return
         if self._status is not RunStatus.RUNNING:
             return
-        if status is RunStatus.CANCELLED and not self._sched.is_active():
+        if status is RunStatus.CANCELLED and not self._sched.is_active() and not self._open:
             return  # every step has ended: nothing is left to cancel, the outcome stands
         self._status, self._reason, self._replan = status, reason, replan
+        self._open = False
         me = asyncio.current_task() if from_step else None
         for task in self._tasks.values():
             if task is not me and not task.done():
@@ -246,8 +258,46 @@ class Run:
             _update(self.records[sid], state=StepState.READY)
             self._emit(StepReady, step_id=sid)
             self._tasks[sid] = asyncio.get_running_loop().create_task(self._run_step(sid))
+        if not self._sched.is_active() and not self._open:
+            self._done.set()
+
+    # --- a plan streamed in ---------------------------------------------------
+
+    def extend(self, step: Step) -> None:
+        """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
+        if not self._open:
+            raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
+        sid = step.step_id
+        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
+        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=_ZERO)
+        self._steps[sid], self._deps[sid] = step, step.dependencies
+        if not step.references and "$${" not in repr((step.parameters, step.instruction)):
+            self._verbatim.add(sid)
+        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
+        self._emit(PlanStepParsed, step_id=sid, depends_on=step.dependencies)
+        self._launch_ready()
+
+    def close(self, plan: Plan) -> None:
+        """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
+        if not self._open:
+            return
+        if plan.step_ids != self.plan.step_ids:
+            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
+            return
+        self._open = False
+        self.plan = plan
+        self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
         if not self._sched.is_active():
             self._done.set()
+
+    def record_draft(self, **fields: Any) -> None:
+        """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
+        self._planning = self._planning + fields["usage"]
+        self._emit(PlanDrafted, **fields)
+
+    def fail(self, reason: str) -> None:
+        """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
+        self._end(RunStatus.FAILED, reason)
 
     async def _run_step(self, sid: str) -> None:
         step = self._steps[sid]

@@ -59,6 +59,7 @@ _STATUS_STYLE = {
     RunStatus.ABORTED: "bold red",
     RunStatus.CANCELLED: "bold yellow",
     RunStatus.REPLAN_REQUESTED: "bold magenta",
+    RunStatus.FAILED: "bold red",
     RunStatus.RUNNING: "bold blue",
 }
 
@@ -271,7 +272,7 @@ def print_summary(console: Console, result: RunResult) -> None:
         ("wall", {"justify": "right", "footer": f"{result.wall_time:.2f}s"}),
         ("tokens in", {"justify": "right", "footer": str(usage.input_tokens)}),
         ("tokens out", {"justify": "right", "footer": str(usage.output_tokens)}),
-        ("cost", {"justify": "right", "footer": f"${usage.cost:.4f}"}),
+        ("cost", {"justify": "right", "footer": usage.describe_cost()}),
         ("error / reason", {"overflow": "fold"}),
     ):
         table.add_column(name, **kw)
@@ -287,13 +288,13 @@ def print_summary(console: Console, result: RunResult) -> None:
             f"{rec.wall_time:.2f}s",
             str(rec.usage.input_tokens),
             str(rec.usage.output_tokens),
-            f"${rec.usage.cost:.4f}",
+            rec.usage.describe_cost() if rec.usage.model_calls else "",
             Text(why),
         )
     console.print(table)
     console.print(
         f"usage: {usage.input_tokens} tokens in, {usage.output_tokens} out, {usage.model_calls} model calls, "
-        f"${usage.cost:.4f} · wall time {result.wall_time:.2f}s",
+        f"{usage.describe_cost()} · wall time {result.wall_time:.2f}s",
         markup=False,
         highlight=False,
         soft_wrap=True,

@@ -48,6 +48,7 @@ class RunStatus(str, Enum):
     ABORTED = "aborted"  # a failure action aborted it
     CANCELLED = "cancelled"  # stopped from outside
     REPLAN_REQUESTED = "replan_requested"  # a step asked for a new plan
+    FAILED = "failed"  # it could not go on: a plan streamed into it turned out invalid
 
 
 class ErrorInfo(BaseModel):
@@ -110,8 +111,22 @@ class RunResult(BaseModel):
     started_at: datetime
     finished_at: datetime
     wall_time: float
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(default_factory=Usage, description="everything: planning, steps and synthesis")
+    planning_usage: Usage = Field(default_factory=Usage, description="the planner's drafts that led to this plan")
+    synthesis_usage: Usage = Field(default_factory=Usage)
     replan: ReplanRequest | None = None
+
+    def usage_by_role(self) -> dict[str, Usage]:
+        """Usage per role: ``planner``, each worker that ran steps, ``synthesizer`` (roles that used nothing are left out)."""
+        out: dict[str, Usage] = {}
+        if not self.planning_usage.is_zero():
+            out["planner"] = self.planning_usage
+        for rec in self.steps.values():
+            if not rec.usage.is_zero():
+                out[rec.worker] = out.get(rec.worker, Usage()) + rec.usage
+        if not self.synthesis_usage.is_zero():
+            out["synthesizer"] = self.synthesis_usage
+        return out
 
     def __repr__(self) -> str:
         # short on purpose: asyncio.run reprs a task's result, and a full dump of a big run takes seconds
@@ -136,6 +151,6 @@ class RunResult(BaseModel):
             raise RunCancelledError(msg, run_id=self.run_id)
         if self.status is RunStatus.REPLAN_REQUESTED and self.replan is not None:
             raise ReplanRequested(msg, run_id=self.run_id, step_id=self.replan.step_id, reason=self.replan.reason)
-        if self.status is RunStatus.RUNNING:
+        if self.status in (RunStatus.RUNNING, RunStatus.FAILED):
             raise RunError(msg, run_id=self.run_id)
         return self

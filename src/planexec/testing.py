@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from .errors import PlanexecError
-from .models.base import ModelRequest, ModelResponse, ToolCall
+from .models.base import ModelDelta, ModelRequest, ModelResponse, ToolCall
 from .tools import Tool
 from .usage import Usage
 
@@ -61,26 +62,46 @@ class ScriptedModel:
     Answers may be text, a `ToolCall` (or a list of them), a `ModelResponse`,
     or an exception instance (raised). Usage is counted with `count_tokens`
     unless a `ModelResponse` brings its own. `delay` seconds are awaited per
-    call, to simulate latency.
+    call, to simulate latency; `token_delay` seconds more per output token
+    (a word, as `count_tokens` counts), both when completing and when
+    streaming, where each token arrives as its own `ModelDelta`.
     """
 
-    def __init__(self, answers: Iterable[Any], *, name: str = "test:scripted", delay: float = 0.0) -> None:
+    def __init__(self, answers: Iterable[Any], *, name: str = "test:scripted", delay: float = 0.0, token_delay: float = 0.0) -> None:
         self.name = name
         self.answers = list(answers)
         self.requests: list[ModelRequest] = []
         self.delay = delay
+        self.token_delay = token_delay
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Record the request and return (or raise) the next scripted answer."""
+    def _next(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
-        if self.delay:
-            await asyncio.sleep(self.delay)
         if not self.answers:
             raise ScriptExhaustedError(f"{self.name} has no answer left for call {len(self.requests)}")
         item = self.answers.pop(0)
         if isinstance(item, BaseException):
             raise item
         return _as_response(item, request, self.name)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Record the request and return (or raise) the next scripted answer."""
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        response = self._next(request)
+        if self.token_delay:
+            await asyncio.sleep(self.token_delay * count_tokens(response.text))
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """Like `complete`, the text arriving a token at a time (`token_delay` apart), then the response."""
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        response = self._next(request)
+        for piece in re.findall(r"\s*\S+|\s+$", response.text):
+            if self.token_delay:
+                await asyncio.sleep(self.token_delay)
+            yield ModelDelta(text=piece)
+        yield response
 
 
 class FunctionModel:

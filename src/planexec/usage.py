@@ -12,7 +12,12 @@ __all__ = ["Usage"]
 
 
 class Usage(BaseModel):
-    """Tokens in and out, model calls and cost in US dollars; adds with `+`."""
+    """Tokens in and out, model calls and cost in US dollars; adds with `+`.
+
+    `cost` is the cost of the calls whose price is known; `unpriced_calls`
+    counts the calls whose model has no price, so an unknown cost is never
+    shown as zero (see `cost_known`).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -20,6 +25,7 @@ class Usage(BaseModel):
     output_tokens: int = 0
     model_calls: int = 0
     cost: float = 0.0
+    unpriced_calls: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         # tool steps add zeros thousands of times: skip building a new record then
@@ -32,6 +38,7 @@ class Usage(BaseModel):
             output_tokens=self.output_tokens + other.output_tokens,
             model_calls=self.model_calls + other.model_calls,
             cost=self.cost + other.cost,
+            unpriced_calls=self.unpriced_calls + other.unpriced_calls,
         )
 
     @property
@@ -39,6 +46,19 @@ class Usage(BaseModel):
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
+    @property
+    def cost_known(self) -> bool:
+        """True when every call that cost something has a price."""
+        return self.unpriced_calls == 0
+
+    def describe_cost(self) -> str:
+        """``$0.0012``, ``unknown``, or ``>= $0.0012 (3 calls unpriced)``."""
+        if self.cost_known:
+            return f"${self.cost:.4f}"
+        if self.unpriced_calls >= self.model_calls and not self.cost:
+            return "unknown"
+        return f">= ${self.cost:.4f} ({self.unpriced_calls} call{'s' if self.unpriced_calls != 1 else ''} unpriced)"
+
     def is_zero(self) -> bool:
         """True when nothing was used (tool-only steps)."""
-        return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost)
+        return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost or self.unpriced_calls)

@@ -1,0 +1,126 @@
+"""What every model named in configuration gets: retries, a per-call timeout and prices.
+
+Owns `ManagedModel`, a wrapper around any provider's `Model`. A call that
+fails with a retryable `ModelError` (rate limit, server error, timeout) is
+tried again after an exponential backoff with jitter (or the wait the
+provider asked for), up to `retries` more times; each call is bounded by
+`timeout` seconds; the usage of every successful call is priced from a
+`PriceTable`. A streamed call is retried only while nothing has been yielded
+yet, so a caller never sees text twice. Imports `errors`, `usage`, `pricing`
+and `models.base`; never the engine or planner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from ..errors import ModelError, ModelTimeoutError
+from ..pricing import PriceTable
+from .base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
+
+__all__ = ["ManagedModel"]
+
+
+class ManagedModel:
+    """A provider's model with retries, a per-call timeout and pricing.
+
+    `retries` is how many times a retryable failure is tried again;
+    `backoff` the first wait in seconds (doubling, capped at `max_backoff`,
+    with up to 25% jitter from `seed`); `timeout` bounds each call (None:
+    the provider's own). `sleep` is injectable so tests do not wait.
+    """
+
+    def __init__(
+        self,
+        inner: Model,
+        *,
+        retries: int = 2,
+        timeout: float | None = 120.0,
+        backoff: float = 0.5,
+        max_backoff: float = 20.0,
+        prices: PriceTable | None = None,
+        seed: int | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.inner = inner
+        self.name = inner.name
+        self.retries = retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.prices = prices if prices is not None else PriceTable.default()
+        self.random = random.Random(seed)
+        self.sleep = sleep
+        self.attempts = 0  # calls sent, retries included
+
+    def __repr__(self) -> str:
+        return f"ManagedModel({self.inner!r}, retries={self.retries}, timeout={self.timeout})"
+
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the provider calls tools natively."""
+        return bool(getattr(self.inner, "supports_tools", True))
+
+    def delay(self, retry: int, error: ModelError) -> float:
+        """Seconds to wait before retry number `retry` (1-based)."""
+        if error.retry_after is not None:
+            return min(max(error.retry_after, 0.0), self.max_backoff)
+        base = min(self.backoff * 2 ** (retry - 1), self.max_backoff)
+        return base * (1 + 0.25 * self.random.random())
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One call, retried on retryable errors, each attempt bounded by the timeout."""
+        retry = 0
+        while True:
+            self.attempts += 1
+            try:
+                async with asyncio.timeout(self.timeout):
+                    response = await self.inner.complete(request)
+                return self._priced(response)
+            except TimeoutError:
+                error: ModelError = self._timed_out()
+            except ModelError as exc:
+                error = exc
+            retry += 1
+            if not error.retryable or retry > self.retries:
+                raise error
+            await self.sleep(self.delay(retry, error))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """Stream one call; retried like `complete` only until the first delta arrived."""
+        retry = 0
+        while True:
+            self.attempts += 1
+            yielded = False
+            try:
+                async with asyncio.timeout(self.timeout):
+                    async for item in stream_response(self.inner, request):
+                        if isinstance(item, ModelResponse):
+                            yield self._priced(item)
+                            return
+                        yielded = True
+                        yield item
+                raise ModelError(f"model {self.name!r} ended its stream without a final response", model=self.name)
+            except TimeoutError:
+                error: ModelError = self._timed_out()
+            except ModelError as exc:
+                error = exc
+            retry += 1
+            if yielded or not error.retryable or retry > self.retries:
+                raise error
+            await self.sleep(self.delay(retry, error))
+
+    def _timed_out(self) -> ModelTimeoutError:
+        return ModelTimeoutError(f"model {self.name!r} did not answer within {self.timeout:g}s", model=self.name)
+
+    def _priced(self, response: ModelResponse) -> ModelResponse:
+        name = self.name
+        if self.prices.lookup(name) is None and response.model:
+            # a name like 'openai:my-deployment' may still be priced by the id the server returned
+            name = f"{self.name.split(':', 1)[0]}:{response.model}"
+        return response.model_copy(update={"usage": self.prices.apply(name, response.usage)})

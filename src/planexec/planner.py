@@ -1,0 +1,238 @@
+"""The planner: a goal and the registry's catalog -> a validated `Plan`, with repair.
+
+Owns `Planner`, `Planning` (the plan and how it was reached) and `PlanDraft`
+(one attempt: what the model wrote, its problems, its usage). The model
+writes in the restricted schema of `plan_schema` (workers and actions are
+enums, so even a small model cannot name a tool that does not exist); a
+draft that fails to parse or validate goes back to the model with its
+problems, up to `max_repairs` times; then `PlanningError` shows the last
+draft and its problems. Requests carry a seed and temperature 0 by default,
+so a provider that honours them plans deterministically.
+`Planner.stream` (in `plan_stream`) hands out steps while the model writes.
+Prompts are files under ``prompts/planner/``. Imports `plan`,
+`plan_schema`, `validation`, `registry`, `records`, `usage`, `errors` and
+`models.base`; never the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .errors import ModelOutputError, PlanningError, PlanParseError, Problem
+from .models.base import Message, Model, ModelRequest
+from .plan import Plan
+from .plan_schema import draft_schema, draft_to_plan_data, plan_id_for
+from .records import Record
+from .registry import Registry
+from .usage import Usage
+from .validation import validate_plan
+
+__all__ = ["PlanDraft", "Planner", "Planning", "load_prompt", "render_catalog"]
+
+
+def load_prompt(name: str) -> str:
+    """The text of ``prompts/<name>`` shipped in the package."""
+    return resources.files("planexec").joinpath(f"prompts/{name}").read_text(encoding="utf-8")
+
+
+def _fill(template: str, **values: str) -> str:
+    # {{name}} markers: plain braces stay literal, so JSON in a prompt needs no escaping
+    for key, value in values.items():
+        template = template.replace("{{" + key + "}}", value)
+    return template
+
+
+def _type_of(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " | ".join(_type_of(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_type_of(schema.get('items') or {})}"
+    return str(kind)
+
+
+def render_catalog(catalog: list[dict[str, Any]]) -> str:
+    """The registry's catalog as the short text a planner reads: one line per (worker, action)."""
+    lines = []
+    for worker in catalog:
+        lines.append(f"- worker {worker['name']}: {worker['description']}")
+        for action in worker["actions"]:
+            params = action["parameters"]
+            props = params.get("properties")
+            if props is None:
+                signature = "free-form parameters (an object of short strings)"
+            else:
+                required = set(params.get("required", []))
+                signature = ", ".join(f"{name}: {_type_of(p)}{'' if name in required else ' (optional)'}" for name, p in props.items())
+            about = f" - {action['description']}" if action["description"] else ""
+            lines.append(f"    action {action['name']}({signature}){about}")
+    return "\n".join(lines)
+
+
+def _render_examples() -> str:
+    out = []
+    for ex in json.loads(load_prompt("planner/examples.json")):
+        out.append(f"Tools: {ex['tools']}\nGoal: {ex['goal']}\nPlan: {json.dumps(ex['plan'], ensure_ascii=False)}")
+    return "\n\n".join(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanDraft(Record):
+    """One attempt of the planner: the text the model wrote and what was wrong with it (nothing, if accepted)."""
+
+    attempt: int
+    model: str
+    text: str
+    problems: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    wall_time: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        """True when this draft became the plan."""
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planning(Record):
+    """A plan and how it was reached: every draft, and the usage of all of them."""
+
+    plan: Plan
+    drafts: list[PlanDraft]
+    usage: Usage
+
+    @property
+    def repairs(self) -> int:
+        """Drafts sent back for repair."""
+        return len(self.drafts) - 1
+
+
+class Planner:
+    """Turns goals into validated plans over a registry's workers.
+
+    `max_steps` bounds a plan; `max_repairs` how many times problems go back
+    to the model; `positional` picks the schema shape (default: positional
+    when the model decodes under a grammar, see `plan_schema`); `workers`
+    restricts which workers it may use.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        registry: Registry,
+        *,
+        max_steps: int = 8,
+        max_repairs: int = 2,
+        seed: int | None = 0,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = 2048,
+        positional: bool | None = None,
+        workers: list[str] | None = None,
+    ) -> None:
+        if max_repairs < 0:
+            raise ValueError("max_repairs must be 0 or more")
+        self.model = model
+        self.registry = registry
+        self.max_steps = max_steps
+        self.max_repairs = max_repairs
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.positional = bool(getattr(model, "constrained_decoding", False)) if positional is None else positional
+        self.workers = workers
+        self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers)
+
+    def __repr__(self) -> str:
+        return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
+
+    def messages(self, goal: str) -> list[Message]:
+        """The opening conversation: the system prompt (catalog, rules, examples) and the goal."""
+        catalog = [w for w in self.registry.catalog() if self.workers is None or w["name"] in self.workers]
+        system = _fill(
+            load_prompt("planner/system.md"),
+            catalog=render_catalog(catalog),
+            max_steps=str(self.max_steps),
+            examples=_render_examples(),
+        )
+        return [Message(role="system", content=system), Message(role="user", content=f"Goal: {goal}")]
+
+    def request(self, messages: list[Message]) -> ModelRequest:
+        """One planning call: the conversation so far, the draft schema, the seed."""
+        return ModelRequest(
+            messages=messages,
+            output_schema=self.schema,
+            temperature=self.temperature,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+        )
+
+    def check(self, text: str, goal: str, plan_id: str) -> tuple[Plan | None, list[Problem]]:
+        """Read a draft: the plan when it parses and validates, else its problems."""
+        try:
+            draft = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]
+        try:
+            plan = Plan.from_data(draft_to_plan_data(draft, goal, plan_id=plan_id))
+        except PlanParseError as exc:
+            return None, exc.problems
+        problems = validate_plan(plan, self.registry)
+        return (None, problems) if problems else (plan, [])
+
+    async def draft(self, goal: str, *, plan_id: str | None = None) -> Planning:
+        """Plan `goal`, repairing as needed; the plan with every draft, or `PlanningError`."""
+        plan_id = plan_id or plan_id_for(goal)
+        messages = self.messages(goal)
+        drafts: list[PlanDraft] = []
+        usage = Usage()
+        for attempt in range(1, self.max_repairs + 2):
+            t0 = time.perf_counter()
+            try:
+                response = await self.model.complete(self.request(messages))
+                text, cost = response.text, response.usage
+            except ModelOutputError as exc:  # it answered, off-schema: a draft to repair, not a dead end
+                text, cost = exc.text, exc.usage if isinstance(exc.usage, Usage) else Usage(model_calls=1)
+                problems: list[Problem] = [Problem("schema_mismatch", str(exc))]
+                plan = None
+                if text:
+                    plan, problems = self.check(text, goal, plan_id)
+                    problems = problems or [Problem("schema_mismatch", str(exc))]
+            else:
+                plan, problems = self.check(text, goal, plan_id)
+            usage = usage + cost
+            drafts.append(
+                PlanDraft(
+                    attempt=attempt,
+                    model=self.model.name,
+                    text=text,
+                    problems=[p.render() for p in problems],
+                    usage=cost,
+                    wall_time=time.perf_counter() - t0,
+                )
+            )
+            if plan is not None and not problems:
+                return Planning(plan=plan, drafts=drafts, usage=usage)
+            messages = [
+                *messages,
+                Message(role="assistant", content=text),
+                Message(role="user", content=_fill(load_prompt("planner/repair.md"), problems="\n".join(f"- {p.render()}" for p in problems))),
+            ]
+        raise PlanningError(
+            f"planner {self.model.name} wrote no valid plan for {goal!r} in {len(drafts)} attempt(s)",
+            model=self.model.name,
+            attempts=len(drafts),
+            problems=problems,
+            last_text=text,
+            usage=usage,
+        )
+
+    async def plan(self, goal: str, *, plan_id: str | None = None) -> Plan:
+        """The validated plan for `goal` (see `draft` for the attempts)."""
+        return (await self.draft(goal, plan_id=plan_id)).plan
+
