@@ -81,6 +81,8 @@ class PlanStepParsed(_Event):
 
     type: Literal["plan_step_parsed"] = "plan_step_parsed"
     step_id: str
+    worker: str
+    action: str
     depends_on: list[str]
 
 

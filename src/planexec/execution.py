@@ -274,7 +274,7 @@ class Run:
         if not step.references and "$${" not in repr((step.parameters, step.instruction)):
             self._verbatim.add(sid)
         self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
-        self._emit(PlanStepParsed, step_id=sid, depends_on=step.dependencies)
+        self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
         self._launch_ready()
 
     def close(self, plan: Plan) -> None:

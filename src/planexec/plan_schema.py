@@ -32,7 +32,7 @@ from typing import Any
 from .plan import STEP_ID_PATTERN
 from .registry import Registry
 
-__all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for"]
+__all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_actions"]
 
 INSTRUCTION_MAX = 300
 FREE_PARAMETERS: dict[str, Any] = {
@@ -103,12 +103,18 @@ def _accept_references(parameters: dict[str, Any], earlier: list[str]) -> dict[s
     return {**parameters, "properties": props}
 
 
+def planning_actions(worker: Any) -> list[str]:
+    """The actions a planner may give this worker: a role's tasks (its tools are its own business), else every action."""
+    tasks = getattr(worker, "tasks", None)
+    return sorted(tasks) if tasks else sorted(worker.actions)
+
+
 def _branches(registry: Registry, defs: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(worker, action, parameters schema) for every action a registered worker offers."""
+    """(worker, action, parameters schema) for every action a planner may use."""
     out = []
     for name in sorted(registry.workers):
         worker = registry.workers[name]
-        for action in sorted(worker.actions):
+        for action in planning_actions(worker):
             model = worker.input_model(action)
             params = _hoist(model.model_json_schema(), f"{name}__{action}", defs) if model else FREE_PARAMETERS
             out.append((name, action, params))

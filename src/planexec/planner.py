@@ -25,7 +25,7 @@ from typing import Any
 from .errors import ModelOutputError, PlanningError, PlanParseError, Problem
 from .models.base import Message, Model, ModelRequest
 from .plan import Plan
-from .plan_schema import draft_schema, draft_to_plan_data, plan_id_for
+from .plan_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
 from .records import Record
 from .registry import Registry
 from .usage import Usage
@@ -153,7 +153,11 @@ class Planner:
 
     def messages(self, goal: str) -> list[Message]:
         """The opening conversation: the system prompt (catalog, rules, examples) and the goal."""
-        catalog = [w for w in self.registry.catalog() if self.workers is None or w["name"] in self.workers]
+        catalog = []
+        for w in self.registry.catalog():
+            if self.workers is None or w["name"] in self.workers:
+                allowed = set(planning_actions(self.registry.workers[w["name"]]))
+                catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         system = _fill(
             load_prompt("planner/system.md"),
             catalog=render_catalog(catalog),

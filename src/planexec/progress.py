@@ -39,6 +39,7 @@ from . import (
     StepStarted,
     StepSucceeded,
 )
+from .events import PlanCompleted, PlanDrafted, PlanStepParsed
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary"]
 
@@ -101,6 +102,9 @@ class StepBoard:
             return
         if isinstance(event, RunFinished):
             self.status = event.status
+            return
+        if isinstance(event, PlanStepParsed):  # a streamed plan grows while it runs
+            self.lines[event.step_id] = StepLine(event.step_id, event.worker, event.action)
             return
         line = self.lines.get(getattr(event, "step_id", ""))
         if line is None:
@@ -241,7 +245,15 @@ def describe_event(event: Any) -> str:
         return f"run {event.run_id} started: plan {event.plan_id!r} ({len(event.step_ids)} steps)"
     if isinstance(event, RunFinished):
         return f"run {event.run_id} finished: {event.status.value}" + (f" ({event.reason})" if event.reason else "")
+    if isinstance(event, PlanDrafted):
+        verdict = "accepted" if not event.problems else f"{len(event.problems)} problem(s), sent back: " + "; ".join(event.problems[:3])
+        return f"plan draft {event.attempt} by {event.model} ({event.usage.output_tokens} tokens, {event.wall_time:.1f}s): {verdict}"
+    if isinstance(event, PlanCompleted):
+        return f"plan complete: {len(event.step_ids)} steps, {event.content_hash[:19]}"
     sid = event.step_id
+    if isinstance(event, PlanStepParsed):
+        after = f" after {', '.join(event.depends_on)}" if event.depends_on else ""
+        return f"{sid}: parsed from the planner's stream ({event.worker}.{event.action}{after})"
     if isinstance(event, StepReady):
         return f"{sid}: ready"
     if isinstance(event, StepStarted):

@@ -13,10 +13,12 @@ from .base import (
     ensure_requests_allowed,
     stream_response,
 )
+from .anthropic import AnthropicModel
 from .local import LocalModel
 from .openai import OpenAIModel
 
 __all__ = [
+    "AnthropicModel",
     "LocalModel",
     "Message",
     "Model",

