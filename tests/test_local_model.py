@@ -13,7 +13,15 @@ import pytest
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
 
 from planexec.errors import ModelBadRequestError, ModelError
-from planexec.models import LocalModel, Message, ModelRequest, ToolDefinition
+from planexec.models import (
+    LocalModel,
+    Message,
+    ModelDelta,
+    ModelRequest,
+    ModelResponse,
+    StreamingModel,
+    ToolDefinition,
+)
 from planexec.models.local import default_model_path
 
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
@@ -112,3 +120,88 @@ def test_missing_llama_cpp_gives_an_install_hint(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` fail
     with pytest.raises(ModelError, match="CMAKE_ARGS=.*GGML_NATIVE=OFF.*llama-cpp-python==0.3.36"):
         asyncio.run(LocalModel(gguf).complete(ask("Hi.")))
+
+
+# --- streaming ----------------------------------------------------------------
+
+
+async def _collect(model, request) -> tuple[list[ModelDelta], ModelResponse]:
+    items = [item async for item in model.stream(request)]
+    *deltas, final = items
+    assert all(type(d) is ModelDelta for d in deltas) and type(final) is ModelResponse
+    return deltas, final
+
+
+def test_local_model_streams_and_has_no_native_tools(model):
+    assert isinstance(model, StreamingModel)
+    assert LocalModel.supports_tools is False
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "finish_reason"),
+    # one reply stops at the end-of-generation token (not counted), one is cut by max_tokens
+    [("Say hello.", 64, "stop"), ("Write a long story about a dragon.", 24, "length")],
+)
+def test_streamed_deltas_make_the_text_and_usage_equals_complete(model, prompt, max_tokens, finish_reason):
+    request = ask(prompt, temperature=0, seed=3, max_tokens=max_tokens)
+    deltas, final = asyncio.run(_collect(model, request))
+    whole = asyncio.run(model.complete(request))
+    assert len(deltas) > 1
+    assert "".join(d.text for d in deltas) == final.text
+    assert final.finish_reason == finish_reason
+    assert final == whole  # text, exact usage, finish reason and model name
+    assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
+    if finish_reason == "length":
+        assert final.usage.output_tokens == max_tokens
+
+
+def test_streamed_structured_output_is_schema_valid_and_equals_complete(model):
+    request = ask("What is 2 + 2? Answer in JSON.", output_schema=ANSWER_SCHEMA, temperature=0, max_tokens=48)
+    deltas, final = asyncio.run(_collect(model, request))
+    jsonschema.validate(json.loads(final.text), ANSWER_SCHEMA)
+    assert len(deltas) > 1 and "".join(d.text for d in deltas) == final.text
+    assert final == asyncio.run(model.complete(request))
+
+
+def test_closing_a_stream_early_stops_the_generation_and_frees_the_model(model):
+    request = ask("Write a long story about a dragon.", temperature=0, max_tokens=400)
+
+    async def first_delta_then_close():
+        stream = model.stream(request)
+        first = await anext(stream)
+        started = time.perf_counter()
+        await stream.aclose()
+        return first, time.perf_counter() - started
+
+    first, closing = asyncio.run(first_delta_then_close())
+    assert isinstance(first, ModelDelta) and first.text
+    # aclose returned once the worker thread left the model: nothing holds it now
+    assert model._run_lock.acquire(blocking=False)
+    model._run_lock.release()
+    assert model._llama.completion_tokens < 50  # stopped at the next token, not after 400
+    assert closing < 5
+    after = asyncio.run(model.complete(ask("Say hello.", temperature=0, max_tokens=8)))
+    assert after.text.strip()
+
+
+def test_a_stream_and_a_complete_in_one_loop_are_serialised(model):
+    streamed = ask("Say hello.", temperature=0, seed=3, max_tokens=16)
+    completed = ask("Say goodbye.", temperature=0, max_tokens=16)
+    alone = asyncio.run(_collect(model, streamed))[1], asyncio.run(model.complete(completed))
+
+    async def both():
+        return await asyncio.gather(_collect(model, streamed), model.complete(completed))
+
+    (deltas, final), other = asyncio.run(both())
+    # had the two shared the model at once, their tokens would have interfered
+    assert (final, other) == alone
+    assert "".join(d.text for d in deltas) == final.text
+
+
+def test_stream_errors_are_model_errors(model):
+    with pytest.raises(ModelBadRequestError, match="output_schema"):
+        asyncio.run(_collect(model, ask("Hi.", output_schema={"type": "no-such-type"})))
+    with pytest.raises(ModelBadRequestError, match="n_ctx=2048"):
+        asyncio.run(_collect(model, ask("word " * 3000, max_tokens=8)))
+    # the model is free again after a failed stream
+    assert asyncio.run(model.complete(ask("Say hello.", temperature=0, max_tokens=8))).text.strip()

@@ -8,14 +8,24 @@ Imports ``llama_cpp`` lazily (with an install hint) and only `errors`,
 The local model makes no network request, so it does not call
 `ensure_requests_allowed()`: it runs in the test suite even though real
 (network) model requests are blocked there.
+
+Streaming runs llama-cpp-python's synchronous chunk generator in a worker
+thread that hands each chunk to the event loop. Its chunks carry no usage,
+so the model is loaded as a `Llama` subclass that counts, in ``generate``,
+the prompt tokens it is given and the tokens it samples (an end-of-generation
+token is not counted): the same numbers llama.cpp reports for a
+non-streamed call, so a stream's usage is exact too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import importlib.util
 import json
 import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +33,7 @@ import jsonschema
 
 from ..errors import ModelBadRequestError, ModelError, ModelServerError
 from ..usage import Usage
-from .base import Message, ModelRequest, ModelResponse
+from .base import Message, ModelDelta, ModelRequest, ModelResponse
 
 __all__ = ["DEFAULT_MODEL_FILE", "LocalModel", "default_model_path"]
 
@@ -65,6 +75,36 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+@functools.cache
+def _counting_llama(llama_cpp: Any) -> type:
+    """A `Llama` that counts the prompt and completion tokens of its latest generation."""
+
+    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc, valid-type]
+        prompt_tokens = 0
+        completion_tokens = 0
+
+        def generate(self, tokens: Any, *args: Any, **kwargs: Any) -> Iterator[int]:
+            tokens = list(tokens)
+            self.prompt_tokens, self.completion_tokens = len(tokens), 0
+            inner = super().generate(tokens, *args, **kwargs)
+            sent = None
+            try:
+                while True:
+                    try:
+                        token = inner.send(sent)
+                    except StopIteration:
+                        return
+                    # the caller stops at an end-of-generation token without keeping
+                    # it; every other token it is given becomes part of the completion
+                    if not llama_cpp.llama_vocab_is_eog(self._model.vocab, token):
+                        self.completion_tokens += 1
+                    sent = yield token
+            finally:
+                inner.close()
+
+    return CountingLlama
+
+
 def _wire_message(message: Message) -> dict[str, str]:
     # The local model answers in text/JSON only, so earlier tool turns (from
     # another model, or a transcript) are rendered as plain text it can read.
@@ -88,8 +128,13 @@ class LocalModel:
     The local model answers in text or JSON only: ``request.tools`` is
     ignored and no tool calls are ever returned (none are faked). It makes
     no network request, so it is not subject to `block_model_requests()`.
-    Usage counts are llama.cpp's exact prompt and completion tokens.
+    Usage counts are llama.cpp's exact prompt and completion tokens, streamed
+    or not. `stream` yields text as llama.cpp produces it; closing the stream
+    early stops the generation at the next token.
     """
+
+    # SmolLM2 has no native tool calling: role workers ask it for schema-constrained JSON instead
+    supports_tools = False
 
     def __init__(
         self,
@@ -124,7 +169,7 @@ class LocalModel:
                 path = self._model_path()
                 llama_cpp = _import_llama_cpp()
                 try:
-                    self._llama = llama_cpp.Llama(
+                    self._llama = _counting_llama(llama_cpp)(
                         model_path=str(path),
                         n_ctx=self.n_ctx,
                         seed=self.seed,
@@ -150,7 +195,7 @@ class LocalModel:
                 f"output_schema cannot be turned into a grammar for local decoding: {e}", model=self.name
             ) from e
 
-    def _generate(self, request: ModelRequest) -> dict[str, Any]:
+    def _prepare(self, request: ModelRequest) -> tuple[Any, dict[str, Any]]:
         llama = self._load()
         if request.output_schema is not None:
             self._check_schema(request.output_schema)
@@ -164,17 +209,53 @@ class LocalModel:
             kwargs["max_tokens"] = request.max_tokens
         if request.output_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": request.output_schema}
+        return llama, kwargs
+
+    @contextlib.contextmanager
+    def _generation(self, llama: Any) -> Iterator[None]:
         with self._run_lock:
             # Reusing the previous call's KV cache for a shared prompt prefix
             # changes the floating-point path, so the same request could
             # decode differently; start from an empty context every call.
             llama.reset()
             try:
-                return llama.create_chat_completion(**kwargs)
+                yield
             except (ValueError, TypeError) as e:  # e.g. prompt longer than n_ctx, bad arguments
                 raise ModelBadRequestError(f"local model rejected the request (context window n_ctx={self.n_ctx}): {e}", model=self.name) from e
             except Exception as e:
                 raise ModelServerError(f"local model failed: {type(e).__name__}: {e}", model=self.name) from e
+
+    def _generate(self, request: ModelRequest) -> dict[str, Any]:
+        llama, kwargs = self._prepare(request)
+        with self._generation(llama):
+            return llama.create_chat_completion(**kwargs)
+
+    def _generate_stream(
+        self, request: ModelRequest, emit: Callable[[Any], None], stopped: threading.Event
+    ) -> None:
+        # Runs in a worker thread; everything it produces, errors included, goes through emit.
+        try:
+            llama, kwargs = self._prepare(request)
+            parts: list[str] = []
+            finish_reason = None
+            with self._generation(llama):
+                chunks = llama.create_chat_completion(**kwargs, stream=True)
+                try:
+                    for chunk in chunks:
+                        if stopped.is_set():  # the consumer left: stop at this token
+                            return
+                        choice = chunk["choices"][0]
+                        finish_reason = choice.get("finish_reason") or finish_reason
+                        text = choice["delta"].get("content")
+                        if text:
+                            parts.append(text)
+                            emit(ModelDelta(text=text))
+                finally:
+                    chunks.close()
+                usage = Usage(input_tokens=llama.prompt_tokens, output_tokens=llama.completion_tokens, model_calls=1)
+            emit(ModelResponse(text="".join(parts), usage=usage, model=self.name, finish_reason=finish_reason))
+        except Exception as e:  # noqa: BLE001 - handed over to the consumer, which raises it
+            emit(e)
 
     def _queue_lock(self) -> asyncio.Lock:
         # An asyncio.Lock belongs to one event loop; the model may outlive it
@@ -200,3 +281,49 @@ class LocalModel:
             model=self.name,
             finish_reason=choice.get("finish_reason"),
         )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """Stream one chat completion: text deltas as llama.cpp produces them, then the whole response.
+
+        The final response equals what `complete` returns for the same
+        request, usage included. Closing the iterator early (``aclose``)
+        stops the generation at the next token and waits for the model to be
+        free again. The model is held only while it generates, not while a
+        slow consumer reads the last deltas.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stopped = threading.Event()
+
+        def emit(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the event loop is closed: nobody is listening any more
+                stopped.set()
+
+        lock = self._queue_lock()
+        await lock.acquire()
+        try:
+            worker = loop.run_in_executor(None, self._generate_stream, request, emit, stopped)
+        except BaseException:
+            lock.release()
+            raise
+
+        def finished(_: Any) -> None:
+            lock.release()
+            queue.put_nowait(None)  # after every item the worker emitted: a worker that died says so
+
+        worker.add_done_callback(finished)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    raise ModelServerError("local model stopped without a response", model=self.name)
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, ModelResponse):
+                    return
+        finally:
+            stopped.set()
+            await asyncio.wait({worker})

@@ -17,12 +17,25 @@ URL for the life of the process (`_schema_modes`):
 3. ``json_object`` - plain JSON mode, the schema given in a system message.
 
 Whatever the mode, the reply is validated against the schema.
+
+`OpenAIModel.stream` sends the same request with ``stream=True`` and
+``stream_options={"include_usage": True}``: text deltas are yielded as they
+arrive, tool call fragments are joined by their ``index``, and the usage is
+the one the server sends in its last chunk, so it is as exact as
+``complete``'s. A server that ignores ``stream_options`` (llama-cpp-python's
+``llama_cpp.server`` does) sends no usage at all; nothing exact is known
+then, so the call is counted as one model call with 0 tokens, like a
+``complete`` without usage, and a warning is logged once per server.
+Counting chunks instead would be a guess: a chunk is not a token.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import jsonschema
@@ -38,6 +51,7 @@ from ..errors import (
 from ..usage import Usage
 from .base import (
     Message,
+    ModelDelta,
     ModelRequest,
     ModelResponse,
     ToolCall,
@@ -53,6 +67,10 @@ SCHEMA_MODES = ("json_schema", "json_object_schema", "json_object")
 
 # base URL -> the structured-output mode that server accepted
 _schema_modes: dict[str, str] = {}
+# base URLs already warned about streams without usage
+_no_stream_usage: set[str] = set()
+
+log = logging.getLogger("planexec.models.openai")
 
 
 def _import_openai() -> Any:
@@ -110,8 +128,11 @@ class OpenAIModel:
 
     Usage is the server's exact ``prompt_tokens`` / ``completion_tokens``.
     A server that sends no usage is counted as 0 tokens (one model call):
-    nothing is estimated.
+    nothing is estimated. `stream` yields text as it arrives (see the module
+    docstring). Tools are called natively (``supports_tools``).
     """
+
+    supports_tools = True
 
     def __init__(
         self,
@@ -161,17 +182,89 @@ class OpenAIModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send one chat completion and return its text, tool calls and exact usage."""
         ensure_requests_allowed(self.name)
+        async with self._session() as client:
+            raw, schema = await self._open(client, request, stream=False)
+            if not raw.choices:
+                raise ModelServerError(f"{self.name}: the server returned no choices", model=self.name)
+            choice = raw.choices[0]
+            calls = []
+            for call in choice.message.tool_calls or []:
+                function = getattr(call, "function", None)
+                if function is None:
+                    raise ModelBadRequestError(
+                        f"{self.name}: unsupported tool call type {getattr(call, 'type', None)!r}", model=self.name
+                    )
+                calls.append((call.id, function.name, function.arguments))
+            return self._response(
+                choice.message.content or "", calls, raw.usage, raw.model, choice.finish_reason, schema
+            )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """Stream one chat completion: text deltas as they arrive, then the whole `ModelResponse`.
+
+        The final response is what `complete` returns for the same call: the
+        whole text (validated against ``output_schema``), the tool calls
+        assembled from their fragments, and the server's usage (see the
+        module docstring for a server that sends none).
+        """
+        ensure_requests_allowed(self.name)
+        openai = _import_openai()
+        async with self._session() as client:
+            chunks, schema = await self._open(client, request, stream=True)
+            parts: list[str] = []
+            calls: dict[int, list[str]] = {}  # index -> [call id, name, arguments so far]
+            usage = model = finish_reason = None
+            seen_choice = False
+            try:
+                async for chunk in chunks:
+                    usage = chunk.usage or usage
+                    model = chunk.model or model
+                    for choice in chunk.choices or ():
+                        if choice.index != 0:  # only one choice is ever asked for
+                            continue
+                        seen_choice = True
+                        finish_reason = choice.finish_reason or finish_reason
+                        delta = choice.delta
+                        for fragment in delta.tool_calls or []:
+                            call = calls.setdefault(fragment.index, ["", "", ""])
+                            call[0] = fragment.id or call[0]
+                            if fragment.function is not None:
+                                # the name comes whole (some servers repeat it), arguments in pieces
+                                call[1] = fragment.function.name or call[1]
+                                call[2] += fragment.function.arguments or ""
+                        if delta.content:
+                            parts.append(delta.content)
+                            yield ModelDelta(text=delta.content)
+            except openai.APIError as e:  # an error event or a broken connection mid-stream
+                raise self._map_error(openai, e) from e
+            finally:
+                await chunks.close()
+            if not seen_choice:
+                raise ModelServerError(f"{self.name}: the server returned no choices", model=self.name)
+            if usage is None and self._server_key() not in _no_stream_usage:
+                _no_stream_usage.add(self._server_key())
+                log.warning(
+                    "%s at %s sent no usage in a stream (stream_options ignored): its streamed calls count 0 tokens",
+                    self.name,
+                    self._server_key(),
+                )
+            tool_calls = [tuple(calls[index]) for index in sorted(calls)]
+            yield self._response("".join(parts), tool_calls, usage, model, finish_reason, schema)
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Any]:
         # One SDK client per call, closed after it: its connection pool belongs
         # to one event loop and callers may run each call in a loop of its own
         # (asyncio.run). A caller's own http_client is theirs to close.
         client = self._sdk_client()
         try:
-            return await self._complete(client, request)
+            yield client
         finally:
             if self.http_client is None:
                 await client.close()
 
-    async def _complete(self, client: Any, request: ModelRequest) -> ModelResponse:
+    async def _open(self, client: Any, request: ModelRequest, *, stream: bool) -> tuple[Any, dict[str, Any] | None]:
+        """Send the request; return the SDK's completion (or chunk stream) and the schema to validate against."""
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": [_wire_message(m) for m in request.messages],
@@ -184,12 +277,14 @@ class OpenAIModel:
             kwargs["seed"] = request.seed
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
+        if stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
         if request.output_schema is None:
-            raw = await self._create(client, kwargs)
-            return self._response(raw, None)
-        return await self._structured(client, kwargs, request.output_schema)
+            return await self._create(client, kwargs), None
+        return await self._structured(client, kwargs, request.output_schema), request.output_schema
 
-    async def _structured(self, client: Any, kwargs: dict[str, Any], schema: dict[str, Any]) -> ModelResponse:
+    async def _structured(self, client: Any, kwargs: dict[str, Any], schema: dict[str, Any]) -> Any:
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as e:
@@ -206,13 +301,14 @@ class OpenAIModel:
             last = mode == modes[-1]
             try:
                 # An untried mode is probed once: a server that rejects it is not retried.
+                # A stream is rejected the same way: the HTTP status comes before any chunk.
                 raw = await self._create(client if known else client.with_options(max_retries=0), attempt)
             except (ModelBadRequestError, ModelServerError) as e:
                 if last or not _rejects_response_format(e):
                     raise
                 continue
             _schema_modes[key] = mode
-            return self._response(raw, schema)
+            return raw
         raise AssertionError("unreachable")  # pragma: no cover - the last mode returns or raises
 
     async def _create(self, client: Any, kwargs: dict[str, Any]) -> Any:
@@ -240,46 +336,44 @@ class OpenAIModel:
             return ModelBadRequestError(f"{where}: request rejected ({status}): {detail}", model=self.name, status=status)
         return ModelServerError(f"{where}: {type(e).__name__}: {detail}", model=self.name, status=status)
 
-    def _response(self, raw: Any, schema: dict[str, Any] | None) -> ModelResponse:
-        if not raw.choices:
-            raise ModelServerError(f"{self.name}: the server returned no choices", model=self.name)
-        choice = raw.choices[0]
-        message = choice.message
-        text = message.content or ""
+    def _response(
+        self,
+        text: str,
+        calls: list[tuple[str, str, str | None]],
+        usage: Any,
+        model: str | None,
+        finish_reason: str | None,
+        schema: dict[str, Any] | None,
+    ) -> ModelResponse:
+        """The response `complete` and `stream` both return; ``calls`` are (id, name, JSON arguments)."""
         if schema is not None:
-            self._validate(text, schema, choice.finish_reason)
-        usage = raw.usage
+            self._validate(text, schema, finish_reason)
         return ModelResponse(
             text=text,
-            tool_calls=[self._tool_call(c) for c in (message.tool_calls or [])],
+            tool_calls=[self._tool_call(*call) for call in calls],
             usage=Usage(
                 input_tokens=(usage.prompt_tokens or 0) if usage else 0,
                 output_tokens=(usage.completion_tokens or 0) if usage else 0,
                 model_calls=1,
             ),
-            model=raw.model or self.model,
-            finish_reason=choice.finish_reason,
+            model=model or self.model,
+            finish_reason=finish_reason,
         )
 
-    def _tool_call(self, call: Any) -> ToolCall:
-        function = getattr(call, "function", None)
-        if function is None:
-            raise ModelBadRequestError(
-                f"{self.name}: unsupported tool call type {getattr(call, 'type', None)!r}", model=self.name
-            )
+    def _tool_call(self, call_id: str, name: str, arguments_json: str | None) -> ToolCall:
         try:
-            arguments = json.loads(function.arguments) if function.arguments else {}
+            arguments = json.loads(arguments_json) if arguments_json else {}
         except json.JSONDecodeError as e:
             raise ModelBadRequestError(
-                f"{self.name}: tool call {function.name!r} has malformed JSON arguments: {e}: {function.arguments!r}",
+                f"{self.name}: tool call {name!r} has malformed JSON arguments: {e}: {arguments_json!r}",
                 model=self.name,
             ) from e
         if not isinstance(arguments, dict):
             raise ModelBadRequestError(
-                f"{self.name}: tool call {function.name!r} arguments are not a JSON object: {function.arguments!r}",
+                f"{self.name}: tool call {name!r} arguments are not a JSON object: {arguments_json!r}",
                 model=self.name,
             )
-        return ToolCall(call_id=call.id, name=function.name, arguments=arguments)
+        return ToolCall(call_id=call_id, name=name, arguments=arguments)
 
     def _validate(self, text: str, schema: dict[str, Any], finish_reason: str | None) -> None:
         cut = " (the reply was cut off by max_tokens)" if finish_reason == "length" else ""
