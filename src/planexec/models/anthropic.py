@@ -33,6 +33,7 @@ import jsonschema
 from ..errors import (
     ModelAuthError,
     ModelBadRequestError,
+    ModelOutputError,
     ModelError,
     ModelRateLimitError,
     ModelServerError,
@@ -364,7 +365,8 @@ class AnthropicModel:
         try:
             jsonschema.validate(data, schema)
         except jsonschema.ValidationError as e:
-            raise ModelBadRequestError(
-                f"{self.name}: structured output does not match output_schema: {e.message}", model=self.name
+            # the text goes with the error so the planner can send it back for repair
+            raise ModelOutputError(
+                f"{self.name}: structured output does not match output_schema: {e.message}", model=self.name, text=json.dumps(data)
             ) from e
         return json.dumps(data)

@@ -135,6 +135,8 @@ class LocalModel:
 
     # SmolLM2 has no native tool calling: role workers ask it for schema-constrained JSON instead
     supports_tools = False
+    # replies are decoded under a grammar made from the output schema, so every schema keyword is enforced
+    constrained_decoding = True
 
     def __init__(
         self,

@@ -66,6 +66,11 @@ class ManagedModel:
         """Whether the provider calls tools natively."""
         return bool(getattr(self.inner, "supports_tools", True))
 
+    @property
+    def constrained_decoding(self) -> bool:
+        """Whether the provider enforces the output schema while decoding (a grammar)."""
+        return bool(getattr(self.inner, "constrained_decoding", False))
+
     def delay(self, retry: int, error: ModelError) -> float:
         """Seconds to wait before retry number `retry` (1-based)."""
         if error.retry_after is not None:

@@ -44,6 +44,7 @@ from ..errors import (
     ModelAuthError,
     ModelBadRequestError,
     ModelError,
+    ModelOutputError,
     ModelRateLimitError,
     ModelServerError,
     ModelTimeoutError,
@@ -346,16 +347,17 @@ class OpenAIModel:
         schema: dict[str, Any] | None,
     ) -> ModelResponse:
         """The response `complete` and `stream` both return; ``calls`` are (id, name, JSON arguments)."""
+        used = Usage(
+            input_tokens=(usage.prompt_tokens or 0) if usage else 0,
+            output_tokens=(usage.completion_tokens or 0) if usage else 0,
+            model_calls=1,
+        )
         if schema is not None:
-            self._validate(text, schema, finish_reason)
+            self._validate(text, schema, finish_reason, used)
         return ModelResponse(
             text=text,
             tool_calls=[self._tool_call(*call) for call in calls],
-            usage=Usage(
-                input_tokens=(usage.prompt_tokens or 0) if usage else 0,
-                output_tokens=(usage.completion_tokens or 0) if usage else 0,
-                model_calls=1,
-            ),
+            usage=used,
             model=model or self.model,
             finish_reason=finish_reason,
         )
@@ -375,19 +377,20 @@ class OpenAIModel:
             )
         return ToolCall(call_id=call_id, name=name, arguments=arguments)
 
-    def _validate(self, text: str, schema: dict[str, Any], finish_reason: str | None) -> None:
+    def _validate(self, text: str, schema: dict[str, Any], finish_reason: str | None, usage: Usage) -> None:
+        # ModelOutputError keeps the text and its usage: a caller that repairs (the planner) needs both
         cut = " (the reply was cut off by max_tokens)" if finish_reason == "length" else ""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ModelBadRequestError(
-                f"{self.name}: structured output is not JSON{cut}: {e}: {text[:200]!r}", model=self.name
+            raise ModelOutputError(
+                f"{self.name}: structured output is not JSON{cut}: {e}: {text[:200]!r}", model=self.name, text=text, usage=usage
             ) from e
         try:
             jsonschema.validate(data, schema)
         except jsonschema.ValidationError as e:
-            raise ModelBadRequestError(
-                f"{self.name}: structured output does not match output_schema{cut}: {e.message}", model=self.name
+            raise ModelOutputError(
+                f"{self.name}: structured output does not match output_schema{cut}: {e.message}", model=self.name, text=text, usage=usage
             ) from e
 
 
