@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -35,3 +39,63 @@ def registry():
     from planexec import Registry
 
     return Registry.default()
+
+
+@pytest.fixture
+def allow_requests():
+    """Real model requests on for one test (the suite blocks them), restored afterwards."""
+    from planexec.models import base
+
+    previous = base._requests_allowed
+    block_model_requests(False)
+    yield
+    block_model_requests(not previous)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory):
+    """A real ``python -m llama_cpp.server`` with the bundled SmolLM2 on a free loopback port; its /v1 URL."""
+    pytest.importorskip("llama_cpp.server", reason="needs pip install 'llama-cpp-python[server]==0.3.36'")
+    from planexec.errors import ModelError
+    from planexec.models.local import default_model_path
+
+    try:
+        path = default_model_path()
+    except ModelError as e:
+        pytest.skip(str(e))
+    port = _free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192"]  # fmt: skip
+    # a file, not a pipe: the server's load log alone can fill a pipe's buffer and block it
+    log = tmp_path_factory.mktemp("llama_server") / "server.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer GET /v1/models within 60 s: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -34,8 +34,6 @@ from planexec.models import (
     StreamingModel,
     ToolCall,
     ToolDefinition,
-    base,
-    block_model_requests,
 )
 from planexec.models.anthropic import AnthropicModel
 
@@ -45,15 +43,6 @@ _http = getattr(_base_client, "httpx2", None) or _base_client.httpx
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 MOCK_URL = "http://mock.invalid"
 NAME = "anthropic:claude-test"
-
-
-@pytest.fixture
-def allow_requests():
-    """Real model requests on for one test (the suite blocks them), restored afterwards."""
-    previous = base._requests_allowed
-    block_model_requests(False)
-    yield
-    block_model_requests(not previous)
 
 
 def ask(text: str = "Hi.", **kwargs) -> ModelRequest:

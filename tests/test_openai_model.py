@@ -40,8 +40,6 @@ from planexec.models import (
     StreamingModel,
     ToolCall,
     ToolDefinition,
-    base,
-    block_model_requests,
 )
 from planexec.models import openai as provider
 from planexec.usage import Usage
@@ -55,15 +53,6 @@ _http = importlib.import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__modu
 
 def ask(text: str, **kwargs) -> ModelRequest:
     return ModelRequest(messages=[Message(role="user", content=text)], **kwargs)
-
-
-@pytest.fixture
-def allow_requests():
-    """Real model requests on for one test (the suite blocks them), restored afterwards."""
-    previous = base._requests_allowed
-    block_model_requests(False)
-    yield
-    block_model_requests(not previous)
 
 
 @pytest.fixture
@@ -95,45 +84,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
-    """A real ``llama_cpp.server`` on a free loopback port, stopped after the module."""
-    pytest.importorskip("llama_cpp.server", reason="needs pip install 'llama-cpp-python[server]==0.3.36'")
-    from planexec.models.local import default_model_path
-
-    try:
-        path = default_model_path()
-    except ModelError as e:
-        pytest.skip(str(e))
-    port = _free_port()
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path),
-               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"]  # fmt: skip
-    # a file, not a pipe: the server's load log alone can fill a pipe's buffer and block it
-    log = tmp_path_factory.mktemp("llama_server") / "server.log"
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer GET /v1/models within 60 s: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def server_url(llama_server):
+    """The suite's real ``llama_cpp.server`` (see conftest)."""
+    return llama_server
 
 
 # --- against the real server ------------------------------------------------
