@@ -143,3 +143,17 @@ def test_a_bad_model_setting_in_the_config_file_is_named(tmp_path: Path):
     (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_retries = -1\n')
     with pytest.raises(ConfigError, match="model_retries"):
         load_config(tmp_path)
+
+
+def test_an_attempt_cut_off_by_its_timeout_still_counts_the_calls_it_made(registry):
+    from planexec import Engine, Plan, RoleWorker
+    from planexec.testing import sleep_tool, tool_call
+
+    model = ManagedModel(ScriptedModel([tool_call("nap", seconds=5), "never reached"], name="openai:gpt-4o-mini"))
+    registry.add_worker(RoleWorker("napper", model=model, description="naps", system_prompt="nap", tools=[sleep_tool("nap")]))
+    plan = Plan.from_data({"plan_id": "p", "goal": "g", "steps": [{"id": "a", "worker": "napper", "action": "respond", "timeout": 0.3}]})
+    result = Engine(registry).run_sync(plan)
+    rec = result.steps["a"]
+    assert rec.error is not None and rec.error.rule == "timeout"
+    assert rec.usage.model_calls == 1 and rec.usage.input_tokens > 0 and rec.usage.cost > 0
+    assert result.usage.model_calls == 1

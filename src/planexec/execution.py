@@ -46,7 +46,7 @@ from .events import (
 from .plan import Plan, Step, resolve_references
 from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
 from .synthesis import assemble, default_answer
-from .usage import Usage
+from .usage import Usage, start_meter, stop_meter
 from .workers import WorkerError
 
 if TYPE_CHECKING:
@@ -379,6 +379,8 @@ class Run:
             t0 = self._attempt_t0[step.step_id] = time.perf_counter()
             timeout = step.timeout or self.engine.default_timeout
             deadline = None
+            # every model call of this attempt reports here, so a timeout or cancel still counts what it used
+            meter, token = start_meter()
             try:
                 call = self._call(step, worker, attempt)
                 deadline = Deadline(timeout, on_stuck=lambda: self._abandon(step, timeout), grace=self.engine.cancel_grace)
@@ -395,24 +397,28 @@ class Run:
                     return None, _error("check_failed", exc), time.perf_counter() - t0, result.usage
                 except asyncio.CancelledError as exc:
                     if deadline.expired():
-                        return None, _error("timeout", StepTimeoutError(step.step_id, timeout)), time.perf_counter() - t0, _ZERO
+                        return None, _error("timeout", StepTimeoutError(step.step_id, timeout)), time.perf_counter() - t0, meter.total
                     if asyncio.current_task().cancelling() == 0:  # type: ignore[union-attr]
                         # nobody cancelled this step: the tool raised CancelledError itself (a cancelled inner task)
-                        return None, _error("exception", exc), time.perf_counter() - t0, _ZERO
+                        return None, _error("exception", exc), time.perf_counter() - t0, meter.total
+                    _update(rec, usage=rec.usage + meter.total)  # the run is being cancelled: keep what was used
                     raise
                 finally:
                     deadline.disarm()
             except _ReferenceError as exc:
                 return None, _error("reference", exc), time.perf_counter() - t0, _ZERO
             except ToolInputError as exc:
-                return None, _error("tool_input", exc), time.perf_counter() - t0, _ZERO
+                return None, _error("tool_input", exc), time.perf_counter() - t0, meter.total
             except ToolOutputError as exc:
-                return None, _error("tool_output", exc), time.perf_counter() - t0, _ZERO
+                return None, _error("tool_output", exc), time.perf_counter() - t0, meter.total
             except WorkerError as exc:  # the worker failed; what it had used is still counted
-                return None, _error("worker", exc), time.perf_counter() - t0, exc.usage
+                return None, _error("worker", exc), time.perf_counter() - t0, exc.usage if not exc.usage.is_zero() else meter.total
             except (Exception, SystemExit) as exc:  # whatever a tool raises becomes a recorded failure
-                return None, _error("exception", exc), time.perf_counter() - t0, _ZERO
-            return result, None, time.perf_counter() - t0, result.usage
+                return None, _error("exception", exc), time.perf_counter() - t0, meter.total
+            finally:
+                stop_meter(token)
+            # a worker that reports no usage may still have called metered models
+            return result, None, time.perf_counter() - t0, result.usage if not result.usage.is_zero() else meter.total
 
     def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
         deps = self._deps[step.step_id]

@@ -1,14 +1,17 @@
 """Usage accounting: tokens and cost, as reported by a worker or a model call.
 
-Owns the `Usage` record only. Imports nothing from planexec, so models,
-workers, events and the engine can all share it.
+Owns the `Usage` record and the per-attempt `UsageMeter` that models report
+to. Imports nothing from planexec, so models, workers, events and the
+engine can all share it.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar, Token
+
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Usage"]
+__all__ = ["Usage", "UsageMeter", "record_usage", "start_meter", "stop_meter"]
 
 
 class Usage(BaseModel):
@@ -62,3 +65,42 @@ class Usage(BaseModel):
     def is_zero(self) -> bool:
         """True when nothing was used (tool-only steps)."""
         return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost or self.unpriced_calls)
+
+
+class UsageMeter:
+    """Counts the usage of every model call made while it is active (see `metering`).
+
+    The engine opens one per step attempt, so an attempt cut off by its
+    timeout or a cancel still accounts for the calls it had finished.
+    Models report to it through `record_usage`.
+    """
+
+    __slots__ = ("total",)
+
+    def __init__(self) -> None:
+        self.total = Usage()
+
+    def add(self, usage: Usage) -> None:
+        """Count one call's usage."""
+        self.total = self.total + usage
+
+
+_meter: ContextVar[UsageMeter | None] = ContextVar("planexec_usage_meter", default=None)
+
+
+def record_usage(usage: Usage) -> None:
+    """Report a model call's usage to the meter of the current step attempt, if there is one."""
+    meter = _meter.get()
+    if meter is not None:
+        meter.add(usage)
+
+
+def start_meter() -> tuple[UsageMeter, Token[UsageMeter | None]]:
+    """Open a meter for the current context; `stop_meter(token)` closes it."""
+    meter = UsageMeter()
+    return meter, _meter.set(meter)
+
+
+def stop_meter(token: Token[UsageMeter | None]) -> None:
+    """Close the meter opened with `start_meter`."""
+    _meter.reset(token)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import ModelError, ModelTimeoutError
 from ..pricing import PriceTable
+from ..usage import record_usage
 from .base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
 
 __all__ = ["ManagedModel"]
@@ -128,4 +129,6 @@ class ManagedModel:
         if self.prices.lookup(name) is None and response.model:
             # a name like 'openai:my-deployment' may still be priced by the id the server returned
             name = f"{self.name.split(':', 1)[0]}:{response.model}"
-        return response.model_copy(update={"usage": self.prices.apply(name, response.usage)})
+        priced = response.model_copy(update={"usage": self.prices.apply(name, response.usage)})
+        record_usage(priced.usage)  # the step attempt's meter, so a timed-out attempt still counts it
+        return priced
