@@ -1,27 +1,31 @@
 """Workers: the roles that perform steps.
 
-Owns the `Worker` protocol and its two kinds: `ToolWorker` (performs an
-action by calling one of its tools with the step's parameters) and
-`RoleWorker` (a role with a description the planner reads, a system prompt,
-a set of tools and a model; it works the step in a bounded tool-calling
-loop). Imports `calls`, `tools`, `usage`, `errors` and `models.base`.
+Owns the `Worker` protocol and its kinds: `ToolWorker` (performs an action
+by calling one of its tools with the step's parameters), `RoleWorker` (a
+role with a description the planner reads, a system prompt, a set of tools
+and a model; it works the step in a bounded tool-calling loop, natively or
+in JSON mode) and `CriticWorker` (a role whose answer is a `Verdict`, and
+whose approvals count only after a tool check). Imports `calls`, `tools`,
+`toolcalls`, `usage`, `errors` and `models.base`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field
 
 from .calls import StepCall, WorkResult
-from .errors import PlanexecError, RegistryError, ToolError
-from .models.base import Message, Model, ModelRequest, ToolCall
+from .errors import PlanexecError, RegistryError, ToolError, ToolInputError
+from .models.base import Message, Model, ToolCall
+from .toolcalls import JsonToolCalls, NativeToolCalls, prompt_file
 from .tools import Tool
 from .usage import Usage
 
-__all__ = ["RoleWorker", "ToolWorker", "Worker", "WorkerError"]
+__all__ = ["CriticWorker", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
 
 
 class WorkerError(PlanexecError):
@@ -106,7 +110,21 @@ class RoleWorker:
     outputs, may call its tools (arguments checked before they run; a tool
     error goes back to the model as the tool's result), and answers with
     text, or JSON when the reply parses as JSON. Its actions are its `tasks`
-    (free-form) plus its tools' names.
+    (free-form, worked by the model) plus its tools' names (called directly
+    with the step's parameters, no model involved).
+
+    Tool calling is native when the model supports it, else JSON mode
+    (`tool_calling="auto"` reads the model's ``supports_tools``, default
+    True; "native" and "json" force one): see `planexec.toolcalls`. With an
+    `answer_schema` (a pydantic model or a JSON Schema) the final answer must
+    be JSON matching it. A reply that cannot be used (not JSON in JSON mode,
+    an answer off the schema) is fed back to the model with the problem; it
+    costs a turn. After `max_turns` turns without an answer the step fails
+    with `WorkerError`, whose `usage` is every turn's usage.
+
+    A tool declared `requires_approval` runs inside the loop only when the
+    step itself required (and so received) approval; otherwise the model is
+    told it did not run.
     """
 
     def __init__(
@@ -121,9 +139,13 @@ class RoleWorker:
         max_turns: int = 8,
         max_concurrency: int | None = None,
         temperature: float | None = None,
+        answer_schema: type[BaseModel] | dict[str, Any] | None = None,
+        tool_calling: Literal["auto", "native", "json"] = "auto",
     ) -> None:
         if not isinstance(model, Model):
             raise RegistryError(f"role worker {name!r}: model must implement planexec.models.Model", name=name)
+        if tool_calling not in ("auto", "native", "json"):
+            raise RegistryError(f"role worker {name!r}: tool_calling must be auto, native or json, not {tool_calling!r}", name=name)
         self.name = name
         self.model = model
         self.description = description
@@ -133,18 +155,37 @@ class RoleWorker:
         self.max_turns = max_turns
         self.max_concurrency = max_concurrency
         self.temperature = temperature
+        self.tool_calling = tool_calling
+        self.answer_schema = _schema_of(name, answer_schema)
+        self._answer_validator = (
+            jsonschema.validators.validator_for(self.answer_schema)(self.answer_schema) if self.answer_schema is not None else None
+        )
 
     def __repr__(self) -> str:
-        return f"RoleWorker({self.name!r}, model={self.model.name!r})"
+        return f"{type(self).__name__}({self.name!r}, model={self.model.name!r})"
 
     @property
     def actions(self) -> set[str]:
         """Its free-form tasks and its tools' names."""
         return self.tasks | set(self.tools)
 
+    @property
+    def json_mode(self) -> bool:
+        """True when tool calls go through JSON replies (the model has no native tool calling)."""
+        if self.tool_calling == "auto":
+            return not getattr(self.model, "supports_tools", True)
+        return self.tool_calling == "json"
+
     def input_model(self, action: str) -> type[BaseModel] | None:
         """Free-form parameters for tasks; a tool's model when the action is a tool."""
         return self.tools[action].input_model if action in self.tools and action not in self.tasks else None
+
+    def protocol(self) -> NativeToolCalls | JsonToolCalls:
+        """How this worker's turns ask for tool calls (JSON mode only matters when it has tools)."""
+        definitions = [t.definition() for t in self.tools.values()]
+        if definitions and self.json_mode:
+            return JsonToolCalls(definitions, self.answer_schema)
+        return NativeToolCalls(definitions, self.answer_schema)
 
     def render_task(self, call: StepCall) -> str:
         """The user message: the goal, the instruction, parameters and upstream outputs."""
@@ -158,46 +199,172 @@ class RoleWorker:
             parts.append(f"Step {step_id} failed: {err}")
         return "\n\n".join(parts)
 
+    def finish(self, answer: Any, tools_ran: list[str]) -> Any:
+        """The step's output from the model's accepted answer (`tools_ran`: tools that ran, in order)."""
+        return answer
+
     async def perform(self, call: StepCall) -> WorkResult:
-        """Run the tool-calling loop until the model answers without tool calls."""
-        messages = [Message(role="system", content=self.system_prompt), Message(role="user", content=self.render_task(call))]
-        definitions = [t.definition() for t in self.tools.values()]
+        """A tool action: call the tool. A task: run the tool-calling loop until the model answers."""
+        if call.action in self.tools and call.action not in self.tasks:
+            found = self.tools[call.action]
+            return WorkResult(output=await found.invoke(call.parameters, call), tools=[found.name])
+        protocol = self.protocol()
+        messages = [
+            Message(role="system", content=protocol.system_prompt(self.system_prompt)),
+            Message(role="user", content=self.render_task(call)),
+        ]
         usage = Usage()
         used: list[str] = []
-        for _ in range(self.max_turns):
+        ran: list[str] = []
+        problem: str | None = None
+        for turn in range(self.max_turns):
             try:
-                response = await self.model.complete(
-                    ModelRequest(messages=messages, tools=definitions, temperature=self.temperature)
-                )
+                response = await self.model.complete(protocol.request(messages, self.temperature))
             except PlanexecError as exc:  # a model error: keep what the earlier turns cost
                 raise WorkerError(f"worker {self.name!r}: {type(exc).__name__}: {exc}", usage=usage) from exc
             usage = usage + response.usage
-            if not response.tool_calls:
-                return WorkResult(output=_maybe_json(response.text), usage=usage, tools=used)
-            messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
-            for tc in response.tool_calls:
+            reply = protocol.read(response, turn)
+            if not reply.calls:
+                problem = reply.problem or self._answer_problem(reply.answer)
+                if problem is None:
+                    return WorkResult(output=self.finish(reply.answer, ran), usage=usage, tools=used)
+                retry = prompt_file("toolcalls", "retry.md", problem=problem)
+                messages += [Message(role="assistant", content=response.text), Message(role="user", content=retry)]
+                continue
+            problem = None
+            messages.append(protocol.assistant_message(response, reply))
+            for tc in reply.calls:
                 used.append(tc.name)
-                messages.append(Message(role="tool", call_id=tc.call_id, content=await self._run_tool(tc, call)))
+                content, did_run = await self._run_tool(tc, call)
+                if did_run:
+                    ran.append(tc.name)
+                messages.append(protocol.result_message(tc, content))
+        if problem is not None:
+            raise WorkerError(
+                f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage
+            )
         raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
 
-    async def _run_tool(self, tc: ToolCall, call: StepCall) -> str:
+    def _answer_problem(self, answer: Any) -> str | None:
+        if self._answer_validator is None:
+            return None
+        error = jsonschema.exceptions.best_match(self._answer_validator.iter_errors(answer))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"the answer does not match its schema{f' at {where}' if where else ''}: {error.message}"
+
+    async def _run_tool(self, tc: ToolCall, call: StepCall) -> tuple[str, bool]:
+        """The result the model reads, and whether the tool actually ran."""
         found = self.tools.get(tc.name)
         if found is None:
-            return f"error: no tool {tc.name!r}; available: {', '.join(sorted(self.tools)) or 'none'}"
+            return f"error: no tool {tc.name!r}; available: {', '.join(sorted(self.tools)) or 'none'}", False
+        if found.requires_approval and not call.step.requires_approval:
+            return (
+                f"error: tool {tc.name!r} requires approval and this step was not approved for it; it did not run",
+                False,
+            )
         try:
             result = await found.invoke(tc.arguments, call)
+        except ToolInputError as exc:  # refused before it ran
+            return f"error: {exc}", False
         except ToolError as exc:
-            return f"error: {exc}"
+            return f"error: {exc}", True
         except Exception as exc:  # the model sees the failure and may try again
-            return f"error: {type(exc).__name__}: {exc}"
-        return json.dumps(result, ensure_ascii=False)
+            return f"error: {type(exc).__name__}: {exc}", True
+        return json.dumps(result, ensure_ascii=False), True
 
 
-def _maybe_json(text: str) -> Any:
-    stripped = text.strip()
-    if stripped[:1] in ("{", "["):
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError:
-            pass
-    return text
+def _schema_of(name: str, schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:
+    if schema is None:
+        return None
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        schema = schema.model_json_schema()
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise RegistryError(f"role worker {name!r}: answer_schema is not a valid JSON Schema: {exc.message}", name=name) from None
+    return schema
+
+
+# What a critic's model answers; `Verdict` adds what the worker knows (judged, tools_used).
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["approved", "reasons"],
+    "additionalProperties": False,
+}
+
+UNJUDGED = "not judged: the critic approved without calling any tool, and an approval counts only after a check"
+
+
+class Verdict(BaseModel):
+    """A critic's verdict, the output of its review steps (as JSON).
+
+    `approved` is True only for a judged approval. `judged` is False when the
+    critic's model approved without any tool having run in that step: such an
+    approval is recorded as ``approved: false, judged: false`` and its first
+    reason says so. A rejection is always judged. `tools_used` are the tools
+    that ran (an unknown tool or refused arguments is not a check).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approved: bool
+    reasons: list[str] = Field(default_factory=list)
+    judged: bool = True
+    tools_used: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def judge(cls, approved: bool, reasons: list[str], tools_ran: list[str]) -> Verdict:
+        """The verdict the critic rule gives a model's answer, knowing which tools ran."""
+        used = list(dict.fromkeys(tools_ran))
+        if approved and not used:
+            return cls(approved=False, reasons=[UNJUDGED, *reasons], judged=False, tools_used=[])
+        return cls(approved=approved, reasons=reasons, judged=True, tools_used=used)
+
+
+class CriticWorker(RoleWorker):
+    """A role worker that reviews work and answers with a `Verdict`.
+
+    The critic rule: an approval given without any tool call in that step is
+    not an approval. The model's final answer must be ``{"approved": bool,
+    "reasons": [str]}`` (structured output); when it approves and none of its
+    tools ran during the step (a tool it does not have, or arguments the tool
+    refused, do not count), the step's output is an unjudged verdict:
+    ``{"approved": false, "judged": false, "reasons": ["not judged: ...",
+    ...], "tools_used": []}``. A rejection is a valid verdict either way. So
+    a critic needs at least one tool; one without tools is refused.
+    """
+
+    def __init__(
+        self,
+        name: str = "critic",
+        *,
+        model: Model,
+        description: str,
+        system_prompt: str,
+        tools: Iterable[Tool],
+        tasks: Iterable[str] = ("review", "respond"),
+        **options: Any,
+    ) -> None:
+        tools = list(tools)
+        if not tools:
+            raise RegistryError(f"critic {name!r} has no tools, so it could never approve (approvals need a tool check)", name=name)
+        super().__init__(
+            name,
+            model=model,
+            description=description,
+            system_prompt=system_prompt,
+            tools=tools,
+            tasks=tasks,
+            answer_schema=VERDICT_SCHEMA,
+            **options,
+        )
+
+    def finish(self, answer: Any, tools_ran: list[str]) -> Any:
+        """The verdict, judged by the critic rule, as JSON."""
+        return Verdict.judge(answer["approved"], list(answer["reasons"]), tools_ran).model_dump(mode="json")
