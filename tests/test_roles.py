@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 import planexec
 from planexec import Plan, Registry, RegistryError, RoleWorker, StepCall, Usage, tool
-from planexec.errors import ModelServerError
+from planexec.errors import ModelOutputError, ModelServerError
 from planexec.models import ModelRequest, ModelResponse, ToolDefinition
 from planexec.roles import ROLES, builtin_roles, role_prompt
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
@@ -496,3 +496,17 @@ def test_default_tools_need_a_workspace_and_the_toolkit(monkeypatch):
     monkeypatch.setitem(sys.modules, "planexec.toolkit", None)  # as if it were not installed
     with pytest.raises(RegistryError, match="the default toolkit is not available"):
         builtin_roles(ScriptedModel([]), workspace=".")
+
+
+def test_an_off_schema_reply_refused_by_the_provider_is_fed_back_with_its_usage():
+    cost = Usage(input_tokens=7, output_tokens=2, model_calls=1)
+    refused = ModelOutputError("structured output does not match output_schema", model="m", text='{"answer": 5}', usage=cost)
+    model = ScriptedModel([refused, '{"answer": "5"}'])
+    worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[add], tool_calling="json")
+    result = _run(worker)
+    assert result.output == "5"
+    retry = model.requests[1].messages
+    assert retry[-2].content == '{"answer": 5}' and "could not be used: structured output does not match" in retry[-1].content
+    assert result.usage.model_calls == 2 and result.usage.input_tokens == 7 + sum(
+        count_tokens(m.content) + 4 for m in model.requests[1].messages
+    )

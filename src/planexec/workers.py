@@ -19,7 +19,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from .calls import StepCall, WorkResult
-from .errors import PlanexecError, RegistryError, ToolError, ToolInputError
+from .errors import ModelOutputError, PlanexecError, RegistryError, ToolError, ToolInputError
 from .models.base import Message, Model, ToolCall
 from .toolcalls import JsonToolCalls, NativeToolCalls, prompt_file
 from .tools import Tool
@@ -220,6 +220,11 @@ class RoleWorker:
         for turn in range(self.max_turns):
             try:
                 response = await self.model.complete(protocol.request(messages, self.temperature))
+            except ModelOutputError as exc:  # the provider found the reply off-schema: fed back like ours
+                usage = usage + exc.usage if isinstance(exc.usage, Usage) else usage
+                problem = str(exc)
+                messages += self._retry(exc.text, problem)
+                continue
             except PlanexecError as exc:  # a model error: keep what the earlier turns cost
                 raise WorkerError(f"worker {self.name!r}: {type(exc).__name__}: {exc}", usage=usage) from exc
             usage = usage + response.usage
@@ -228,8 +233,7 @@ class RoleWorker:
                 problem = reply.problem or self._answer_problem(reply.answer)
                 if problem is None:
                     return WorkResult(output=self.finish(reply.answer, ran), usage=usage, tools=used)
-                retry = prompt_file("toolcalls", "retry.md", problem=problem)
-                messages += [Message(role="assistant", content=response.text), Message(role="user", content=retry)]
+                messages += self._retry(response.text, problem)
                 continue
             problem = None
             messages.append(protocol.assistant_message(response, reply))
@@ -244,6 +248,12 @@ class RoleWorker:
                 f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage
             )
         raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
+
+    @staticmethod
+    def _retry(text: str, problem: str) -> list[Message]:
+        """The unusable reply and the message that says why, so the model can try again."""
+        retry = prompt_file("toolcalls", "retry.md", problem=problem)
+        return [Message(role="assistant", content=text), Message(role="user", content=retry)]
 
     def _answer_problem(self, answer: Any) -> str | None:
         if self._answer_validator is None:
