@@ -23,7 +23,11 @@ EXPECTED = {
     # errors
     "PlanexecError", "ConfigError", "PlanError", "PlanParseError", "PlanValidationError", "RegistryError", "ToolError",
     "ToolInputError", "ToolOutputError", "StepTimeoutError", "CheckFailedError", "RunError",
-    "RunAbortedError", "RunCancelledError", "ReplanRequested", "ModelError",
+    "RunAbortedError", "RunCancelledError", "ReplanRequested", "ModelError", "ModelOutputError", "PlanningError",
+    # planning, models and teams
+    "Planner", "Planning", "PlanDraft", "PlanStream", "PlanDrafted", "PlanStepParsed", "PlanCompleted",
+    "ModelSettings", "ModelChoice", "resolve_model", "Price", "PriceTable",
+    "build_team", "builtin_roles", "default_toolkit", "CriticWorker", "Verdict",
 }  # fmt: skip
 
 

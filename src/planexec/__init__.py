@@ -20,10 +20,12 @@ from .errors import (
     CheckFailedError,
     ConfigError,
     ModelError,
+    ModelOutputError,
     PlanError,
     PlanexecError,
     PlanParseError,
     PlanValidationError,
+    PlanningError,
     Problem,
     RegistryError,
     ReplanRequested,
@@ -37,6 +39,9 @@ from .errors import (
 )
 from .events import (
     Event,
+    PlanCompleted,
+    PlanDrafted,
+    PlanStepParsed,
     RunFinished,
     RunStarted,
     StepCancelled,
@@ -51,15 +56,23 @@ from .events import (
 )
 from .formats import parse_llmcompiler, parse_rewoo
 from .mapping import PlanMapping, load_foreign_plan
+from .models.providers import resolve_model
 from .plan import Criterion, FailureAction, Plan, RollbackPlan, Step
+from .plan_stream import PlanStream
+from .planner import PlanDraft, Planner, Planning
+from .pricing import Price, PriceTable
 from .registry import Registry
+from .roles import builtin_roles
 from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
 from .runner import LocalRunner, Runner
+from .settings import ModelChoice, ModelSettings
 from .synthesis import FunctionSynthesizer, Synthesizer
+from .team import build_team
+from .toolkit import default_toolkit
 from .tools import Predicate, Tool, predicate, tool
 from .usage import Usage
 from .validation import check_plan, validate_plan
-from .workers import RoleWorker, ToolWorker, Worker
+from .workers import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
 
 __version__ = "0.1.0"
 
@@ -70,21 +83,35 @@ __all__ = [
     "ConfigError",
     "CriteriaChecker",
     "Criterion",
+    "CriticWorker",
     "Engine",
     "ErrorInfo",
     "Event",
     "FailureAction",
     "FunctionSynthesizer",
     "LocalRunner",
+    "ModelChoice",
     "ModelError",
+    "ModelOutputError",
+    "ModelSettings",
     "Output",
     "Plan",
+    "PlanCompleted",
+    "PlanDraft",
+    "PlanDrafted",
     "PlanError",
     "PlanMapping",
     "PlanParseError",
+    "PlanStepParsed",
+    "PlanStream",
     "PlanValidationError",
     "PlanexecError",
+    "Planner",
+    "Planning",
+    "PlanningError",
     "Predicate",
+    "Price",
+    "PriceTable",
     "Problem",
     "Provenance",
     "Registry",
@@ -122,14 +149,19 @@ __all__ = [
     "ToolOutputError",
     "ToolWorker",
     "Usage",
+    "Verdict",
     "WorkResult",
     "Worker",
+    "build_team",
+    "builtin_roles",
     "check_plan",
+    "default_toolkit",
     "load_foreign_plan",
     "parse_event",
     "parse_llmcompiler",
     "parse_rewoo",
     "predicate",
+    "resolve_model",
     "tool",
     "validate_plan",
 ]

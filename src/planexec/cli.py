@@ -1,4 +1,4 @@
-"""The ``planexec`` command: validate a plan, run it, print the plan schema.
+"""The ``planexec`` command: plan a goal, validate a plan, run either, print the plan schema.
 
 Owns argument parsing, exit codes, where output goes, Ctrl-C handling and
 approval prompts. Thin over the public API (`Plan`, `Registry`, `Engine`,
@@ -88,13 +88,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the problems as a JSON list")
     p.set_defaults(command=cmd_validate)
 
-    p = sub.add_parser("run", help="validate a plan, then run it with a live progress display")
-    p.add_argument("--plan", required=True, metavar="PLAN.json", help="the plan file")
+    from .goals import add_goal_options, cmd_plan
+
+    p = sub.add_parser("plan", help="plan a goal with the configured planner model; print or save the plan")
+    p.add_argument("goal", metavar="GOAL", help="what you want done, in words")
+    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan to this file")
+    p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    add_goal_options(p)
+    p.set_defaults(command=cmd_plan)
+
+    p = sub.add_parser("run", help="plan a goal (or read a plan file), approve it, run it with a live progress display")
+    p.add_argument("goal", nargs="?", metavar="GOAL", help="what you want done, in words (or give --plan)")
+    p.add_argument("--plan", metavar="PLAN.json", help="run this plan file instead of planning a goal")
     p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
     p.add_argument("--json", action="store_true", help="no live display; print the run result as JSON")
     p.add_argument("--max-concurrency", type=_positive(int), metavar="N", help="steps running at once")
     p.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="timeout of steps that set none")
-    p.add_argument("--yes", "-y", action="store_true", help="approve every step that requires approval")
+    p.add_argument("--yes", "-y", action="store_true", help="approve the plan and every step that requires approval")
+    p.add_argument("--stream", action="store_true", help="start steps while the planner is still writing (needs --yes)")
+    add_goal_options(p)
     p.set_defaults(command=cmd_run)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
@@ -120,7 +133,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``planexec run``: validate, run with a live display (or JSON), summarise; exit by run status."""
+    """``planexec run``: a goal (see `goals`), or a plan file: validate, run with a live display (or JSON), summarise."""
+    if (args.goal is None) == (args.plan is None):
+        raise UsageError("give a GOAL to plan, or --plan PLAN.json to run a plan file (not both)")
+    if args.goal is not None:
+        from .goals import cmd_run_goal
+
+        return cmd_run_goal(args)
     checked = _checked_plan(args)
     if checked is None:
         return EXIT_FAILED
@@ -160,9 +179,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 # --- running ------------------------------------------------------------------
 
 
-async def _execute(engine: Engine, plan: Plan, display: LiveProgress | EventLog | None) -> RunResult:
+async def _execute(engine: Engine, plan: Plan, display: LiveProgress | EventLog | None, *, planning: Any = None) -> RunResult:
     """Start the run, feed the display, turn Ctrl-C into a recorded cancellation."""
-    run = engine.start(plan, validate=False)  # the command validated it and printed any problems
+    run = engine.start(plan, validate=False, planning=planning)  # the command validated it and printed any problems
+    return await _watch(run, display)
+
+
+async def _watch(run: Any, display: LiveProgress | EventLog | None) -> RunResult:
+    """Feed the display from a started run and turn Ctrl-C into a recorded cancellation."""
     if display is not None:
         run.subscribe(display)
     loop = asyncio.get_running_loop()

@@ -1,0 +1,193 @@
+"""The goal commands of the CLI: ``planexec plan GOAL`` and ``planexec run GOAL``.
+
+Owns what happens between a goal typed by the user and a run: choosing and
+announcing the models (`ModelSettings`), building the team (`build_team`),
+planning (with repair) or streaming the plan into the engine, showing the
+plan as a table and a DAG, asking for approval, and the closing report
+(the deliverable, usage and cost per role, model calls). Reuses the plumbing
+of `cli` (consoles, Ctrl-C handling, approvals, exit codes). Imports the
+public API only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.prompt import Confirm
+
+from . import cli
+from .engine import Engine
+from .errors import ConfigError, ModelError, PlanningError, RegistryError
+from .plan_stream import PlanStream
+from .planner import Planner, Planning
+from .planview import plan_graph, plan_table, usage_table
+from .progress import EventLog, LiveProgress, print_summary
+from .registry import Registry
+from .results import RunResult
+from .settings import ModelSettings
+from .team import build_team
+
+__all__ = ["add_goal_options", "cmd_plan", "cmd_run_goal"]
+
+
+def add_goal_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose models and shape planning."""
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="the planner's model (default: configured, else local:smollm2)")
+    p.add_argument("--worker-model", metavar="PROVIDER:MODEL", help="the role workers' model (default: the planner's)")
+    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server for openai: models (vLLM, Ollama, llama.cpp)")
+    p.add_argument("--max-steps", type=int, default=None, metavar="N", help="the longest plan allowed (default 8; 5 on local models)")
+    p.add_argument("--max-repairs", type=int, default=2, metavar="N", help="drafts sent back to the planner to fix (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the models that honour one (default 0)")
+    p.add_argument("--workspace", metavar="DIR", help="folder the file and code tools work in (default ./workspace)")
+    p.add_argument("--show-graph", action="store_true", help="also draw the plan's DAG")
+
+
+def _settings(args: argparse.Namespace) -> tuple[ModelSettings, Any]:
+    config = cli._config()
+    try:
+        settings = ModelSettings(config, planner=args.model, worker=args.worker_model, base_url=args.base_url, seed=args.seed)
+    except ConfigError as exc:
+        raise cli.UsageError(str(exc)) from None
+    return settings, config
+
+
+def _team(args: argparse.Namespace, settings: ModelSettings, config: Any) -> Registry:
+    workspace = Path(args.workspace or config.workspace or "workspace")
+    try:
+        return build_team(settings, workspace=workspace, modules=[*config.tools, *args.tools])
+    except RegistryError as exc:
+        raise cli.UsageError(str(exc)) from None
+
+
+def _planner(args: argparse.Namespace, settings: ModelSettings, registry: Registry) -> Planner:
+    model = settings.model(settings.planner.name)
+    local = settings.planner.name.startswith("local:")
+    max_steps = args.max_steps or (5 if local else 8)  # a small local model writes short plans faster and better
+    return Planner(model, registry, max_steps=max_steps, max_repairs=args.max_repairs, seed=args.seed)
+
+
+def _announce(settings: ModelSettings) -> None:
+    err = cli._console(stderr=True)
+    for line in settings.describe():
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+async def _draft(planner: Planner, goal: str) -> Planning:
+    return await planner.draft(goal)
+
+
+def _plan_or_exit(planner: Planner, goal: str) -> Planning | None:
+    """The planning, or None after printing why there is no plan."""
+    err = cli._console(stderr=True)
+    err.print(f"planning with {planner.model.name} …", markup=False, highlight=False)
+    try:
+        return asyncio.run(_draft(planner, goal))
+    except PlanningError as exc:
+        err.print(f"planexec: no valid plan: {exc}", markup=False, highlight=False, soft_wrap=True)
+    except ModelError as exc:
+        err.print(f"planexec: the planner's model failed: {type(exc).__name__}: {exc}", markup=False, highlight=False, soft_wrap=True)
+    return None
+
+
+def _show_plan(planning: Planning, *, graph: bool) -> None:
+    out = cli._console()
+    out.print(plan_table(planning.plan))
+    if graph:
+        out.print(plan_graph(planning.plan))
+    u = planning.usage
+    tries = f", after {planning.repairs} repair(s)" if planning.repairs else ""
+    out.print(
+        f"planned in {len(planning.drafts)} draft(s){tries}: {u.input_tokens} tokens in, {u.output_tokens} out, {u.describe_cost()}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``planexec plan GOAL``: plan only; print the plan (or write it with -o)."""
+    settings, config = _settings(args)
+    _announce(settings)
+    registry = _team(args, settings, config)
+    planning = _plan_or_exit(_planner(args, settings, registry), args.goal)
+    if planning is None:
+        return cli.EXIT_FAILED
+    if args.output:
+        Path(args.output).write_text(planning.plan.to_json() + "\n", encoding="utf-8")
+        cli._console(stderr=True).print(f"wrote {args.output}", markup=False, highlight=False)
+    if args.json:
+        print(planning.plan.to_json())
+    else:
+        _show_plan(planning, graph=args.show_graph)
+    return cli.EXIT_OK
+
+
+def _approve_plan(yes: bool) -> bool:
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        cli._console(stderr=True).print("planexec: the plan was not run: approve it with --yes (stdin is not a terminal)", markup=False)
+        return False
+    try:
+        return Confirm.ask("Run this plan?", console=cli._console(stderr=True), default=False)
+    except EOFError:
+        return False
+
+
+def cmd_run_goal(args: argparse.Namespace) -> int:
+    """``planexec run GOAL``: plan (or stream the plan), approve, execute with progress, report."""
+    settings, config = _settings(args)
+    _announce(settings)
+    registry = _team(args, settings, config)
+    planner = _planner(args, settings, registry)
+    out = cli._console()
+    options: dict[str, Any] = {"seed": args.seed}
+    if args.max_concurrency or config.max_concurrency:
+        options["max_concurrency"] = args.max_concurrency or config.max_concurrency
+    if args.timeout or config.default_timeout:
+        options["default_timeout"] = args.timeout or config.default_timeout
+
+    if args.stream:
+        if not args.yes:
+            raise cli.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
+        display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
+        options["approver"] = cli._approver(yes=True, interactive=False, display=display)
+        engine = Engine(registry, **options)
+        result = asyncio.run(_stream(engine, planner, args.goal, display))
+    else:
+        planning = _plan_or_exit(planner, args.goal)
+        if planning is None:
+            return cli.EXIT_FAILED
+        if not args.json:
+            _show_plan(planning, graph=args.show_graph)
+        if not _approve_plan(args.yes):
+            return cli.EXIT_FAILED
+        plan = planning.plan
+        display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
+        options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
+        engine = Engine(registry, **options)
+        result = asyncio.run(cli._execute(engine, plan, display, planning=planning))
+    _report(args, result)
+    return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
+
+
+async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None) -> RunResult:
+    run = engine.start_streaming(PlanStream(planner, goal))
+    return await cli._watch(run, display)
+
+
+def _report(args: argparse.Namespace, result: RunResult) -> None:
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return
+    out = cli._console()
+    print_summary(out, result)
+    out.print(usage_table(result))
+    if result.answer is not None:
+        answer = result.answer if isinstance(result.answer, str) else json.dumps(result.answer, indent=2, ensure_ascii=False)
+        out.rule("deliverable")
+        out.print(answer, markup=False, highlight=False, soft_wrap=True)
