@@ -248,3 +248,18 @@ def test_a_streamed_plan_equals_the_plan_planned_in_one_piece(registry):
     steps, streamed = asyncio.run(go())
     assert isinstance(streamed, Plan) and streamed.content_hash == one.content_hash
     assert [s.step_id for s in steps] == one.step_ids
+
+
+def test_examples_that_fit_the_catalog_become_earlier_turns_the_others_stay_in_the_prompt(registry):
+    from planexec.toolkit import calculator
+
+    planner = Planner(ScriptedModel([]), registry)
+    messages = planner.messages("g")
+    assert [m.role for m in messages] == ["system", "user"]  # no example fits echo/concat/sleep/noop
+    assert "Examples (they use other tools than yours)" in messages[0].content and "population of France" in messages[0].content
+    registry.add_tool(calculator)
+    messages = Planner(ScriptedModel([]), registry).messages("g")
+    assert [m.role for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1].content == "Goal: What is 12 * 7 + 3?"
+    assert json.loads(messages[2].content)["steps"][0]["action"] == "calculator"
+    assert "Examples (they use other tools" not in messages[0].content

@@ -75,11 +75,23 @@ def render_catalog(catalog: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _render_examples() -> str:
-    out = []
-    for ex in json.loads(load_prompt("planner/examples.json")):
-        out.append(f"Tools: {ex['tools']}\nGoal: {ex['goal']}\nPlan: {json.dumps(ex['plan'], ensure_ascii=False)}")
-    return "\n\n".join(out)
+def _example_turns(examples: list[dict[str, Any]], pairs: set[str]) -> tuple[str, list[Message]]:
+    """Few-shot examples: those whose actions all exist become earlier turns of the conversation
+    (small models imitate turns best); when none fits, the others are shown in the system prompt as
+    examples with other tools."""
+    fitting = [ex for ex in examples if set(ex["uses"]) <= pairs]
+    if fitting:
+        turns = []
+        for ex in fitting:
+            turns.append(Message(role="user", content=f"Goal: {ex['goal']}"))
+            turns.append(Message(role="assistant", content=json.dumps(ex["plan"], ensure_ascii=False)))
+        return "", turns
+    shown = [
+        f"Tools: {ex['catalog']}\nGoal: {ex['goal']}\nPlan: {json.dumps(ex['plan'], ensure_ascii=False)}"
+        for ex in examples
+        if "catalog" in ex
+    ]
+    return "\nExamples (they use other tools than yours):\n" + "\n\n".join(shown) + "\n", []
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +129,8 @@ class Planner:
     """Turns goals into validated plans over a registry's workers.
 
     `max_steps` bounds a plan; `max_repairs` how many times problems go back
-    to the model; `positional` picks the schema shape (default: positional
+    to the model; `examples` replace the shipped few-shot examples (an
+    example is shown as an earlier turn when every action it uses exists); `positional` picks the schema shape (default: positional
     when the model decodes under a grammar, see `plan_schema`); `workers`
     restricts which workers it may use.
     """
@@ -134,6 +147,7 @@ class Planner:
         max_tokens: int | None = 2048,
         positional: bool | None = None,
         workers: list[str] | None = None,
+        examples: list[dict[str, Any]] | None = None,
     ) -> None:
         if max_repairs < 0:
             raise ValueError("max_repairs must be 0 or more")
@@ -146,25 +160,24 @@ class Planner:
         self.max_tokens = max_tokens
         self.positional = bool(getattr(model, "constrained_decoding", False)) if positional is None else positional
         self.workers = workers
+        # few-shot examples: {"uses": ["worker.action", ...], "goal", "plan", "catalog"?}; shipped ones by default
+        self.examples = examples if examples is not None else json.loads(load_prompt("planner/examples.json"))
         self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers)
 
     def __repr__(self) -> str:
         return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
 
     def messages(self, goal: str) -> list[Message]:
-        """The opening conversation: the system prompt (catalog, rules, examples) and the goal."""
+        """The opening conversation: the system prompt (catalog, rules), few-shot examples, and the goal."""
         catalog = []
         for w in self.registry.catalog():
             if self.workers is None or w["name"] in self.workers:
                 allowed = set(planning_actions(self.registry.workers[w["name"]]))
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
-        system = _fill(
-            load_prompt("planner/system.md"),
-            catalog=render_catalog(catalog),
-            max_steps=str(self.max_steps),
-            examples=_render_examples(),
-        )
-        return [Message(role="system", content=system), Message(role="user", content=f"Goal: {goal}")]
+        pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
+        shown, turns = _example_turns(self.examples, pairs)
+        system = _fill(load_prompt("planner/system.md"), catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
+        return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
     def request(self, messages: list[Message]) -> ModelRequest:
         """One planning call: the conversation so far, the draft schema, the seed."""
