@@ -34,11 +34,12 @@ from .registry import Registry
 
 __all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_actions"]
 
-INSTRUCTION_MAX = 300
+# bounds a grammar enforces on small models, which otherwise write until max_tokens
+INSTRUCTION_MAX = 200
 FREE_PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "additionalProperties": {"type": "string", "maxLength": 400},
-    "maxProperties": 4,
+    "additionalProperties": {"type": "string", "maxLength": 200},
+    "maxProperties": 3,
 }
 FAILURE_ACTIONS = ["abort", "retry", "skip", "replan"]
 

@@ -141,6 +141,7 @@ class RoleWorker:
         temperature: float | None = None,
         answer_schema: type[BaseModel] | dict[str, Any] | None = None,
         tool_calling: Literal["auto", "native", "json"] = "auto",
+        max_tokens: int | None = 1024,
     ) -> None:
         if not isinstance(model, Model):
             raise RegistryError(f"role worker {name!r}: model must implement planexec.models.Model", name=name)
@@ -155,6 +156,7 @@ class RoleWorker:
         self.max_turns = max_turns
         self.max_concurrency = max_concurrency
         self.temperature = temperature
+        self.max_tokens = max_tokens  # per turn: a small model under a grammar can otherwise write until its context is full
         self.tool_calling = tool_calling
         self.answer_schema = _schema_of(name, answer_schema)
         self._answer_validator = (
@@ -219,7 +221,10 @@ class RoleWorker:
         problem: str | None = None
         for turn in range(self.max_turns):
             try:
-                response = await self.model.complete(protocol.request(messages, self.temperature))
+                request = protocol.request(messages, self.temperature)
+                if self.max_tokens is not None:
+                    request = request.model_copy(update={"max_tokens": self.max_tokens})
+                response = await self.model.complete(request)
             except ModelOutputError as exc:  # the provider found the reply off-schema: fed back like ours
                 usage = usage + exc.usage if isinstance(exc.usage, Usage) else usage
                 problem = str(exc)
