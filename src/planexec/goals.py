@@ -68,7 +68,7 @@ def _planner(args: argparse.Namespace, settings: ModelSettings, registry: Regist
     model = settings.model(settings.planner.name)
     local = settings.planner.name.startswith("local:")
     max_steps = args.max_steps or (5 if local else 8)  # a small local model writes short plans faster and better
-    max_tokens = 1024 if local else 4096  # a plan of a few steps; bounds a small model that rambles under its grammar
+    max_tokens = 640 if local else 4096  # a plan of a few steps; bounds a small model that rambles under its grammar
     return Planner(model, registry, max_steps=max_steps, max_repairs=args.max_repairs, seed=args.seed, max_tokens=max_tokens)
 
 

@@ -17,6 +17,7 @@ Prompts are files under ``prompts/planner/``. Imports `plan`,
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -75,11 +76,18 @@ def render_catalog(catalog: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _example_turns(examples: list[dict[str, Any]], pairs: set[str]) -> tuple[str, list[Message]]:
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _overlap(a: str, b: str) -> int:
+    return len(set(_WORD.findall(a.lower())) & set(_WORD.findall(b.lower())))
+
+
+def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str) -> tuple[str, list[Message]]:
     """Few-shot examples: those whose actions all exist become earlier turns of the conversation
-    (small models imitate turns best); when none fits, the others are shown in the system prompt as
-    examples with other tools."""
-    fitting = [ex for ex in examples if set(ex["uses"]) <= pairs]
+    (small models imitate turns best), the one most like the goal last, since a small model copies
+    the nearest; when none fits, the others are shown in the system prompt as examples with other tools."""
+    fitting = sorted((ex for ex in examples if set(ex["uses"]) <= pairs), key=lambda ex: _overlap(ex["goal"], goal))
     if fitting:
         turns = []
         for ex in fitting:
@@ -175,7 +183,7 @@ class Planner:
                 allowed = set(planning_actions(self.registry.workers[w["name"]]))
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
-        shown, turns = _example_turns(self.examples, pairs)
+        shown, turns = _example_turns(self.examples, pairs, goal)
         system = _fill(load_prompt("planner/system.md"), catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
