@@ -36,10 +36,13 @@ __all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_action
 
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
+# a task with free-form parameters (a role's "write", "research") takes one text input; fixed
+# names, because a grammar cannot bound the length of free property names and small models
+# then write a key that never ends
 FREE_PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "additionalProperties": {"type": "string", "maxLength": 200},
-    "maxProperties": 3,
+    "properties": {"input": {"type": "string", "maxLength": 300}},
+    "additionalProperties": False,
 }
 FAILURE_ACTIONS = ["abort", "retry", "skip", "replan"]
 

@@ -67,7 +67,7 @@ def render_catalog(catalog: list[dict[str, Any]]) -> str:
             params = action["parameters"]
             props = params.get("properties")
             if props is None:
-                signature = "free-form parameters (an object of short strings)"
+                signature = "input: string (optional): the text the task works on; may quote earlier results"
             else:
                 required = set(params.get("required", []))
                 signature = ", ".join(f"{name}: {_type_of(p)}{'' if name in required else ' (optional)'}" for name, p in props.items())
