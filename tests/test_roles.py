@@ -352,7 +352,7 @@ def test_builtin_roles_select_their_tools_by_name():
     assert set(roles["researcher"].tools) == {"read_file", "list_files", "search_files", "calculator"}
     assert set(roles["coder"].tools) == {"run_python", "read_file", "list_files", "write_file"}
     assert set(roles["critic"].tools) == {"run_python", "read_file", "calculator"}
-    assert set(roles["writer"].tools) == {"read_file"}
+    assert set(roles["writer"].tools) == set()  # it writes from what it is given
     assert isinstance(roles["critic"], CriticWorker) and type(roles["writer"]) is RoleWorker
     assert {w.name: sorted(w.tasks) for w in roles.values()} == {
         "researcher": ["research", "respond"],
@@ -476,7 +476,7 @@ def test_builtin_roles_default_to_the_toolkit_of_the_workspace(tmp_path):
     assert set(roles["coder"].tools) == {"run_python", "read_file", "list_files", "write_file"}
     assert roles["coder"].tools["write_file"].requires_approval
     assert set(roles["critic"].tools) == {"run_python", "read_file", "calculator"}
-    assert set(roles["writer"].tools) == {"read_file"}
+    assert set(roles["writer"].tools) == set()  # it writes from what it is given
 
 
 def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
@@ -510,3 +510,24 @@ def test_an_off_schema_reply_refused_by_the_provider_is_fed_back_with_its_usage(
     assert result.usage.model_calls == 2 and result.usage.input_tokens == 7 + sum(
         count_tokens(m.content) + 4 for m in model.requests[1].messages
     )
+
+
+def test_the_last_turn_offers_no_tools_so_a_model_that_loops_on_them_must_answer():
+    import json as _json
+
+    from planexec.testing import FunctionModel
+
+    def model_fn(request):
+        branches = request.output_schema["anyOf"]
+        if any("tool" in b["properties"] for b in branches):
+            return _json.dumps({"tool": "read_file", "arguments": {}})  # it would call tools for ever
+        return _json.dumps({"answer": "done at last"})
+
+    model = FunctionModel(model_fn, name="test:looper")
+    model.supports_tools = False
+    worker = RoleWorker("w", model=model, description="d", system_prompt="p", tools=[scripted_tool("read_file")], max_turns=3)
+    result = asyncio.run(worker.perform(_call()))
+    assert result.output == "done at last"
+    assert len(model.requests) == 3
+    last = model.requests[-1].output_schema["anyOf"]
+    assert [list(b["properties"]) for b in last] == [["answer"]]

@@ -87,9 +87,9 @@ ROLES: tuple[RoleSpec, ...] = (
     ),
     RoleSpec(
         "writer",
-        "Turns the results of earlier steps into finished text (an answer, a summary, a report); may read a "
-        "workspace file. Answers with the text only.",
-        tools=("read_file",),
+        "Turns its input and the results of earlier steps into finished text (an answer, a poem, a summary, "
+        "a report); uses no tools. Answers with the text only.",
+        tools=(),
         tasks=("write", "respond"),
     ),
 )

@@ -168,10 +168,11 @@ class NativeToolCalls:
         """The role's prompt plus, with an answer schema, how to shape the final answer."""
         return "\n\n".join(p for p in (role_prompt, _answer_instructions(self.answer_schema)) if p)
 
-    def request(self, messages: list[Message], temperature: float | None) -> ModelRequest:
-        """One turn's request."""
-        schema = self.answer_schema if not self.tools else None
-        return ModelRequest(messages=messages, tools=self.tools, output_schema=schema, temperature=temperature)
+    def request(self, messages: list[Message], temperature: float | None, *, final: bool = False) -> ModelRequest:
+        """One turn's request; on the `final` turn no tools are offered, so the model must answer."""
+        tools = [] if final else self.tools
+        schema = self.answer_schema if not tools else None
+        return ModelRequest(messages=messages, tools=tools, output_schema=schema, temperature=temperature)
 
     def read(self, response: ModelResponse, turn: int) -> Reply:
         """Tool calls when there are any; else the text (JSON when it parses, and it must with a schema)."""
@@ -201,6 +202,7 @@ class JsonToolCalls:
         self.answer_schema = answer_schema
         self.names = {t.name for t in tools}
         self.output_schema = json_mode_schema(tools, answer_schema)
+        self.final_schema = json_mode_schema([], answer_schema)  # the answer branch alone
 
     def system_prompt(self, role_prompt: str) -> str:
         """The role's prompt plus the reply protocol, each tool's description and argument schema."""
@@ -216,9 +218,10 @@ class JsonToolCalls:
         protocol = prompt_file("toolcalls", "json_mode.md", tools=listing, answer=answer)
         return f"{role_prompt}\n\n{protocol}" if role_prompt else protocol
 
-    def request(self, messages: list[Message], temperature: float | None) -> ModelRequest:
-        """One turn's request: no tools, the union as output schema."""
-        return ModelRequest(messages=messages, output_schema=self.output_schema, temperature=temperature)
+    def request(self, messages: list[Message], temperature: float | None, *, final: bool = False) -> ModelRequest:
+        """One turn's request: no tools, the union as output schema (only the answer on the `final` turn)."""
+        schema = self.final_schema if final else self.output_schema
+        return ModelRequest(messages=messages, output_schema=schema, temperature=temperature)
 
     def read(self, response: ModelResponse, turn: int) -> Reply:
         """Parse ``{"tool", "arguments"}`` into a `ToolCall` (id ``json_<turn>``) or ``{"answer"}`` into the answer."""

@@ -221,7 +221,8 @@ class RoleWorker:
         problem: str | None = None
         for turn in range(self.max_turns):
             try:
-                request = protocol.request(messages, self.temperature)
+                # the last turn offers no tools: a model that keeps calling them must answer with what it has
+                request = protocol.request(messages, self.temperature, final=turn == self.max_turns - 1)
                 if self.max_tokens is not None:
                     request = request.model_copy(update={"max_tokens": self.max_tokens})
                 response = await self.model.complete(request)
