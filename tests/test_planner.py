@@ -263,3 +263,14 @@ def test_examples_that_fit_the_catalog_become_earlier_turns_the_others_stay_in_t
     assert messages[1].content == "Goal: What is 12 * 7 + 3?"
     assert json.loads(messages[2].content)["steps"][0]["action"] == "calculator"
     assert "Examples (they use other tools" not in messages[0].content
+
+
+def test_every_string_parameter_in_a_draft_is_bounded(registry):
+    from planexec.toolkit import file_tools
+
+    for t in file_tools("."):
+        registry.add_tool(t)
+    schema = json.dumps(draft_schema(registry, positional=True))
+    assert '"content": {"title": "Content", "type": "string", "maxLength": 400}' in schema
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(json.loads(draft(step("s1", "write_file", {"path": "a.txt", "content": "x" * 401}))), json.loads(schema))

@@ -36,6 +36,7 @@ __all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_action
 
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
+PARAMETER_STRING_MAX = 400
 # a task with free-form parameters (a role's "write", "research") takes one text input; fixed
 # names, because a grammar cannot bound the length of free property names and small models
 # then write a key that never ends
@@ -91,6 +92,8 @@ def _concrete(schema: Any) -> Any:
     if isinstance(out.get("properties"), dict):
         out["properties"] = {k: _concrete(v) for k, v in out["properties"].items()}
     out.pop("default", None)  # a default is the tool's business, not a draft's
+    if out.get("type") == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
+        out["maxLength"] = PARAMETER_STRING_MAX  # unbounded, a small model's string may never end
     return out
 
 
