@@ -40,7 +40,7 @@ def _check_run(registry: Registry, plan: Plan) -> None:
 def test_the_embedded_model_writes_a_valid_plan_that_runs(allow_requests):
     registry = _registry()
     model = resolve_model("local:smollm2")
-    planner = Planner(model, registry, max_steps=3)
+    planner = Planner(model, registry, max_steps=3, max_tokens=400)
     assert planner.positional  # a grammar-decoding model gets the DAG-by-construction schema
     planning = asyncio.run(planner.draft(GOAL))
     assert planning.plan.steps and planning.plan.goal == GOAL
@@ -52,7 +52,7 @@ def test_the_embedded_model_writes_a_valid_plan_that_runs(allow_requests):
 def test_the_openai_provider_plans_against_a_real_server_and_the_plan_runs(allow_requests, llama_server):
     registry = _registry()
     model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server))
-    planning = asyncio.run(Planner(model, registry, max_steps=3, positional=True).draft(GOAL))
+    planning = asyncio.run(Planner(model, registry, max_steps=3, positional=True, max_tokens=400).draft(GOAL))
     assert planning.usage.model_calls == len(planning.drafts)
     assert planning.usage.input_tokens > 500
     assert planning.usage.unpriced_calls == planning.usage.model_calls  # a self-hosted model has no price: unknown, not $0
@@ -64,7 +64,7 @@ def test_a_plan_streams_from_a_real_server_into_the_engine(allow_requests, llama
     model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server))
 
     async def go():
-        stream = PlanStream(Planner(model, registry, max_steps=3, positional=True), GOAL)
+        stream = PlanStream(Planner(model, registry, max_steps=3, positional=True, max_tokens=400), GOAL)
         run = Engine(registry, default_timeout=5).start_streaming(stream)
         return await run.result(), stream
 

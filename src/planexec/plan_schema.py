@@ -37,6 +37,7 @@ __all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_action
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
 PARAMETER_STRING_MAX = 400
+PARAMETER_ITEMS_MAX = 20
 # a task with free-form parameters (a role's "write", "research") takes one text input; fixed
 # names, because a grammar cannot bound the length of free property names and small models
 # then write a key that never ends
@@ -94,6 +95,8 @@ def _concrete(schema: Any) -> Any:
     out.pop("default", None)  # a default is the tool's business, not a draft's
     if out.get("type") == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
         out["maxLength"] = PARAMETER_STRING_MAX  # unbounded, a small model's string may never end
+    if out.get("type") == "array" and "items" in out and "maxItems" not in out:
+        out["maxItems"] = PARAMETER_ITEMS_MAX  # nor its list
     return out
 
 
