@@ -20,6 +20,7 @@ non-streamed call, so a stream's usage is exact too.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -180,6 +181,8 @@ class LocalModel:
                     )
                 except Exception as e:  # llama raises ValueError for files it cannot load
                     raise ModelError(f"could not load local model {path}: {e}", model=self.name) from e
+                # freed before the interpreter tears llama_cpp's module down; its own __del__ then fails noisily
+                atexit.register(self._llama.close)
             return self._llama
 
     def _check_schema(self, schema: dict[str, Any]) -> None:
