@@ -274,3 +274,70 @@ def test_every_string_parameter_in_a_draft_is_bounded(registry):
     assert '"content": {"title": "Content", "type": "string", "maxLength": 400}' in schema
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(json.loads(draft(step("s1", "write_file", {"path": "a.txt", "content": "x" * 401}))), json.loads(schema))
+
+
+def test_a_draft_cut_off_at_max_tokens_is_asked_to_be_shorter(registry):
+    from planexec.models import ModelResponse
+
+    cut = ModelResponse(text='{"steps": [{"id": "s1", "worker": "tool", "action": "echo", "instruction": "' + "x " * 300, finish_reason="length")
+    model = ScriptedModel([cut, GOOD])
+    planning = asyncio.run(Planner(model, registry, max_tokens=300).draft("g"))
+    assert "cut_off" in planning.drafts[0].problems[0] and "300 tokens" in planning.drafts[0].problems[0]
+    assert model.requests[1].messages[-2].content.endswith("…(cut off)")
+    assert len(model.requests[1].messages[-2].content) < 450
+
+
+def test_a_step_is_handed_out_as_soon_as_the_next_one_opens(registry):
+    from planexec.models import ModelDelta, ModelResponse
+
+    s1 = json.dumps(step("s1", "echo", {"value": "a"}))
+    s2_rest = json.dumps(step("s2", "echo", {"value": "b"}))[1:]
+    pieces = ['{"steps": [', s1, ", ", "{", s2_rest, "]}"]
+
+    class Chunked:
+        name = "test:chunks"
+        sent = 0
+
+        async def complete(self, request):
+            raise AssertionError("streamed only")
+
+        async def stream(self, request):
+            for piece in pieces:
+                self.sent += 1
+                yield ModelDelta(text=piece)
+            yield ModelResponse(text="".join(pieces), model=self.name)
+
+    model = Chunked()
+
+    async def go():
+        stream = PlanStream(Planner(model, registry), "g")
+        return [(s.step_id, model.sent) async for s in stream]
+
+    # s1 comes out on the delta that opens s2 (the 4th), not when s2 is complete
+    assert asyncio.run(go()) == [("s1", 4), ("s2", 6)]
+
+
+def test_an_unexpected_error_while_streaming_fails_the_run_instead_of_hanging(registry):
+    class Broken(Planner):
+        def messages(self, goal):
+            raise KeyError("tools")
+
+    async def go():
+        run = Engine(registry).start_streaming(PlanStream(Broken(ScriptedModel([]), registry), "g"))
+        return await asyncio.wait_for(run.result(), 5)
+
+    result = asyncio.run(go())
+    assert result.status is RunStatus.FAILED and "KeyError" in result.reason
+
+
+def test_a_streamed_step_rejected_on_its_own_still_counts_its_model_call(registry):
+    reg = _stream_registry(registry)
+    plan = draft(step("s1", "wait", {"seconds": 0, "value": "a"}, ["k1"]), step("s2", "noop", {}))
+    model = ScriptedModel([plan], token_delay=0.001)
+
+    async def go():
+        run = Engine(reg).start_streaming(PlanStream(Planner(model, reg), "g"))
+        return await run.result()
+
+    result = asyncio.run(go())
+    assert result.status is RunStatus.FAILED and result.planning_usage.model_calls == 1

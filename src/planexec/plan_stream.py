@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic_core
 from pydantic import ValidationError
 
-from .errors import ModelError, PlanexecError, PlanningError, Problem
+from .errors import ModelError, PlanningError, Problem
 from .models.base import ModelDelta, ModelResponse, stream_response
 from .plan import Plan, Step
 from .plan_schema import plan_id_for
@@ -91,11 +91,11 @@ class PlanStream:
         except ValidationError as exc:
             where = data.get("id") if isinstance(data, dict) else None
             problems = [Problem("invalid_step", f"{'.'.join(map(str, e['loc']))}: {e['msg']}", step_id=where) for e in exc.errors()]
-            raise self._fail(text, problems, Usage(), t0) from None
+            raise self._fail(text, problems, Usage(model_calls=1), t0) from None  # tokens of a cut stream are unknown
         partial = Plan(plan_id=self.plan_id, goal=self.goal, steps=[*self._steps, step])
         problems = [p for p in validate_plan(partial, self.planner.registry) if p.step_id in (step.step_id, None)]
         if problems:
-            raise self._fail(text, problems, Usage(), t0)
+            raise self._fail(text, problems, Usage(model_calls=1), t0)
         self._steps.append(step)
         self.parsed_at[step.step_id] = time.perf_counter()
         return step
@@ -111,8 +111,8 @@ class PlanStream:
             async for item in stream:
                 if isinstance(item, ModelDelta):
                     text += item.text
-                    if "}" not in item.text:
-                        continue  # no step can have been completed by this delta
+                    if "}" not in item.text and "{" not in item.text:
+                        continue  # a step is complete once the next one opens ("{") or the list closes
                     written = _partial_steps(text)
                     while len(self._steps) < len(written) - 1:
                         yield self._accept(written[len(self._steps)], text, t0)
@@ -151,7 +151,7 @@ async def follow(run: Run, stream: PlanStream) -> None:
         run.fail(f"the streamed plan cannot run: {exc}")
     except ModelError as exc:
         run.fail(f"the planner's model failed: {exc}")
-    except (PlanexecError, ValueError) as exc:
+    except Exception as exc:  # whatever it is, the run must not be left waiting for steps that never come
         log.exception("run %s: streaming the plan failed", run.run_id)
         run.fail(f"streaming the plan failed: {type(exc).__name__}: {exc}")
     finally:

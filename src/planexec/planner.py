@@ -230,6 +230,9 @@ class Planner:
                     problems = problems or [Problem("schema_mismatch", str(exc))]
             else:
                 plan, problems = self.check(text, goal, plan_id)
+                if plan is None and response.finish_reason == "length":
+                    # a cut-off draft is not worth repairing line by line: ask for a shorter plan
+                    problems = [Problem("cut_off", f"the plan was cut off at {self.max_tokens} tokens; write a shorter plan: fewer steps, shorter texts")]
             usage = usage + cost
             drafts.append(
                 PlanDraft(
@@ -243,9 +246,10 @@ class Planner:
             )
             if plan is not None and not problems:
                 return Planning(plan=plan, drafts=drafts, usage=usage)
+            shown = text if not (problems and problems[0].rule == "cut_off") else text[:400] + " …(cut off)"
             messages = [
                 *messages,
-                Message(role="assistant", content=text),
+                Message(role="assistant", content=shown),
                 Message(role="user", content=_fill(load_prompt("planner/repair.md"), problems="\n".join(f"- {p.render()}" for p in problems))),
             ]
         raise PlanningError(
