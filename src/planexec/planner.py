@@ -10,7 +10,7 @@ draft and its problems. Requests carry a seed and temperature 0 by default,
 so a provider that honours them plans deterministically.
 `Planner.stream` (in `plan_stream`) hands out steps while the model writes.
 Prompts are files under ``prompts/planner/``. Imports `plan`,
-`plan_schema`, `validation`, `registry`, `records`, `usage`, `errors` and
+`plan_schema`, `validation`, `registry`, `records`, `usage`, `errors`, `toolcalls` (its prompt loader) and
 `models.base`; never the engine.
 """
 
@@ -20,7 +20,6 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from .errors import ModelOutputError, PlanningError, PlanParseError, Problem
@@ -29,6 +28,7 @@ from .plan import Plan
 from .plan_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
 from .records import Record
 from .registry import Registry
+from .toolcalls import prompt_file
 from .usage import Usage
 from .validation import validate_plan
 
@@ -36,15 +36,8 @@ __all__ = ["PlanDraft", "Planner", "Planning", "load_prompt", "render_catalog"]
 
 
 def load_prompt(name: str) -> str:
-    """The text of ``prompts/<name>`` shipped in the package."""
-    return resources.files("planexec").joinpath(f"prompts/{name}").read_text(encoding="utf-8")
-
-
-def _fill(template: str, **values: str) -> str:
-    # {{name}} markers: plain braces stay literal, so JSON in a prompt needs no escaping
-    for key, value in values.items():
-        template = template.replace("{{" + key + "}}", value)
-    return template
+    """The text of ``prompts/<name>`` shipped in the package (markers not filled)."""
+    return prompt_file(*name.split("/"))
 
 
 def _type_of(schema: dict[str, Any]) -> str:
@@ -184,7 +177,7 @@ class Planner:
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
         shown, turns = _example_turns(self.examples, pairs, goal)
-        system = _fill(load_prompt("planner/system.md"), catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
+        system = prompt_file("planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
     def request(self, messages: list[Message]) -> ModelRequest:
@@ -250,7 +243,7 @@ class Planner:
             messages = [
                 *messages,
                 Message(role="assistant", content=shown),
-                Message(role="user", content=_fill(load_prompt("planner/repair.md"), problems="\n".join(f"- {p.render()}" for p in problems))),
+                Message(role="user", content=prompt_file("planner", "repair.md", problems="\n".join(f"- {p.render()}" for p in problems))),
             ]
         raise PlanningError(
             f"planner {self.model.name} wrote no valid plan for {goal!r} in {len(drafts)} attempt(s)",
