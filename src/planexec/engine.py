@@ -19,7 +19,7 @@ from .approval import Approver
 from .checks import Checker, CriteriaChecker
 from .execution import Run, Subscriber
 from .plan import Plan, Step
-from .plan_stream import PlanStream, follow
+from .plan_stream import PlanStream, StreamingRun, follow
 from .planner import Planning
 from .registry import Registry
 from .results import RunResult
@@ -98,7 +98,7 @@ class Engine:
         cleanly (status ``failed``, every started step recorded).
         """
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
-        run = Run(self, empty, run_id or new_run_id(), streaming=True)
+        run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
         loop = asyncio.get_running_loop()
         run._task = loop.create_task(run._main(), name=f"planexec {run.run_id}")
         run._tasks[PLAN_TASK] = loop.create_task(follow(run, stream), name=f"planexec {run.run_id} plan stream")

@@ -19,18 +19,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-
+from .approval import ask_approval
 from .calls import Output, Provenance, StepCall, WorkResult
 from .checks import CriteriaChecker
 from .dag import Scheduler
-from .approval import ask_approval
 from .deadline import Deadline
-from .limits import Limits, Slots
 from .errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from .events import (
-    PlanCompleted,
     PlanDrafted,
-    PlanStepParsed,
     RunFinished,
     RunStarted,
     StepCancelled,
@@ -43,8 +39,16 @@ from .events import (
     StepSucceeded,
     utcnow,
 )
+from .limits import Limits, Slots
 from .plan import Plan, Step, resolve_references
-from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
+from .results import (
+    ErrorInfo,
+    ReplanRequest,
+    RunResult,
+    RunStatus,
+    StepRecord,
+    StepState,
+)
 from .synthesis import assemble, default_answer
 from .usage import Usage, start_meter, stop_meter
 from .workers import WorkerError
@@ -64,7 +68,7 @@ class Run:
 
     def __init__(self, engine: Engine, plan: Plan, run_id: str, *, streaming: bool = False) -> None:
         self.engine = engine
-        self._open = streaming  # steps are still arriving (see `extend` and `close`)
+        self._open = streaming  # steps are still arriving (see `plan_stream.StreamingRun`)
         self._planning = _ZERO  # what the planner's drafts cost (see `record_draft`)
         self._drafts: list[dict[str, Any]] = []
         self.plan = plan
@@ -261,43 +265,10 @@ class Run:
         if not self._sched.is_active() and not self._open:
             self._done.set()
 
-    # --- a plan streamed in ---------------------------------------------------
-
-    def extend(self, step: Step) -> None:
-        """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
-        if not self._open:
-            raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
-        sid = step.step_id
-        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
-        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=_ZERO)
-        self._steps[sid], self._deps[sid] = step, step.dependencies
-        if not step.references and "$${" not in repr((step.parameters, step.instruction)):
-            self._verbatim.add(sid)
-        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
-        self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
-        self._launch_ready()
-
-    def close(self, plan: Plan) -> None:
-        """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
-        if not self._open:
-            return
-        if plan.step_ids != self.plan.step_ids:
-            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
-            return
-        self._open = False
-        self.plan = plan
-        self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
-        if not self._sched.is_active():
-            self._done.set()
-
     def record_draft(self, **fields: Any) -> None:
         """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
         self._planning = self._planning + fields["usage"]
         self._emit(PlanDrafted, **fields)
-
-    def fail(self, reason: str) -> None:
-        """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
-        self._end(RunStatus.FAILED, reason)
 
     async def _run_step(self, sid: str) -> None:
         step = self._steps[sid]

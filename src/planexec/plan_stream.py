@@ -1,15 +1,16 @@
 """Plans streamed into execution: steps handed out while the planner model is still writing.
 
 Owns `PlanStream` (an async iterator of the plan's steps, each yielded as
-soon as the model has written it completely and it is valid on its own)
-and `follow` (the task that feeds a streaming `Run` from a `PlanStream`).
+soon as the model has written it completely and it is valid on its own),
+`StreamingRun` (a `Run` that takes steps while it runs) and `follow` (the
+task that feeds a `StreamingRun` from a `PlanStream`).
 The model's text is read with pydantic-core's partial JSON mode: a step is
 complete once the next one has begun, or the plan has ended. A step that is
 invalid on its own, or a whole plan that fails validation at the end, ends
 the stream with `PlanningError`, and `follow` stops the run cleanly. A
 streamed plan is not repaired: the steps already running came from it.
-Imports `planner`, `plan`, `validation`, `events`, `errors`, `usage` and
-`models.base`.
+Imports `planner`, `plan`, `validation`, `execution`, `events`, `results`,
+`errors`, `usage` and `models.base`.
 """
 
 from __future__ import annotations
@@ -18,23 +19,23 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic_core
 from pydantic import ValidationError
 
 from .errors import ModelError, PlanningError, Problem
+from .events import PlanCompleted, PlanStepParsed
+from .execution import Run
 from .models.base import ModelDelta, ModelResponse, stream_response
 from .plan import Plan, Step
 from .plan_schema import plan_id_for
 from .planner import PlanDraft, Planner
+from .results import RunStatus, StepRecord
 from .usage import Usage
 from .validation import validate_plan
 
-if TYPE_CHECKING:
-    from .execution import Run
-
-__all__ = ["PlanStream", "follow"]
+__all__ = ["PlanStream", "StreamingRun", "follow"]
 
 log = logging.getLogger("planexec.planner")
 
@@ -138,7 +139,42 @@ class PlanStream:
         self.plan = plan
 
 
-async def follow(run: Run, stream: PlanStream) -> None:
+class StreamingRun(Run):
+    """A `Run` whose steps arrive while it runs: `extend` adds one, `close` ends the plan, `fail` stops it."""
+
+    def extend(self, step: Step) -> None:
+        """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
+        if not self._open:
+            raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
+        sid = step.step_id
+        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
+        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=Usage())
+        self._steps[sid], self._deps[sid] = step, step.dependencies
+        if not step.references and "$${" not in repr((step.parameters, step.instruction)):
+            self._verbatim.add(sid)
+        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
+        self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
+        self._launch_ready()
+
+    def close(self, plan: Plan) -> None:
+        """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
+        if not self._open:
+            return
+        if plan.step_ids != self.plan.step_ids:
+            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
+            return
+        self._open = False
+        self.plan = plan
+        self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
+        if not self._sched.is_active():
+            self._done.set()
+
+    def fail(self, reason: str) -> None:
+        """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
+        self._end(RunStatus.FAILED, reason)
+
+
+async def follow(run: StreamingRun, stream: PlanStream) -> None:
     """Feed `run` the steps of `stream` as they come; close it with the whole plan, or fail it cleanly."""
     try:
         async for step in stream:
