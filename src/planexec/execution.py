@@ -299,7 +299,7 @@ class Run:
                     assert result is not None
                     self._succeed(step, worker, attempt, result, wall, usage)
                     return
-                then = self._next_action(fa, attempt, error, rerouted)
+                then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
                 self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
                 if then == "retry":
                     delay = fa.retry_delay(attempt, self.engine.random.random())
@@ -328,17 +328,6 @@ class Run:
         finally:
             if self._status is RunStatus.RUNNING:
                 self._tasks.pop(sid, None)  # a finished task need not be kept (or cancelled) any more
-
-    @staticmethod
-    def _next_action(fa: Any, attempt: int, error: ErrorInfo, rerouted: bool) -> str:
-        retryable = error.rule not in ("tool_input", "reference")
-        if fa.kind == "retry" and attempt < fa.max_attempts and retryable and not rerouted:
-            return "retry"
-        action = fa.then if fa.kind == "retry" else fa.kind
-        if action == "fallback" and rerouted:
-            # the fallback failed too; for kind=fallback, `then` says what comes next
-            action = fa.then if fa.kind == "fallback" and fa.then != "fallback" else "abort"
-        return action
 
     async def _attempt(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         rec = self.records[step.step_id]

@@ -104,6 +104,16 @@ class FailureAction(_Record):
         base = min(self.backoff_max, self.backoff * self.backoff_multiplier ** (attempt - 1))
         return base * (1 - self.jitter * draw)
 
+    def next_action(self, attempt: int, *, retryable: bool, rerouted: bool) -> str:
+        """What follows failed attempt `attempt`: ``retry``, ``fallback``, ``skip``, ``replan`` or ``abort``."""
+        if self.kind == "retry" and attempt < self.max_attempts and retryable and not rerouted:
+            return "retry"
+        action = self.then if self.kind == "retry" else self.kind
+        if action == "fallback" and rerouted:
+            # the fallback failed too; for kind=fallback, `then` says what comes next
+            action = self.then if self.kind == "fallback" and self.then != "fallback" else "abort"
+        return action
+
 
 # --- success criteria ------------------------------------------------------
 
