@@ -24,6 +24,7 @@ from .planner import Planning
 from .registry import Registry
 from .results import RunResult
 from .runner import LocalRunner, Runner
+from .usage import Usage
 from .synthesis import Synthesizer
 from .validation import check_plan
 
@@ -75,16 +76,27 @@ class Engine:
         self.approver = approver
         self.cancel_grace = cancel_grace
 
-    def start(self, plan: Plan, *, run_id: str | None = None, validate: bool = True, planning: Planning | None = None) -> Run:
+    def start(
+        self,
+        plan: Plan,
+        *,
+        run_id: str | None = None,
+        validate: bool = True,
+        planning: Planning | None = None,
+        overhead: Mapping[str, Usage] | None = None,
+    ) -> Run:
         """Validate the plan and start running it in the current event loop; returns the `Run` handle.
 
         Raises `PlanValidationError` (listing every problem) before anything runs.
         `planning` (from `Planner.draft`) puts the planner's drafts and their
-        usage into the run's events and totals.
+        usage into the run's events and totals; `overhead` (role -> usage, e.g.
+        a router's call) is counted in the run's usage under those roles.
         """
         if validate:
             check_plan(plan, self.registry)
         run = Run(self, plan, run_id or new_run_id())
+        for role, used in (overhead or {}).items():
+            run.add_overhead(role, used)
         for d in planning.drafts if planning is not None else ():
             run._drafts.append({"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time})
         run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id}")

@@ -71,6 +71,7 @@ class Run:
         self._open = streaming  # steps are still arriving (see `plan_stream.StreamingRun`)
         self._planning = _ZERO  # what the planner's drafts cost (see `record_draft`)
         self._drafts: list[dict[str, Any]] = []
+        self._overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
         self.plan = plan
         self.run_id = run_id
         self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=_ZERO) for s in plan.steps}
@@ -187,7 +188,7 @@ class Run:
             failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
         answer = None
-        usage = sum((r.usage for r in self.records.values()), self._planning)
+        usage = sum((r.usage for r in self.records.values()), sum(self._overhead.values(), self._planning))
         extra = _ZERO
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
             answer, extra, status = await self._synthesize(status)
@@ -208,6 +209,7 @@ class Run:
             usage=usage,
             planning_usage=self._planning,
             synthesis_usage=extra,
+            overhead=dict(self._overhead),
             replan=self._replan,
         )
 
@@ -269,6 +271,10 @@ class Run:
         """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
         self._planning = self._planning + fields["usage"]
         self._emit(PlanDrafted, **fields)
+
+    def add_overhead(self, role: str, usage: Usage) -> None:
+        """Count work done around the run (a router's or a joiner's model calls) under `role`."""
+        self._overhead[role] = self._overhead.get(role, _ZERO) + usage
 
     async def _run_step(self, sid: str) -> None:
         step = self._steps[sid]

@@ -114,6 +114,9 @@ class RunResult(BaseModel):
     usage: Usage = Field(default_factory=Usage, description="everything: planning, steps and synthesis")
     planning_usage: Usage = Field(default_factory=Usage, description="the planner's drafts that led to this plan")
     synthesis_usage: Usage = Field(default_factory=Usage)
+    overhead: dict[str, Usage] = Field(
+        default_factory=dict, description="work around the run by role (a router, a joiner): counted in `usage`"
+    )
     replan: ReplanRequest | None = None
 
     def usage_by_role(self) -> dict[str, Usage]:
@@ -126,6 +129,9 @@ class RunResult(BaseModel):
                 out[rec.worker] = out.get(rec.worker, Usage()) + rec.usage
         if not self.synthesis_usage.is_zero():
             out["synthesizer"] = self.synthesis_usage
+        for role, used in self.overhead.items():
+            if not used.is_zero():
+                out[role] = out.get(role, Usage()) + used
         return out
 
     def __repr__(self) -> str:
