@@ -45,7 +45,7 @@ class Scheduler:
     cycle in ``args[1]``) on a cycle.
     """
 
-    def __init__(self, graph: Mapping[str, Iterable[str]], tolerant: Iterable[str] = ()) -> None:
+    def __init__(self, graph: Mapping[str, Iterable[str]], tolerant: Iterable[str] = (), *, succeeded: Iterable[str] = ()) -> None:
         self._deps = {node: tuple(deps) for node, deps in graph.items()}
         self._tolerant = frozenset(tolerant)
         self._sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
@@ -53,6 +53,10 @@ class Scheduler:
         self._outcome: dict[str, Outcome] = {}
         self._handed_out: set[str] = set()
         self._fresh: list[str] = []  # ready in a rebuilt sorter, not yet handed out by ready()
+        done = [n for n in succeeded if n in self._deps]
+        if done:  # a revised plan keeps its finished steps: they start settled, never handed out again
+            self._outcome.update(dict.fromkeys(done, Outcome.SUCCEEDED))
+            self._rebuild()
 
     def add(self, node: str, deps: Iterable[str], *, tolerant: bool = False) -> None:
         """Add a step while the graph runs (a plan streamed in): its dependencies must already be known.
@@ -69,6 +73,10 @@ class Scheduler:
         self._deps[node] = deps
         if tolerant:
             self._tolerant = self._tolerant | {node}
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """A new sorter over the graph with the outcomes so far replayed into it."""
         sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
         sorter.prepare()
         fresh: list[str] = []

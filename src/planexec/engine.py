@@ -17,11 +17,13 @@ from datetime import datetime
 
 from .approval import Approver
 from .checks import Checker, CriteriaChecker
+from .joiner import Joiner
 from .execution import Run, Subscriber
 from .plan import Plan, Step
 from .plan_stream import PlanStream, StreamingRun, follow
 from .planner import Planning
 from .registry import Registry
+from .replanning import Replanner
 from .results import RunResult
 from .runner import LocalRunner, Runner
 from .usage import Usage
@@ -42,6 +44,13 @@ class Engine:
     `requires_approval` (without one they are refused, never run silently);
     `cancel_grace` (seconds) is how long a cancelled step may take to stop
     before the run ends without it. The synthesizer is bounded by `default_timeout`.
+
+    Monitoring (see `monitor`): with a `replanner`, a step's ``replan``
+    failure action, a failed success check (unless `replan_failed_checks` is
+    False) or the `joiner`'s request produce a new version of the plan that
+    keeps every finished step, at most `max_replans` times. With a `joiner`,
+    once the steps end it decides to finish (its answer is the run's) or to
+    replan. Both are bounded by `default_timeout`.
     """
 
     def __init__(
@@ -58,6 +67,10 @@ class Engine:
         on_event: Subscriber | None = None,
         approver: Approver | None = None,
         cancel_grace: float = 5.0,
+        replanner: Replanner | None = None,
+        max_replans: int = 2,
+        joiner: Joiner | None = None,
+        replan_failed_checks: bool = True,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -75,6 +88,12 @@ class Engine:
         self.subscribers: list[Subscriber] = [on_event] if on_event else []
         self.approver = approver
         self.cancel_grace = cancel_grace
+        if max_replans < 0:
+            raise ValueError("max_replans must be 0 or more")
+        self.replanner = replanner
+        self.max_replans = max_replans
+        self.joiner = joiner
+        self.replan_failed_checks = replan_failed_checks
 
     def start(
         self,

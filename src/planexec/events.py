@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from .calls import Output
+from .plan_diff import PlanDiff
 from .records import Record
 from .results import ErrorInfo, ReplanRequest, RunStatus
 from .usage import Usage
@@ -23,18 +24,23 @@ from .usage import Usage
 __all__ = [
     "Event",
     "PlanCompleted",
+    "JoinerDecided",
     "PlanDrafted",
+    "PlanRevised",
+    "ReplanStarted",
     "PlanStepParsed",
     "RunFinished",
     "RunStarted",
     "StepCancelled",
     "StepFailed",
+    "StepJudged",
     "StepReady",
     "StepRerouted",
     "StepRetried",
     "StepSkipped",
     "StepStarted",
     "StepSucceeded",
+    "SubRunEvent",
     "parse_event",
 ]
 
@@ -73,6 +79,66 @@ class PlanDrafted(_Event):
     problems: list[str]
     usage: Usage
     wall_time: float
+    version: int = 1  # the plan version it drafts (a replan drafts version 2 and on)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplanStarted(_Event):
+    """The planner was asked for a new version of the plan (the steps still running have ended)."""
+
+    type: Literal["replan_started"] = "replan_started"
+    version: int  # the version being replaced
+    reason: str
+    source: str
+    step_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRevised(_Event):
+    """A new version of the plan replaced the old; its finished steps are kept, never run again."""
+
+    type: Literal["plan_revised"] = "plan_revised"
+    version: int
+    revises: int
+    content_hash: str
+    reason: str
+    diff: PlanDiff
+    step_ids: list[str]
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepJudged(_Event):
+    """A critic judged an attempt's output against the step's success criteria."""
+
+    type: Literal["step_judged"] = "step_judged"
+    step_id: str
+    attempt: int
+    critic: str
+    approved: bool
+    judged: bool
+    reasons: list[str]
+    tools_used: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinerDecided(_Event):
+    """After the steps ended, the joiner decided to finish (with the answer) or to replan."""
+
+    type: Literal["joiner_decided"] = "joiner_decided"
+    action: Literal["finish", "replan"]
+    reason: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubRunEvent(_Event):
+    """An event of a sub-team's run, relayed into its parent's stream (`event` is its JSON form)."""
+
+    type: Literal["sub_run_event"] = "sub_run_event"
+    step_id: str  # the parent's step the sub-team works on
+    depth: int  # the sub-run's level: 1 under the top run, 2 under that
+    event: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,12 +257,18 @@ class RunFinished(_Event):
     wall_time: float
     usage: Usage
     replan: ReplanRequest | None = None
+    error: ErrorInfo | None = None
 
 
 Event = Annotated[
     Union[
         RunStarted,
         PlanDrafted,
+        ReplanStarted,
+        PlanRevised,
+        StepJudged,
+        JoinerDecided,
+        SubRunEvent,
         PlanStepParsed,
         PlanCompleted,
         StepReady,

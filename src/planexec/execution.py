@@ -40,6 +40,7 @@ from .events import (
     utcnow,
 )
 from .limits import Limits, Slots
+from .monitor import Monitor
 from .plan import Plan, Step, resolve_references
 from .results import (
     ErrorInfo,
@@ -63,8 +64,8 @@ log = logging.getLogger("planexec.engine")
 Subscriber = Callable[[Any], None]
 _ZERO = Usage()  # records are immutable: one shared zero
 
-class Run:
-    """One execution of a plan: its records, its events, and control over it."""
+class Run(Monitor):
+    """One execution of a plan: its records, its events, and control over it (replanning: see `monitor`)."""
 
     def __init__(self, engine: Engine, plan: Plan, run_id: str, *, streaming: bool = False) -> None:
         self.engine = engine
@@ -72,11 +73,8 @@ class Run:
         self._planning = _ZERO  # what the planner's drafts cost (see `record_draft`)
         self._drafts: list[dict[str, Any]] = []
         self._overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
-        self.plan = plan
         self.run_id = run_id
-        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=_ZERO) for s in plan.steps}
         self.history: list[Any] = []
-        self._steps = {s.step_id: s for s in plan.steps}
         self._subscribers = list(engine.subscribers)
         self._queues: list[asyncio.Queue[Any]] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -94,9 +92,18 @@ class Run:
         self._task: asyncio.Task[RunResult] | None = None
         self._started_at = utcnow()
         self._t0 = time.perf_counter()
+        self._init_monitor()
+        self._load_plan(plan)
+
+    def _load_plan(self, plan: Plan, *, kept: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """Make `plan` the one to run; `kept` steps (a revision's finished ones) start settled as succeeded."""
+        self.plan = plan
+        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=_ZERO) for s in plan.steps}
+        self._steps = {s.step_id: s for s in plan.steps}
+        self._outputs = {sid: out for sid, out in self._outputs.items() if sid in kept}
         self._deps = {s.step_id: s.dependencies for s in plan.steps}
         self._verbatim = {s.step_id for s in plan.steps if not s.references and "$${" not in repr((s.parameters, s.instruction))}
-        self._sched = Scheduler(self._deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs])
+        self._sched = Scheduler(self._deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs], succeeded=kept)
 
     # --- the public handle -------------------------------------------------
 
@@ -162,6 +169,8 @@ class Run:
         try:
             self._launch_ready()
             await self._done.wait()
+            while await self._between_versions():  # a new version of the plan goes on in this run
+                await self._done.wait()
             await self._finish()
         except asyncio.CancelledError:
             # the task running us was cancelled (Ctrl-C in asyncio.run): record, then re-raise
@@ -188,14 +197,14 @@ class Run:
             failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
         answer = None
-        usage = sum((r.usage for r in self.records.values()), sum(self._overhead.values(), self._planning))
+        usage = sum((r.usage for r in self.records.values()), sum(self._overhead.values(), self._planning + self._superseded_usage))
         extra = _ZERO
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
             answer, extra, status = await self._synthesize(status)
             usage = usage + extra
         self._status = status
         wall = time.perf_counter() - self._t0
-        self._emit(RunFinished, status=status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan)
+        self._emit(RunFinished, status=status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan, error=self._error)
         self._result = RunResult(
             run_id=self.run_id,
             plan=self.plan,
@@ -211,10 +220,14 @@ class Run:
             synthesis_usage=extra,
             overhead=dict(self._overhead),
             replan=self._replan,
+            error=self._error,
+            versions=self.plan_versions(),
         )
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
         """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
+        if self._joined is not None:  # the joiner finished the run with its answer
+            return self._joined.answer, _ZERO, status
         synth = self.engine.synthesizer
         if synth is None:
             return default_answer(self.plan, self._outputs), _ZERO, status
@@ -252,7 +265,7 @@ class Run:
         self._done.set()
 
     def _launch_ready(self) -> None:
-        if self._status is not RunStatus.RUNNING:
+        if self._status is not RunStatus.RUNNING or self._pending is not None:
             return
         batch = self._sched.ready()
         for sid, because in batch.skipped:
@@ -306,6 +319,8 @@ class Run:
                     self._succeed(step, worker, attempt, result, wall, usage)
                     return
                 then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
+                if then == "abort" and error.rule == "check_failed" and self.engine.replan_failed_checks and self.engine.replanner is not None:
+                    then = "replan"  # the world differs from what the plan assumed: ask for a new plan, not the end
                 self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
                 if then == "retry":
                     delay = fa.retry_delay(attempt, self.engine.random.random())
@@ -483,8 +498,10 @@ class Run:
         if then == "abort":
             self._end(RunStatus.ABORTED, f"step {sid!r} failed ({error.render()}); failure action abort", from_step=True)
         elif then == "replan":
-            req = ReplanRequest(step_id=sid, reason=f"step {sid!r} failed: {error.render()}", error=error)
-            self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req, from_step=True)
+            source = "check_failed" if error.rule == "check_failed" else "failure_action"
+            req = ReplanRequest(step_id=sid, reason=f"step {sid!r} failed: {error.render()}", error=error, source=source)
+            if not self._request_replan(req):
+                self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req, from_step=True)
         else:
             self._launch_ready()
 

@@ -148,8 +148,21 @@ def _step(worker: str, action: str, params: dict[str, Any], step_id: dict[str, A
     }
 
 
-def draft_schema(registry: Registry, *, max_steps: int = 8, positional: bool = False, workers: list[str] | None = None) -> dict[str, Any]:
-    """The JSON Schema of a plan draft over the registry's workers (or only `workers`)."""
+def draft_schema(
+    registry: Registry,
+    *,
+    max_steps: int = 8,
+    positional: bool = False,
+    workers: list[str] | None = None,
+    done: list[str] | None = None,
+    first: int = 1,
+) -> dict[str, Any]:
+    """The JSON Schema of a plan draft over the registry's workers (or only `workers`).
+
+    For a revision, `done` names the finished steps new ones may depend on and
+    refer to, and `first` numbers the first new positional step (``s<first>``).
+    """
+    done = list(done or [])
     if max_steps < 1:
         raise ValueError("max_steps must be at least 1")
     defs: dict[str, Any] = {}
@@ -163,10 +176,10 @@ def draft_schema(registry: Registry, *, max_steps: int = 8, positional: bool = F
         steps: dict[str, Any] = {"type": "array", "items": item, "minItems": 1, "maxItems": max_steps}
     else:
         for k in range(1, max_steps + 1):
-            earlier = [f"s{j}" for j in range(1, k)]
+            earlier = done + [f"s{j}" for j in range(first, first + k - 1)]
             deps = {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)} if earlier else {"type": "array", "items": {"type": "string"}, "maxItems": 0}
             defs[f"step_{k}"] = {
-                "anyOf": [_step(w, a, _accept_references(p, earlier), {"const": f"s{k}"}, deps) for w, a, p in branches]
+                "anyOf": [_step(w, a, _accept_references(p, earlier), {"const": f"s{first + k - 1}"}, deps) for w, a, p in branches]
             }
         # a plan of n steps is the tuple (s1 .. sn): one alternative per length
         steps = {

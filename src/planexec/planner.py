@@ -20,6 +20,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from .errors import ModelOutputError, PlanningError, PlanParseError, Problem
@@ -206,23 +207,40 @@ class Planner:
     async def draft(self, goal: str, *, plan_id: str | None = None) -> Planning:
         """Plan `goal`, repairing as needed; the plan with every draft, or `PlanningError`."""
         plan_id = plan_id or plan_id_for(goal)
-        messages = self.messages(goal)
+        return await self.attempts(self.messages(goal), lambda text: self.check(text, goal, plan_id), goal=goal)
+
+    async def attempts(
+        self,
+        messages: list[Message],
+        check: Callable[[str], tuple[Plan | None, list[Problem]]],
+        *,
+        goal: str,
+        schema: dict[str, Any] | None = None,
+    ) -> Planning:
+        """The repair loop: ask, `check` the text, send its problems back, up to `max_repairs` times.
+
+        `schema` replaces the draft schema (a revision's, see `replanning`).
+        Returns the accepted plan with every draft, or raises `PlanningError`.
+        """
         drafts: list[PlanDraft] = []
         usage = Usage()
         for attempt in range(1, self.max_repairs + 2):
             t0 = time.perf_counter()
             try:
-                response = await self.model.complete(self.request(messages))
+                request = self.request(messages)
+                if schema is not None:
+                    request = request.model_copy(update={"output_schema": schema})
+                response = await self.model.complete(request)
                 text, cost = response.text, response.usage
             except ModelOutputError as exc:  # it answered, off-schema: a draft to repair, not a dead end
                 text, cost = exc.text, exc.usage if isinstance(exc.usage, Usage) else Usage(model_calls=1)
                 problems: list[Problem] = [Problem("schema_mismatch", str(exc))]
                 plan = None
                 if text:
-                    plan, problems = self.check(text, goal, plan_id)
+                    plan, problems = check(text)
                     problems = problems or [Problem("schema_mismatch", str(exc))]
             else:
-                plan, problems = self.check(text, goal, plan_id)
+                plan, problems = check(text)
                 if plan is None and response.finish_reason == "length":
                     # a cut-off draft is not worth repairing line by line: ask for a shorter plan
                     problems = [Problem("cut_off", f"the plan was cut off at {self.max_tokens} tokens; write a shorter plan: fewer steps, shorter texts")]

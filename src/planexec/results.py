@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .calls import Output
 from .errors import ReplanRequested, RunAbortedError, RunCancelledError, RunError
 from .plan import Plan
+from .plan_diff import PlanDiff
 from .usage import Usage
 
-__all__ = ["ErrorInfo", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
+__all__ = ["ErrorInfo", "PlanVersion", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
 
 
 class StepState(str, Enum):
@@ -88,13 +89,32 @@ class StepRecord(BaseModel):
 
 
 class ReplanRequest(BaseModel):
-    """The typed signal a `replan` failure action leaves for the planner."""
+    """Why a new plan is wanted: a step's `replan` failure action, a failed success check, or the joiner."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    step_id: str
+    step_id: str | None = Field(None, description="the step that failed; None when the joiner asked")
     reason: str
     error: ErrorInfo | None = None
+    source: Literal["failure_action", "check_failed", "joiner"] = "failure_action"
+
+
+class PlanVersion(BaseModel):
+    """One version of a run's plan: the plan, why it was written, what changed, what it cost.
+
+    `superseded` holds the records of the steps the next version dropped
+    (the failed step, and steps that never ran), so no attempt is forgotten.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    plan: Plan
+    reason: str = "the first plan"
+    diff: PlanDiff | None = None
+    remaining_hash: str | None = None
+    usage: Usage = Field(default_factory=Usage, description="what writing this version cost (replans only)")
+    superseded: dict[str, StepRecord] = Field(default_factory=dict)
 
 
 class RunResult(BaseModel):
@@ -118,13 +138,16 @@ class RunResult(BaseModel):
         default_factory=dict, description="work around the run by role (a router, a joiner): counted in `usage`"
     )
     replan: ReplanRequest | None = None
+    error: ErrorInfo | None = Field(None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)")
+    versions: list[PlanVersion] = Field(default_factory=list, description="every version of the plan, the first first")
 
     def usage_by_role(self) -> dict[str, Usage]:
         """Usage per role: ``planner``, each worker that ran steps, ``synthesizer`` (roles that used nothing are left out)."""
         out: dict[str, Usage] = {}
         if not self.planning_usage.is_zero():
             out["planner"] = self.planning_usage
-        for rec in self.steps.values():
+        superseded = [rec for v in self.versions for rec in v.superseded.values()]
+        for rec in [*self.steps.values(), *superseded]:
             if not rec.usage.is_zero():
                 out[rec.worker] = out.get(rec.worker, Usage()) + rec.usage
         if not self.synthesis_usage.is_zero():
