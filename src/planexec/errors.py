@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CheckFailedError",
@@ -197,10 +198,11 @@ class StepTimeoutError(PlanexecError):
 class CheckFailedError(PlanexecError):
     """A success criterion rejected a step's output."""
 
-    def __init__(self, step_id: str, criterion: str, reason: str) -> None:
+    def __init__(self, step_id: str, criterion: str, reason: str, *, judgement: Any = None) -> None:
         self.step_id = step_id
         self.criterion = criterion
         self.reason = reason
+        self.judgement = judgement  # a checks.Judgement: the critics' verdicts and usage so far
         super().__init__(f"step {step_id!r} failed success criterion {criterion}: {reason}")
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .approval import ask_approval
 from .calls import Output, Provenance, StepCall, WorkResult
-from .checks import CriteriaChecker
+from .checks import CriteriaChecker, Judgement
 from .dag import Scheduler
 from .deadline import Deadline
 from .errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
@@ -31,6 +31,7 @@ from .events import (
     RunStarted,
     StepCancelled,
     StepFailed,
+    StepJudged,
     StepReady,
     StepRerouted,
     StepRetried,
@@ -372,10 +373,13 @@ class Run(Monitor):
                             f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
                         )
                     result = result.as_json(worker)
-                    if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):
-                        await self.engine.checker.check(step, result.output)
+                    worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
+                    judged = await self._check(step, result.output, call, attempt)
+                    if judged is not _ZERO:
+                        worked = worked + judged
                 except CheckFailedError as exc:
-                    return None, _error("check_failed", exc), time.perf_counter() - t0, result.usage
+                    judged = self._judged(step.step_id, attempt, exc.judgement)
+                    return None, _error("check_failed", exc), time.perf_counter() - t0, worked + judged if judged is not _ZERO else worked
                 except asyncio.CancelledError as exc:
                     if deadline.expired():
                         return None, _error("timeout", StepTimeoutError(step.step_id, timeout)), time.perf_counter() - t0, meter.total
@@ -398,8 +402,35 @@ class Run(Monitor):
                 return None, _error("exception", exc), time.perf_counter() - t0, meter.total
             finally:
                 stop_meter(token)
-            # a worker that reports no usage may still have called metered models
-            return result, None, time.perf_counter() - t0, result.usage if not result.usage.is_zero() else meter.total
+            return result, None, time.perf_counter() - t0, worked
+
+    async def _check(self, step: Step, output: Any, call: StepCall, attempt: int) -> Usage:
+        """Apply the step's success criteria; record the critics' verdicts; return what judging cost."""
+        checker = self.engine.checker
+        if isinstance(checker, CriteriaChecker):
+            if not step.success_criteria:
+                return _ZERO
+            return self._judged(step.step_id, attempt, await checker.check(step, output, call=call))
+        await checker.check(step, output)
+        return _ZERO
+
+    def _judged(self, sid: str, attempt: int, judgement: Judgement | None) -> Usage:
+        """Emit a `StepJudged` per verdict and keep them on the step's record."""
+        if judgement is None:
+            return _ZERO
+        for critic, v in judgement.verdicts:
+            self.records[sid].verdicts.append({"attempt": attempt, "critic": critic, **v})
+            self._emit(
+                StepJudged,
+                step_id=sid,
+                attempt=attempt,
+                critic=critic,
+                approved=v["approved"],
+                judged=v.get("judged", True),
+                reasons=list(v.get("reasons", [])),
+                tools_used=list(v.get("tools_used", [])),
+            )
+        return _ZERO if judgement.usage.is_zero() else judgement.usage
 
     def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
         deps = self._deps[step.step_id]

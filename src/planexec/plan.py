@@ -147,8 +147,21 @@ class PredicateCriterion(_Record):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+class CriticCriterion(_Record):
+    """A critic worker judges the output against `criteria` (the step's instruction when empty).
+
+    The critic must check with a tool (run the code, re-read the file,
+    recompute) before approving; an approval without a tool call is no
+    judgement, and the check fails. Its verdict and reasons are recorded.
+    """
+
+    kind: Literal["critic"] = "critic"
+    worker: str = "critic"
+    criteria: str = ""
+
+
 Criterion = Annotated[
-    Union[NotEmptyCriterion, RegexCriterion, JsonSchemaCriterion, PredicateCriterion],
+    Union[NotEmptyCriterion, RegexCriterion, JsonSchemaCriterion, PredicateCriterion, CriticCriterion],
     Field(discriminator="kind"),
 ]
 
@@ -176,6 +189,8 @@ def criterion_label(criterion: Criterion) -> str:
         return f"predicate {criterion.name!r}"
     if isinstance(criterion, RegexCriterion):
         return f"regex {criterion.pattern!r}"
+    if isinstance(criterion, CriticCriterion):
+        return f"critic {criterion.worker!r}"
     return criterion.kind
 
 

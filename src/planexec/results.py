@@ -86,6 +86,7 @@ class StepRecord(BaseModel):
     output: Output | None = None
     error: ErrorInfo | None = None
     reason: str | None = Field(None, description="why it was skipped or cancelled, or what was done after it failed")
+    verdicts: list[dict[str, Any]] = Field(default_factory=list, description="critics' verdicts on its attempts, with reasons")
 
 
 class ReplanRequest(BaseModel):

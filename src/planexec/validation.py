@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from .dag import find_cycle
 from .errors import PlanValidationError, Problem
-from .plan import JsonSchemaCriterion, Plan, PredicateCriterion, RegexCriterion, Step, find_references, is_whole_reference
+from .plan import CriticCriterion, JsonSchemaCriterion, Plan, PredicateCriterion, RegexCriterion, Step, find_references, is_whole_reference
 from .registry import Registry
 from .tools import input_problems
 
@@ -151,6 +151,12 @@ def _criteria_problems(step: Step, registry: Registry | None) -> list[Problem]:
                 jsonschema.validators.validator_for(crit.json_schema).check_schema(crit.json_schema)
             except jsonschema.SchemaError as exc:
                 problems.append(Problem("invalid_json_schema", exc.message, step_id=step.step_id, field=where))
+        elif isinstance(crit, CriticCriterion) and registry is not None:
+            critic = registry.workers.get(crit.worker)
+            if critic is None or "review" not in critic.actions:
+                known = ", ".join(sorted(n for n, w in registry.workers.items() if "review" in w.actions)) or "none"
+                what = "is not registered" if critic is None else "has no 'review' action"
+                problems.append(Problem("unknown_critic", f"critic {crit.worker!r} {what} (critics: {known})", step_id=step.step_id, field=where))
         elif isinstance(crit, PredicateCriterion) and registry is not None:
             pred = registry.predicates.get(crit.name)
             if pred is None:
