@@ -269,3 +269,18 @@ def test_cancel_during_replanning_ends_cleanly(reg):
     result = asyncio.run(go())
     assert result.status is RunStatus.CANCELLED
     assert all(rec.state.terminal for rec in result.steps.values())
+
+
+def test_the_progress_display_follows_a_revision(reg):
+    from planexec.progress import StepBoard, describe_event
+
+    model = ScriptedModel([json.dumps(REVISION)])
+    r, result = run(Engine(reg, replanner=PlannerReplanner(Planner(model, reg))), mkplan(*FIVE))
+    board = StepBoard(mkplan(*FIVE))
+    for ev in r.history:
+        board.update(ev)
+    assert list(board.lines) == ["s1", "s2", "s6", "s7", "s8"]
+    assert {line.state for line in board.lines.values()} == {"succeeded"}
+    text = "\n".join(describe_event(ev) for ev in r.history)
+    assert "replanning v1 (failure_action): step 's3' failed" in text
+    assert "plan v2 replaces v1: plan v1 -> v2; + s6; + s7; + s8; - s3; - s4; - s5" in text

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter
 
 from .calls import Output
+from .plan import Plan
 from .plan_diff import PlanDiff
 from .records import Record
 from .results import ErrorInfo, ReplanRequest, RunStatus
@@ -105,6 +106,7 @@ class PlanRevised(_Event):
     diff: PlanDiff
     step_ids: list[str]
     usage: Usage
+    plan: Plan  # the whole new version, so a reader of the events alone can follow the run
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -191,7 +191,7 @@ class Monitor:
         )
         self._pending = None
         self._emit(  # type: ignore[attr-defined]
-            PlanRevised, version=version, revises=plan.version, content_hash=new.content_hash, reason=request.reason, diff=diff, step_ids=new.step_ids, usage=revision.usage
+            PlanRevised, version=version, revises=plan.version, content_hash=new.content_hash, reason=request.reason, diff=diff, step_ids=new.step_ids, usage=revision.usage, plan=new
         )
         self._done.clear()  # type: ignore[attr-defined]
         self._launch_ready()  # type: ignore[attr-defined]

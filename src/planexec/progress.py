@@ -39,7 +39,17 @@ from . import (
     StepStarted,
     StepSucceeded,
 )
-from .events import PlanCompleted, PlanDrafted, PlanStepParsed
+from .events import (
+    JoinerDecided,
+    PlanCompleted,
+    PlanDrafted,
+    PlanRevised,
+    PlanStepParsed,
+    ReplanStarted,
+    StepJudged,
+    SubRunEvent,
+    parse_event,
+)
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary"]
 
@@ -105,6 +115,17 @@ class StepBoard:
             return
         if isinstance(event, PlanStepParsed):  # a streamed plan grows while it runs
             self.lines[event.step_id] = StepLine(event.step_id, event.worker, event.action)
+            return
+        if isinstance(event, PlanRevised):  # a new version: kept steps stay, the rest make way for new ones
+            kept = set(event.diff.kept)
+            self.lines = {sid: line for sid, line in self.lines.items() if sid in kept}
+            self.plan = event.plan
+            self.lines.update({s.step_id: StepLine(s.step_id, s.worker, s.action) for s in event.plan.steps if s.step_id not in kept})
+            return
+        if isinstance(event, StepJudged):
+            line = self.lines.get(event.step_id)
+            if line is not None:
+                line.detail = f"{'approved' if event.approved else 'rejected'} by {event.critic}: {'; '.join(event.reasons)[:80]}"
             return
         line = self.lines.get(getattr(event, "step_id", ""))
         if line is None:
@@ -241,6 +262,19 @@ class EventLog:
 
 def describe_event(event: Any) -> str:
     """One line of plain text saying what happened."""
+    if isinstance(event, ReplanStarted):
+        return f"replanning v{event.version} ({event.source}): {event.reason}"
+    if isinstance(event, PlanRevised):
+        return f"plan v{event.version} replaces v{event.revises}: " + event.diff.render().replace("\n", "; ")
+    if isinstance(event, JoinerDecided):
+        return f"joiner: {event.action}" + (f" ({event.reason})" if event.reason else "")
+    if isinstance(event, StepJudged):
+        verdict = "approved" if event.approved else ("not judged" if not event.judged else "rejected")
+        tools = f" after {', '.join(event.tools_used)}" if event.tools_used else ""
+        return f"{event.step_id}: {verdict} by {event.critic}{tools}: {'; '.join(event.reasons)}"
+    if isinstance(event, SubRunEvent):
+        inner = parse_event(event.event)
+        return f"{event.step_id} ⤷ [level {event.depth}] {describe_event(inner)}"
     if isinstance(event, RunStarted):
         return f"run {event.run_id} started: plan {event.plan_id!r} ({len(event.step_ids)} steps)"
     if isinstance(event, RunFinished):
@@ -315,6 +349,11 @@ def print_summary(console: Console, result: RunResult) -> None:
     if result.reason:
         status += Text(f" ({result.reason})")
     console.print(status, soft_wrap=True)
+    if len(result.versions) > 1:
+        for v in result.versions[1:]:
+            console.print(f"{v.diff.render() if v.diff else f'plan v{v.version}'} · because {v.reason}", markup=False, highlight=False, soft_wrap=True)
+    if result.error is not None:
+        console.print(f"error: {result.error.render()}", markup=False, highlight=False, soft_wrap=True)
     if result.replan is not None:
         console.print(f"replan requested by step {result.replan.step_id!r}: {result.replan.reason}", markup=False, soft_wrap=True)
     answer = result.model_dump(mode="json")["answer"]
