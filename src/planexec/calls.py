@@ -83,6 +83,7 @@ class WorkResult(Record):
     output: Any = None
     usage: Usage = field(default_factory=Usage)
     tools: list[str] = field(default_factory=list)
+    subrun: Any = None  # a sub-team's `RunResult`, kept in the step's record (the run tree)
 
     def as_json(self, worker: str) -> WorkResult:
         """This result with its output as JSON data; `ToolOutputError` (naming `worker`) when it cannot be stored."""
@@ -95,7 +96,7 @@ class WorkResult(Record):
                 f"worker {worker!r} returned a {type(self.output).__name__} output that cannot be stored as JSON: {exc}",
                 tool=self.tools[-1] if self.tools else worker,
             ) from None
-        return self if value == self.output else WorkResult(output=value, usage=self.usage, tools=self.tools)
+        return self if value == self.output else WorkResult(output=value, usage=self.usage, tools=self.tools, subrun=self.subrun)
 
 
 _SCALARS = frozenset({type(None), bool, int, float, str})

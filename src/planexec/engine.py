@@ -26,7 +26,7 @@ from .registry import Registry
 from .replanning import Replanner
 from .results import RunResult
 from .runner import LocalRunner, Runner
-from .usage import Usage
+from .usage import Budget, Usage
 from .synthesis import Synthesizer
 from .validation import check_plan
 
@@ -50,7 +50,9 @@ class Engine:
     False) or the `joiner`'s request produce a new version of the plan that
     keeps every finished step, at most `max_replans` times. With a `joiner`,
     once the steps end it decides to finish (its answer is the run's) or to
-    replan. Both are bounded by `default_timeout`.
+    replan. Both are bounded by `default_timeout`. With a `budget`, a run
+    that uses more stops as ``failed`` (rule ``budget``), checked as each
+    attempt, draft and joiner call ends.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class Engine:
         max_replans: int = 2,
         joiner: Joiner | None = None,
         replan_failed_checks: bool = True,
+        budget: Budget | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -94,6 +97,7 @@ class Engine:
         self.max_replans = max_replans
         self.joiner = joiner
         self.replan_failed_checks = replan_failed_checks
+        self.budget = budget
 
     def start(
         self,

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .approval import ask_approval
@@ -38,6 +39,7 @@ from .events import (
     StepSkipped,
     StepStarted,
     StepSucceeded,
+    SubRunEvent,
     utcnow,
 )
 from .limits import Limits, Slots
@@ -63,6 +65,8 @@ __all__ = ["Run"]
 log = logging.getLogger("planexec.engine")
 
 Subscriber = Callable[[Any], None]
+# the run and step whose attempt is in progress in this context: a run started there is its sub-run
+CURRENT_STEP: ContextVar[tuple[Run, str] | None] = ContextVar("planexec_current_step", default=None)
 _ZERO = Usage()  # records are immutable: one shared zero
 
 class Run(Monitor):
@@ -95,6 +99,11 @@ class Run(Monitor):
         self._t0 = time.perf_counter()
         self._init_monitor()
         self._load_plan(plan)
+        # a run started inside another run's step (a sub-team) is one level below it
+        parent = CURRENT_STEP.get()
+        self.depth = parent[0].depth + 1 if parent is not None else 0
+        self.parent: tuple[str, str] | None = (parent[0].run_id, parent[1]) if parent is not None else None
+        self._spent = _ZERO  # what the run has used so far, kept only under a budget
 
     def _load_plan(self, plan: Plan, *, kept: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         """Make `plan` the one to run; `kept` steps (a revision's finished ones) start settled as succeeded."""
@@ -285,10 +294,26 @@ class Run(Monitor):
         """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
         self._planning = self._planning + fields["usage"]
         self._emit(PlanDrafted, **fields)
+        self._charge(fields["usage"])
 
     def add_overhead(self, role: str, usage: Usage) -> None:
         """Count work done around the run (a router's or a joiner's model calls) under `role`."""
         self._overhead[role] = self._overhead.get(role, _ZERO) + usage
+        self._charge(usage)
+
+    def relay(self, step_id: str, depth: int, event: Any) -> None:
+        """Put an event of a sub-run (a sub-team working on `step_id`) into this run's stream."""
+        self._emit(SubRunEvent, step_id=step_id, depth=depth, event=event.to_dict())
+
+    def _charge(self, usage: Usage) -> None:
+        """Count usage against the engine's budget; over it, the run stops (rule ``budget``)."""
+        budget = self.engine.budget
+        if budget is None or usage.is_zero():
+            return
+        self._spent = self._spent + usage
+        over = budget.exceeded(self._spent)
+        if over is not None and self._status is RunStatus.RUNNING:
+            self._stop("budget", f"the run exceeded its budget: {over}")
 
     async def _run_step(self, sid: str) -> None:
         step = self._steps[sid]
@@ -315,6 +340,9 @@ class Run(Monitor):
                     return  # it was given up on and recorded while it ignored its timeout
                 self._attempt_t0.pop(sid, None)
                 _update(rec, wall_time=rec.wall_time + wall, usage=rec.usage + usage)
+                self._charge(usage)
+                if self._status is not RunStatus.RUNNING:
+                    return  # over budget: the run is stopping and records this step
                 if error is None:
                     assert result is not None
                     self._succeed(step, worker, attempt, result, wall, usage)
@@ -367,7 +395,11 @@ class Run(Monitor):
                 call = self._call(step, worker, attempt)
                 deadline = Deadline(timeout, on_stuck=lambda: self._abandon(step, timeout), grace=self.engine.cancel_grace)
                 try:
-                    result = await self.engine.runner.run(call)
+                    here = CURRENT_STEP.set((self, step.step_id))
+                    try:
+                        result = await self.engine.runner.run(call)
+                    finally:
+                        CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(
                             f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
@@ -515,7 +547,7 @@ class Run(Monitor):
         )
         out = Output(value=result.output, provenance=prov)
         self._outputs[sid] = out
-        _update(rec, state=StepState.SUCCEEDED, output=out, error=None, finished_at=utcnow())
+        _update(rec, state=StepState.SUCCEEDED, output=out, error=None, finished_at=utcnow(), subrun=result.subrun)
         self._sched.succeeded(sid)
         self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._launch_ready()

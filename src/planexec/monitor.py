@@ -218,4 +218,5 @@ _ERROR_TYPES = {
     "replan_invalid": "PlanningError",
     "replanner": "ReplannerError",
     "joiner": "JoinerError",
+    "budget": "BudgetExceededError",
 }

@@ -87,6 +87,7 @@ class StepRecord(BaseModel):
     error: ErrorInfo | None = None
     reason: str | None = Field(None, description="why it was skipped or cancelled, or what was done after it failed")
     verdicts: list[dict[str, Any]] = Field(default_factory=list, description="critics' verdicts on its attempts, with reasons")
+    subrun: RunResult | None = Field(None, description="the run of the sub-team that did this step (the run tree)")
 
 
 class ReplanRequest(BaseModel):
@@ -158,6 +159,32 @@ class RunResult(BaseModel):
                 out[role] = out.get(role, Usage()) + used
         return out
 
+    def calls_by_level(self) -> dict[int, dict[str, int]]:
+        """Model calls per level of the run tree (0: this run; 1: its sub-teams; ...), by kind.
+
+        Kinds: ``planner`` (drafts and replans), ``workers`` (steps, critics
+        included), ``synthesizer``, and overhead roles such as ``joiner`` or
+        ``router``. A sub-team step's calls count at the level below.
+        """
+        levels: dict[int, dict[str, int]] = {}
+
+        def walk(result: RunResult, level: int) -> None:
+            row = levels.setdefault(level, {"planner": 0, "workers": 0, "synthesizer": 0})
+            row["planner"] += result.planning_usage.model_calls
+            row["synthesizer"] += result.synthesis_usage.model_calls
+            for role, used in result.overhead.items():
+                row[role] = row.get(role, 0) + used.model_calls
+            superseded = [rec for v in result.versions for rec in v.superseded.values()]
+            for rec in [*result.steps.values(), *superseded]:
+                calls = rec.usage.model_calls
+                if rec.subrun is not None:
+                    walk(rec.subrun, level + 1)
+                    calls -= rec.subrun.usage.model_calls  # what the step itself added (a critic, an earlier attempt)
+                row["workers"] += calls
+
+        walk(self, 0)
+        return levels
+
     def __repr__(self) -> str:
         # short on purpose: asyncio.run reprs a task's result, and a full dump of a big run takes seconds
         return f"RunResult(run_id={self.run_id!r}, status={self.status.value!r}, steps={len(self.steps)}, wall_time={self.wall_time:.3f})"
@@ -184,3 +211,7 @@ class RunResult(BaseModel):
         if self.status in (RunStatus.RUNNING, RunStatus.FAILED):
             raise RunError(msg, run_id=self.run_id)
         return self
+
+
+StepRecord.model_rebuild()
+PlanVersion.model_rebuild()

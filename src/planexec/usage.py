@@ -1,7 +1,7 @@
 """Usage accounting: tokens and cost, as reported by a worker or a model call.
 
-Owns the `Usage` record and the per-attempt `UsageMeter` that models report
-to. Imports nothing from planexec, so models, workers, events and the
+Owns the `Usage` record, the `Budget` a run may not exceed, and the
+per-attempt `UsageMeter` that models report to. Imports nothing from planexec, so models, workers, events and the
 engine can all share it.
 """
 
@@ -11,7 +11,7 @@ from contextvars import ContextVar, Token
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Usage", "UsageMeter", "record_usage", "start_meter", "stop_meter"]
+__all__ = ["Budget", "Usage", "UsageMeter", "record_usage", "start_meter", "stop_meter"]
 
 
 class Usage(BaseModel):
@@ -65,6 +65,26 @@ class Usage(BaseModel):
     def is_zero(self) -> bool:
         """True when nothing was used (tool-only steps)."""
         return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost or self.unpriced_calls)
+
+
+class Budget(BaseModel):
+    """Limits on what a run may use: model calls, tokens (in + out) and cost in dollars (None: no limit)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_model_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+
+    def exceeded(self, used: Usage) -> str | None:
+        """Which limit `used` is over, as text, or None."""
+        if self.max_model_calls is not None and used.model_calls > self.max_model_calls:
+            return f"{used.model_calls} model calls > {self.max_model_calls}"
+        if self.max_tokens is not None and used.total_tokens > self.max_tokens:
+            return f"{used.total_tokens} tokens > {self.max_tokens}"
+        if self.max_cost is not None and used.cost > self.max_cost:
+            return f"${used.cost:.4f} > ${self.max_cost:.4f}"
+        return None
 
 
 class UsageMeter:
