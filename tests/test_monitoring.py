@@ -7,7 +7,16 @@ import json
 
 import pytest
 
-from planexec import Engine, Plan, PlanValidationError, Registry, RoleWorker, RunStatus, StepState, parse_event
+from planexec import (
+    Engine,
+    Plan,
+    PlanValidationError,
+    Registry,
+    RoleWorker,
+    RunStatus,
+    StepState,
+    parse_event,
+)
 from planexec.testing import ScriptedModel, tool_call
 from planexec.tools import tool
 from planexec.workers import CriticWorker

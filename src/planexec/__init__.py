@@ -23,9 +23,9 @@ from .errors import (
     ModelOutputError,
     PlanError,
     PlanexecError,
+    PlanningError,
     PlanParseError,
     PlanValidationError,
-    PlanningError,
     Problem,
     RegistryError,
     ReplanRequested,
@@ -62,8 +62,15 @@ from .plan_stream import PlanStream
 from .planner import PlanDraft, Planner, Planning
 from .pricing import Price, PriceTable
 from .registry import Registry
+from .results import (
+    ErrorInfo,
+    ReplanRequest,
+    RunResult,
+    RunStatus,
+    StepRecord,
+    StepState,
+)
 from .roles import builtin_roles
-from .results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
 from .runner import LocalRunner, Runner
 from .settings import ModelChoice, ModelSettings
 from .synthesis import FunctionSynthesizer, Synthesizer

@@ -17,8 +17,8 @@ from datetime import datetime
 
 from .approval import Approver
 from .checks import Checker, CriteriaChecker
-from .joiner import Joiner
 from .execution import Run, Subscriber
+from .joiner import Joiner
 from .plan import Plan, Step
 from .plan_stream import PlanStream, StreamingRun, follow
 from .planner import Planning
@@ -26,8 +26,8 @@ from .registry import Registry
 from .replanning import Replanner
 from .results import RunResult
 from .runner import LocalRunner, Runner
-from .usage import Budget, Usage
 from .synthesis import Synthesizer
+from .usage import Budget, Usage
 from .validation import check_plan
 
 __all__ = ["Approver", "Engine", "Run"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ModelOutputError, PlanningError, PlanParseError, Problem

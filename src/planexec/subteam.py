@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .attempt import CURRENT_STEP
 from .calls import StepCall, WorkResult
 from .engine import Engine
 from .errors import PlanningError
-from .execution import CURRENT_STEP
 from .joiner import Joiner
 from .planner import Planner
 from .replanning import PlannerReplanner

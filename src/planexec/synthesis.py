@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .calls import Output, WorkResult

@@ -21,7 +21,16 @@ from pydantic import ValidationError
 
 from .dag import find_cycle
 from .errors import PlanValidationError, Problem
-from .plan import CriticCriterion, JsonSchemaCriterion, Plan, PredicateCriterion, RegexCriterion, Step, find_references, is_whole_reference
+from .plan import (
+    CriticCriterion,
+    JsonSchemaCriterion,
+    Plan,
+    PredicateCriterion,
+    RegexCriterion,
+    Step,
+    find_references,
+    is_whole_reference,
+)
 from .registry import Registry
 from .tools import input_problems
 

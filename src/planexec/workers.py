@@ -19,7 +19,13 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from .calls import StepCall, WorkResult
-from .errors import ModelOutputError, PlanexecError, RegistryError, ToolError, ToolInputError
+from .errors import (
+    ModelOutputError,
+    PlanexecError,
+    RegistryError,
+    ToolError,
+    ToolInputError,
+)
 from .models.base import Message, Model, ToolCall
 from .toolcalls import JsonToolCalls, NativeToolCalls, prompt_file
 from .tools import Tool

@@ -1,19 +1,19 @@
 """Model providers and the protocol they implement (see `models.base`)."""
 
+from .anthropic import AnthropicModel
 from .base import (
     Message,
     Model,
     ModelDelta,
     ModelRequest,
     ModelResponse,
-    ToolCall,
     StreamingModel,
+    ToolCall,
     ToolDefinition,
     block_model_requests,
     ensure_requests_allowed,
     stream_response,
 )
-from .anthropic import AnthropicModel
 from .local import LocalModel
 from .openai import OpenAIModel
 

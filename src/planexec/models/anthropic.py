@@ -33,8 +33,8 @@ import jsonschema
 from ..errors import (
     ModelAuthError,
     ModelBadRequestError,
-    ModelOutputError,
     ModelError,
+    ModelOutputError,
     ModelRateLimitError,
     ModelServerError,
     ModelTimeoutError,

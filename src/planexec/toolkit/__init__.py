@@ -16,7 +16,15 @@ from pathlib import Path
 
 from ..tools import Tool
 from .calculator import calculator
-from .files import FileEntry, FileListing, FileText, FileWritten, SearchMatch, SearchResults, file_tools
+from .files import (
+    FileEntry,
+    FileListing,
+    FileText,
+    FileWritten,
+    SearchMatch,
+    SearchResults,
+    file_tools,
+)
 from .sandbox import PythonRun, namespace_available, python_tool
 
 __all__ = [
