@@ -284,3 +284,26 @@ def test_the_progress_display_follows_a_revision(reg):
     text = "\n".join(describe_event(ev) for ev in r.history)
     assert "replanning v1 (failure_action): step 's3' failed" in text
     assert "plan v2 replaces v1: plan v1 -> v2; + s6; + s7; + s8; - s3; - s4; - s5" in text
+
+
+def test_a_streamed_plan_replans_once_the_stream_has_ended(reg):
+    from planexec.plan_stream import PlanStream
+
+    streamed = {"steps": [{"worker": "tool", "instruction": "", "depends_on": [], **s} for s in FIVE]}
+    for s in streamed["steps"]:
+        s.setdefault("parameters", {})
+    model = ScriptedModel([json.dumps(streamed), json.dumps(REVISION)], token_delay=0.002)
+    planner = Planner(model, reg)
+
+    async def go():
+        r = Engine(reg, replanner=PlannerReplanner(planner)).start_streaming(PlanStream(planner, "the ratio of a to b, as text"))
+        return r, await r.result()
+
+    r, result = asyncio.run(go())
+    assert result.status is RunStatus.SUCCEEDED and result.answer == "42x"
+    kinds = [e.type for e in r.history]
+    # the replan waited for the streamed plan to end, and then revised the whole of it
+    assert kinds.index("plan_completed") < kinds.index("plan_revised")
+    assert reg.calls["fetch:a"] == 1 and reg.calls["fetch:b"] == 1
+    assert result.versions[1].diff.removed == ["s3", "s4", "s5"]
+    assert result.usage_by_role()["planner"].model_calls == 2
