@@ -73,9 +73,10 @@ class Attempts:
                         )
                     result = result.as_json(worker)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
-                    judged = await self._check(step, result.output, call, attempt)
-                    if judged is not _ZERO:
-                        worked = worked + judged
+                    if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):
+                        judged = await self._check(step, result.output, call, attempt)
+                        if judged is not _ZERO:
+                            worked = worked + judged
                 except CheckFailedError as exc:
                     judged = self._judged(step.step_id, attempt, exc.judgement)
                     return None, _error("check_failed", exc), time.perf_counter() - t0, worked + judged if judged is not _ZERO else worked
