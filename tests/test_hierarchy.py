@@ -145,3 +145,20 @@ def test_a_sub_team_replans_locally_and_the_parent_never_knows():
     subrun = result.steps["t1"].subrun
     assert [v.version for v in subrun.versions] == [1, 2]
     assert result.calls_by_level()[1]["planner"] == 2  # the plan and its local replan
+
+
+def test_the_summary_prints_model_calls_per_level():
+    import io
+
+    from rich.console import Console
+
+    from planexec.progress import print_summary
+
+    research, _ = team("research_team", "researcher", [{"id": "a1", "worker": "researcher", "action": "respond"}], ["fact"])
+    reg, manager = top(research, plan_steps=[{"id": "s1", "worker": "research_team", "action": "delegate", "instruction": "go"}])
+    _, result = run_goal(manager, reg, "g")
+    out = io.StringIO()
+    print_summary(Console(file=out, width=200), result)
+    text = out.getvalue()
+    assert "model calls at level 0: planner 1, workers 0, synthesizer 0" in text
+    assert "model calls at level 1: planner 1, workers 1, synthesizer 0" in text

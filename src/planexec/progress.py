@@ -349,6 +349,10 @@ def print_summary(console: Console, result: RunResult) -> None:
     if result.reason:
         status += Text(f" ({result.reason})")
     console.print(status, soft_wrap=True)
+    if any(rec.subrun is not None for rec in result.steps.values()):
+        for level, calls in result.calls_by_level().items():
+            counts = ", ".join(f"{kind} {n}" for kind, n in calls.items())
+            console.print(f"model calls at level {level}: {counts}", markup=False, highlight=False, soft_wrap=True)
     if len(result.versions) > 1:
         for v in result.versions[1:]:
             console.print(f"{v.diff.render() if v.diff else f'plan v{v.version}'} · because {v.reason}", markup=False, highlight=False, soft_wrap=True)
