@@ -90,3 +90,39 @@ def test_planexec_plan_with_a_server_url_writes_a_plan_file(llama_server, tmp_pa
     plan = Plan.from_json(out.read_text())
     assert plan.goal == GOAL and 1 <= len(plan.steps) <= 3
     assert json.loads(out.read_text())["content_hash"] == plan.content_hash
+
+
+def test_the_embedded_model_revises_a_failed_plan_and_the_run_goes_on(allow_requests):
+    """A real replan: the grammar lets new steps depend only on finished ones, so whatever it writes runs."""
+    from planexec.replanning import PlannerReplanner
+    from planexec.tools import Tool
+
+    registry = _registry()
+
+    def flaky(text: str) -> str:
+        """Fails: the service is down."""
+        raise RuntimeError("service down")
+
+    registry.add_tool(Tool(flaky))
+    plan = Plan.model_validate(
+        {
+            "plan_id": "p",
+            "goal": GOAL,
+            "steps": [
+                {"id": "s1", "action": "echo", "parameters": {"value": "hello"}},
+                {"id": "s2", "action": "flaky", "parameters": {"text": "world"}, "failure_action": "replan"},
+                {"id": "s3", "action": "concat", "parameters": {"parts": ["${s1}", "${s2}"], "separator": " "}},
+            ],
+        }
+    )
+    model = resolve_model("local:smollm2")
+    planner = Planner(model, registry, max_steps=3, max_tokens=400)
+    result = Engine(registry, default_timeout=120, replanner=PlannerReplanner(planner), max_replans=1).run_sync(plan)
+    # whatever a 135M model writes, the outcome is recorded and typed; s1 never ran again
+    assert result.status is not RunStatus.RUNNING and all(rec.state.terminal for rec in result.steps.values())
+    assert result.steps["s1"].attempts == 1 and result.steps["s1"].output.value == "hello"
+    assert len(result.versions) >= 2 or result.error is not None
+    if len(result.versions) >= 2:
+        revised = result.versions[1].plan
+        assert revised.step_ids[0] == "s1" and all(int(sid[1:]) >= 4 for sid in revised.step_ids[1:])
+    assert result.usage_by_role()["planner"].model_calls >= 1
