@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_goal_options(p)
     p.set_defaults(command=cmd_run)
 
+    from .eval_command import add_eval_options
+
+    p = sub.add_parser("eval", help="run evaluation suites in each mode; print a table, write a PNG chart and a JSON report")
+    add_eval_options(p)
+    p.set_defaults(command=cmd_eval)
+
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
     p.set_defaults(command=cmd_schema)
@@ -167,6 +173,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print_summary(out, result)
     return _EXIT_BY_STATUS.get(result.status, EXIT_FAILED)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``planexec eval``: run suites in each mode and report (see `eval_command`)."""
+    from .eval_command import run_eval
+
+    return run_eval(args)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
