@@ -32,7 +32,7 @@ JOIN_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "action": {"enum": ["finish", "replan"]},
-        "answer": {"type": "string", "maxLength": 2000},
+        "answer": {"type": "string", "maxLength": 1000},  # llama.cpp's grammar builder crashes on 2000
         "reason": {"type": "string", "maxLength": 300},
     },
     "required": ["action"],
