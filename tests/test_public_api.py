@@ -28,6 +28,11 @@ EXPECTED = {
     "Planner", "Planning", "PlanDraft", "PlanStream", "PlanDrafted", "PlanStepParsed", "PlanCompleted",
     "ModelSettings", "ModelChoice", "resolve_model", "Price", "PriceTable",
     "build_team", "builtin_roles", "default_toolkit", "CriticWorker", "Verdict",
+    # monitoring, replanning and hierarchy
+    "CriticCriterion", "Replanner", "PlannerReplanner", "FunctionReplanner", "ReplanContext", "Revision",
+    "Joiner", "ModelJoiner", "FunctionJoiner", "JoinContext", "JoinDecision", "JoinerError",
+    "PlanVersion", "PlanDiff", "diff_plans", "SubTeam", "Budget",
+    "ReplanStarted", "PlanRevised", "StepJudged", "JoinerDecided", "SubRunEvent",
 }  # fmt: skip
 
 

@@ -39,31 +39,53 @@ from .errors import (
 )
 from .events import (
     Event,
+    JoinerDecided,
     PlanCompleted,
     PlanDrafted,
+    PlanRevised,
     PlanStepParsed,
+    ReplanStarted,
     RunFinished,
     RunStarted,
     StepCancelled,
     StepFailed,
+    StepJudged,
     StepReady,
     StepRerouted,
     StepRetried,
     StepSkipped,
     StepStarted,
     StepSucceeded,
+    SubRunEvent,
     parse_event,
 )
 from .formats import parse_llmcompiler, parse_rewoo
+from .joiner import (
+    FunctionJoiner,
+    JoinContext,
+    JoinDecision,
+    Joiner,
+    JoinerError,
+    ModelJoiner,
+)
 from .mapping import PlanMapping, load_foreign_plan
 from .models.providers import resolve_model
-from .plan import Criterion, FailureAction, Plan, RollbackPlan, Step
+from .plan import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
+from .plan_diff import PlanDiff, diff_plans
 from .plan_stream import PlanStream
 from .planner import PlanDraft, Planner, Planning
 from .pricing import Price, PriceTable
 from .registry import Registry
+from .replanning import (
+    FunctionReplanner,
+    PlannerReplanner,
+    ReplanContext,
+    Replanner,
+    Revision,
+)
 from .results import (
     ErrorInfo,
+    PlanVersion,
     ReplanRequest,
     RunResult,
     RunStatus,
@@ -73,11 +95,12 @@ from .results import (
 from .roles import builtin_roles
 from .runner import LocalRunner, Runner
 from .settings import ModelChoice, ModelSettings
+from .subteam import SubTeam
 from .synthesis import FunctionSynthesizer, Synthesizer
 from .team import build_team
 from .toolkit import default_toolkit
 from .tools import Predicate, Tool, predicate, tool
-from .usage import Usage
+from .usage import Budget, Usage
 from .validation import check_plan, validate_plan
 from .workers import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
 
@@ -85,35 +108,49 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Approver",
+    "Budget",
     "CheckFailedError",
     "Checker",
     "ConfigError",
     "CriteriaChecker",
     "Criterion",
+    "CriticCriterion",
     "CriticWorker",
     "Engine",
     "ErrorInfo",
     "Event",
     "FailureAction",
+    "FunctionJoiner",
+    "FunctionReplanner",
     "FunctionSynthesizer",
+    "JoinContext",
+    "JoinDecision",
+    "Joiner",
+    "JoinerDecided",
+    "JoinerError",
     "LocalRunner",
     "ModelChoice",
     "ModelError",
+    "ModelJoiner",
     "ModelOutputError",
     "ModelSettings",
     "Output",
     "Plan",
     "PlanCompleted",
+    "PlanDiff",
     "PlanDraft",
     "PlanDrafted",
     "PlanError",
     "PlanMapping",
     "PlanParseError",
+    "PlanRevised",
     "PlanStepParsed",
     "PlanStream",
     "PlanValidationError",
+    "PlanVersion",
     "PlanexecError",
     "Planner",
+    "PlannerReplanner",
     "Planning",
     "PlanningError",
     "Predicate",
@@ -123,8 +160,12 @@ __all__ = [
     "Provenance",
     "Registry",
     "RegistryError",
+    "ReplanContext",
     "ReplanRequest",
     "ReplanRequested",
+    "ReplanStarted",
+    "Replanner",
+    "Revision",
     "RoleWorker",
     "RollbackPlan",
     "Run",
@@ -140,6 +181,7 @@ __all__ = [
     "StepCall",
     "StepCancelled",
     "StepFailed",
+    "StepJudged",
     "StepReady",
     "StepRecord",
     "StepRerouted",
@@ -149,6 +191,8 @@ __all__ = [
     "StepState",
     "StepSucceeded",
     "StepTimeoutError",
+    "SubRunEvent",
+    "SubTeam",
     "Synthesizer",
     "Tool",
     "ToolError",
@@ -163,6 +207,7 @@ __all__ = [
     "builtin_roles",
     "check_plan",
     "default_toolkit",
+    "diff_plans",
     "load_foreign_plan",
     "parse_event",
     "parse_llmcompiler",
