@@ -99,3 +99,27 @@ def llama_server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL cluster (initdb in a temp folder, loopback, a free port) for the session; its URL.
+
+    ``$PLANEXEC_TEST_POSTGRES`` names an existing server instead. Skipped
+    only when the PostgreSQL server binaries are absent (Debian's
+    ``postgresql`` package: ``.ci/run`` installs it).
+    """
+    import os
+
+    from planexec.store.pgserver import PostgresUnavailable, TempPostgres
+
+    given = os.environ.get("PLANEXEC_TEST_POSTGRES")
+    if given:
+        yield given
+        return
+    try:
+        server = TempPostgres()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"no PostgreSQL to test against: {exc}")
+    with server:
+        yield server.url

@@ -14,6 +14,7 @@ import the engine, the registry or the CLI.
     planner_model = "openai:gpt-4o-mini"   # default: local:smollm2
     worker_model = "local:smollm2"         # default: the planner's model
     workspace = "work"                     # the folder file tools may touch
+    store = ".planexec/runs.db"            # the run store: a path, sqlite:///path or postgresql://...
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -70,6 +71,7 @@ class Config(BaseModel):
     model_timeout: float | None = Field(None, gt=0, description="seconds per model call")
     model_retries: int | None = Field(None, ge=0, description="retries of a rate-limited or failed call")
     workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
+    store: str | None = Field(None, description="the run store: a file path, sqlite:///path or postgresql://... (default .planexec/runs.db)")
 
 
 def load_config(start: Path) -> Config:
@@ -101,11 +103,22 @@ def load_config(start: Path) -> Config:
     update: dict[str, object] = {"tools": [_relative_to(path.parent, t) for t in config.tools]}
     if config.workspace is not None and not Path(config.workspace).is_absolute():
         update["workspace"] = str(path.parent / config.workspace)
+    if config.store is not None:
+        update["store"] = _store_relative_to(path.parent, config.store)
     return config.model_copy(update=update)
 
 
 def _relative_to(folder: Path, spec: str) -> str:
     # a .py path is the file's neighbour; a dotted module name is left to the import system
     if spec.endswith(".py") and not Path(spec).is_absolute():
+        return str(folder / spec)
+    return spec
+
+
+def _store_relative_to(folder: Path, spec: str) -> str:
+    # a relative store file (plain, or sqlite:///relative) lives beside the config file; a URL is left alone
+    if spec.startswith("sqlite:///") and not spec.startswith("sqlite:////"):
+        return "sqlite:///" + str(folder / spec[len("sqlite:///") :])
+    if "://" not in spec and not Path(spec).expanduser().is_absolute():
         return str(folder / spec)
     return spec

@@ -10,12 +10,18 @@ do no I/O; `str(error)` is the readable rendering.
     │   ├── PlanValidationError   one or more `Problem`s, all reported at once
     │   └── PlanningError         the planner gave up: its last draft and its problems
     ├── ConfigError               planexec.toml could not be read or is rejected
+    │   └── PolicyError           a policy file or module could not be loaded (names the file, line, rule)
     ├── RegistryError             a name was registered twice or is unknown
     ├── ToolError                 a tool call went wrong
     │   ├── ToolInputError        arguments refused before the function ran
     │   └── ToolOutputError       the function returned what its type rejects
     ├── StepTimeoutError          a step ran past its timeout
     ├── CheckFailedError          a success criterion rejected a step's output
+    ├── StoreError                the run store cannot be opened, read or written (names the file or host)
+    │   ├── RunNotFoundError      no stored run has that id
+    │   ├── EventConflictError    an event re-appended with a different content
+    │   ├── ApprovalError         an approval that is not pending, or asked for twice differently
+    │   └── TemplateNotFoundError no saved plan template has that name (and version)
     ├── RunError                  a run ended without succeeding
     │   ├── RunAbortedError       a failure action aborted the run
     │   ├── RunCancelledError     the run was cancelled from outside
@@ -38,7 +44,9 @@ from typing import Any
 
 __all__ = [
     "CheckFailedError",
+    "ApprovalError",
     "ConfigError",
+    "EventConflictError",
     "ModelAuthError",
     "ModelBadRequestError",
     "ModelError",
@@ -52,13 +60,17 @@ __all__ = [
     "PlanValidationError",
     "PlanningError",
     "PlanexecError",
+    "PolicyError",
     "Problem",
     "RegistryError",
     "ReplanRequested",
     "RunAbortedError",
     "RunCancelledError",
     "RunError",
+    "RunNotFoundError",
     "StepTimeoutError",
+    "StoreError",
+    "TemplateNotFoundError",
     "ToolError",
     "ToolInputError",
     "ToolOutputError",
@@ -161,6 +173,14 @@ class ConfigError(PlanexecError):
         super().__init__(message)
 
 
+class PolicyError(ConfigError):
+    """A policy rule file or module could not be loaded: `path`, `line` (when known) and `rule` say where."""
+
+    def __init__(self, message: str, *, path: Path | None = None, line: int | None = None, rule: str | None = None) -> None:
+        self.rule = rule
+        super().__init__(message, path=path, line=line)
+
+
 class RegistryError(PlanexecError):
     """A tool, worker or predicate name is unknown or registered twice."""
 
@@ -204,6 +224,51 @@ class CheckFailedError(PlanexecError):
         self.reason = reason
         self.judgement = judgement  # a checks.Judgement: the critics' verdicts and usage so far
         super().__init__(f"step {step_id!r} failed success criterion {criterion}: {reason}")
+
+
+class StoreError(PlanexecError):
+    """The run store could not be opened, read or written; `location` names the file or host."""
+
+    def __init__(self, message: str, *, location: str | None = None) -> None:
+        self.location = location
+        super().__init__(message)
+
+
+class RunNotFoundError(StoreError):
+    """No stored run has the id `run_id`."""
+
+    def __init__(self, run_id: str, *, location: str | None = None) -> None:
+        self.run_id = run_id
+        where = f" in {location}" if location else ""
+        super().__init__(f"no run {run_id!r}{where}", location=location)
+
+
+class EventConflictError(StoreError):
+    """An event was appended again at `seq` of run `run_id` with a different content (or out of order)."""
+
+    def __init__(self, message: str, *, run_id: str, seq: int, location: str | None = None) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        super().__init__(message, location=location)
+
+
+class ApprovalError(StoreError):
+    """An approval could not be decided: nothing of run `run_id` (and step `step_id`) is pending."""
+
+    def __init__(self, message: str, *, run_id: str, step_id: str | None = None, location: str | None = None) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        super().__init__(message, location=location)
+
+
+class TemplateNotFoundError(StoreError):
+    """No saved plan template has the name `name` (and the version `version`, when given)."""
+
+    def __init__(self, name: str, version: int | None = None, *, location: str | None = None) -> None:
+        self.name = name
+        self.version = version
+        what = f"template {name!r}" + (f" version {version}" if version is not None else "")
+        super().__init__(f"no {what}" + (f" in {location}" if location else ""), location=location)
 
 
 class RunError(PlanexecError):

@@ -1,0 +1,47 @@
+"""The durable run store: every run's events as an append-only log, with snapshots that make reads fast.
+
+Owns nothing itself; it gathers the store's public names. `RunStore` (in
+`base`) is the protocol; `SqliteRunStore` (the embedded default,
+``.planexec/runs.db``) and `PostgresRunStore` (``postgresql://...``) are
+its backends; `open_store` picks one from a path or URL; `replay` rebuilds
+each step's record from stored events. `recorder.record_run` writes a live
+run into a store. The store imports only events, plan, results, records,
+errors and usage: never the engine.
+"""
+
+from ..errors import (
+    ApprovalError,
+    EventConflictError,
+    RunNotFoundError,
+    StoreError,
+    TemplateNotFoundError,
+)
+from .base import Approval, ApprovalState, RunStore, RunSummary, Template
+from .location import DEFAULT_STORE, STORE_ENV, open_store, store_target
+from .postgres import PostgresRunStore
+from .replay import RunView, replay
+from .schema import SCHEMA_VERSION
+from .sqlite import SqliteRunStore
+
+__all__ = [
+    "DEFAULT_STORE",
+    "SCHEMA_VERSION",
+    "STORE_ENV",
+    "Approval",
+    "ApprovalError",
+    "ApprovalState",
+    "EventConflictError",
+    "PostgresRunStore",
+    "RunNotFoundError",
+    "RunStore",
+    "RunSummary",
+    "RunView",
+    "SqliteRunStore",
+    "StoreError",
+    "Template",
+    "TemplateNotFoundError",
+    "open_store",
+    "replay",
+    "store_target",
+]
+

@@ -1,0 +1,118 @@
+"""Approvals in the run store: requests to approve a plan version or a step, and their decisions.
+
+Owns `Approvals`, the part of `sql.SqlRunStore` that keeps the
+``approvals`` table: a request is keyed by run, step (none for the whole
+plan) and content hash, so asking again after a restart finds the same
+request; deciding takes the latest pending one (or the one for a given
+hash) and refuses, naming the run and step, when nothing is pending.
+Imports `errors` and the store's `base`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ApprovalError
+from .base import Approval, ApprovalState
+from .rows import from_timestamp, now
+
+__all__ = ["Approvals"]
+
+_APPROVAL_COLUMNS = "approval_id, run_id, step_id, content_hash, state, requested_at, decided_at, decided_by, reason"
+
+
+class Approvals:
+    """Approval requests and decisions, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, `_require_run`)."""
+
+    _tx: Any
+    _one: Any
+    _all: Any
+    _q: Any
+    _require_run: Any
+    location: str
+
+    def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
+        """Ask for approval of the plan (`step_id` None) or a step; the same request again returns the stored one."""
+        if not content_hash:
+            raise ValueError("an approval needs the content hash of what is approved")
+        key = (run_id, step_id or "", content_hash)
+        where = "run_id = ? AND step_id = ? AND content_hash = ?"
+        with self._tx(write=True) as cur:
+            self._require_run(cur, run_id)
+            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+            if row is None:
+                cur.execute(
+                    self._q("INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at) VALUES (?, ?, ?, ?, ?)"),
+                    (*key, ApprovalState.PENDING.value, now()),
+                )
+                row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+        return _approval(row)
+
+    def decide_approval(
+        self,
+        run_id: str,
+        *,
+        step_id: str | None = None,
+        approved: bool,
+        by: str,
+        reason: str | None = None,
+        content_hash: str | None = None,
+    ) -> Approval:
+        """Approve or deny the pending request (the latest, or the one for `content_hash`); `ApprovalError` when none is pending."""
+        what = f"step {step_id!r} of run {run_id!r}" if step_id else f"the plan of run {run_id!r}"
+        sql = f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND step_id = ?"
+        params: tuple[Any, ...] = (run_id, step_id or "")
+        if content_hash is not None:
+            sql += " AND content_hash = ?"
+            params += (content_hash,)
+        with self._tx(write=True) as cur:
+            self._require_run(cur, run_id)
+            rows = [_approval(r) for r in self._all(cur, sql + " ORDER BY approval_id", params)]
+            pending = [a for a in rows if a.state is ApprovalState.PENDING]
+            if not pending:
+                if not rows:
+                    why = "no approval was asked for" + (f" with content hash {content_hash}" if content_hash else "")
+                else:
+                    last = rows[-1]
+                    why = f"it was already {last.state.value}" + (f" by {last.by}" if last.by else "")
+                raise ApprovalError(f"{what} is not pending approval: {why}", run_id=run_id, step_id=step_id, location=self.location)
+            target = pending[-1]
+            state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
+            cur.execute(
+                self._q("UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ? WHERE approval_id = ? AND state = ?"),
+                (state.value, now(), by, reason, target.approval_id, ApprovalState.PENDING.value),
+            )
+            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
+        return _approval(row)
+
+    def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
+        """Approval requests, oldest first, of one run or all; only the pending ones with `pending_only`."""
+        clauses, params = [], []
+        if run_id is not None:
+            clauses.append("run_id = ?")
+            params.append(run_id)
+        if pending_only:
+            clauses.append("state = ?")
+            params.append(ApprovalState.PENDING.value)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._tx(write=False) as cur:
+            if run_id is not None:
+                self._require_run(cur, run_id)
+            rows = self._all(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals{where} ORDER BY approval_id", params)
+        return [_approval(r) for r in rows]
+
+
+def _approval(row: Sequence[Any]) -> Approval:
+    approval_id, run_id, step_id, content_hash, state, requested, decided, by, reason = row
+    return Approval(
+        approval_id=int(approval_id),
+        run_id=run_id,
+        step_id=step_id or None,
+        content_hash=content_hash,
+        state=ApprovalState(state),
+        requested_at=from_timestamp(requested),  # type: ignore[arg-type]
+        decided_at=from_timestamp(decided),
+        by=by,
+        reason=reason,
+    )

@@ -1,0 +1,194 @@
+"""The run store's contract: the `RunStore` protocol and the typed records it returns.
+
+Owns `RunStore` (what every backend does), `RunSummary` (one row of the
+``runs`` snapshot), `Approval` with `ApprovalState`, and `Template` (a
+saved, versioned plan). All are frozen `Record`s with a stable JSON form.
+Backends live in `sqlite` and `postgres`; the SQL they share in `sql`.
+Imports `events`, `plan`, `plan_diff`, `records`, `results` and `usage`;
+never the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from ..plan import Plan
+from ..records import Record
+from ..results import PlanVersion, RunStatus
+from ..usage import Usage
+
+__all__ = ["Approval", "ApprovalState", "RunStore", "RunSummary", "Template"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary(Record):
+    """A run as the ``runs`` snapshot holds it: kept up to date in the transaction of the events that change it.
+
+    `plan_version` and `content_hash` are the current plan's (a revision
+    moves them); `usage` is what the run has used so far, and its total
+    once it finished. A sub-run names its parent run and step.
+    """
+
+    run_id: str
+    goal: str
+    status: RunStatus
+    plan_id: str
+    plan_version: int
+    content_hash: str
+    step_count: int
+    started_at: datetime
+    finished_at: datetime | None = None
+    wall_time: float | None = None
+    usage: Usage = field(default_factory=Usage)
+    reason: str | None = None
+    parent_run_id: str | None = None
+    parent_step_id: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True once the run's `RunFinished` is stored."""
+        return self.status is not RunStatus.RUNNING
+
+    @property
+    def cost(self) -> float:
+        """Dollars spent on priced calls (see `usage.describe_cost()` for unpriced ones)."""
+        return self.usage.cost
+
+
+class ApprovalState(str, Enum):
+    """Where an approval is: waiting for a person or policy, or decided."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Approval(Record):
+    """A request to approve a plan version (``step_id`` None) or one step of it, and its decision.
+
+    `content_hash` freezes what was approved: the plan's (or the step's)
+    content hash at the time of the request.
+    """
+
+    approval_id: int
+    run_id: str
+    step_id: str | None
+    content_hash: str
+    state: ApprovalState
+    requested_at: datetime
+    decided_at: datetime | None = None
+    by: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Template(Record):
+    """A saved plan: a name, an auto-incremented version, the plan's JSON and the parameters it declares."""
+
+    name: str
+    version: int
+    plan: dict[str, Any]
+    params: list[str]
+    created_at: datetime
+    description: str = ""
+    source_run_id: str | None = None
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where runs live: an append-only event log, snapshots for fast reads, approvals and plan templates.
+
+    Every write is one transaction: when it returns it is durable, and when
+    it raises nothing changed. `location` names the file or the server
+    (never a password). Errors are `StoreError`s (see `errors`).
+    """
+
+    location: str
+
+    def append(self, events: Iterable[Any], *, parent: tuple[str, str] | None = None) -> int:
+        """Store events (of one or more runs) and update the snapshots; returns how many were new.
+
+        Idempotent on (run_id, seq): an event stored before with the same
+        content is skipped, with another content it is an
+        `EventConflictError`, as is a gap in a run's sequence. `parent`
+        (run id, step id) links a sub-run to its parent when its first event is stored.
+        """
+        ...
+
+    def events(self, run_id: str, after_seq: int = -1, limit: int | None = None) -> list[Any]:
+        """The run's events with seq > `after_seq`, in order (at most `limit`); `RunNotFoundError` for an unknown run."""
+        ...
+
+    def last_seq(self, run_id: str) -> int:
+        """The seq of the run's last stored event; -1 when it has none (or is unknown)."""
+        ...
+
+    def runs(self, *, limit: int | None = 50, status: RunStatus | str | None = None) -> list[RunSummary]:
+        """Runs, newest first, optionally only those with `status`."""
+        ...
+
+    def run(self, run_id: str) -> RunSummary:
+        """One run's summary; `RunNotFoundError` naming the id when there is none."""
+        ...
+
+    def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
+        """Store a version of the run's plan (the first: later ones come with `PlanRevised`); idempotent."""
+        ...
+
+    def plan_versions(self, run_id: str) -> list[PlanVersion]:
+        """Every stored version of the run's plan, the first first; `RunNotFoundError` for an unknown run."""
+        ...
+
+    def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
+        """Ask for approval of the plan (`step_id` None) or a step; asking again for the same hash returns the same request."""
+        ...
+
+    def decide_approval(
+        self,
+        run_id: str,
+        *,
+        step_id: str | None = None,
+        approved: bool,
+        by: str,
+        reason: str | None = None,
+        content_hash: str | None = None,
+    ) -> Approval:
+        """Approve or deny the pending request (the latest, or the one for `content_hash`); `ApprovalError` when none is pending."""
+        ...
+
+    def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
+        """Approval requests, oldest first: of one run or of all, optionally only the pending ones."""
+        ...
+
+    def save_template(
+        self,
+        name: str,
+        plan: Plan | dict[str, Any],
+        *,
+        params: Sequence[str] = (),
+        description: str = "",
+        source_run_id: str | None = None,
+    ) -> Template:
+        """Save a plan under `name` as its next version (1 for a new name)."""
+        ...
+
+    def template(self, name: str, version: int | None = None) -> Template:
+        """A template's latest (or given) version; `TemplateNotFoundError` when there is none."""
+        ...
+
+    def templates(self, name: str | None = None) -> list[Template]:
+        """Every saved version (of one name, or of all), by name then version."""
+        ...
+
+    def delete_template(self, name: str, version: int | None = None) -> int:
+        """Delete one version, or every version of `name`; returns how many; `TemplateNotFoundError` when none."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection (the store is unusable afterwards)."""
+        ...

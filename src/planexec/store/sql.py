@@ -1,0 +1,340 @@
+"""The SQL both backends share: the event log with its snapshots, runs and plan versions.
+
+Owns `SqlRunStore`, the `RunStore` written once in plain SQL with ``?``
+placeholders. A backend (`sqlite`, `postgres`) supplies the connection: a
+`_transaction(write=...)` context that yields a DB-API cursor, commits on
+exit, rolls back and raises a `StoreError` on any failure, and `_q` to turn
+``?`` into its own placeholder. Each public write is one transaction, so a
+failed call changes nothing. Appending is the hot path (one transaction per
+batch of events while a run goes on): one query for the run's last seq, one
+multi-row INSERT, and snapshot updates only for the events that change the
+``runs`` row. Approvals and templates are its mixins (`approvals`,
+`templates`). Imports `events`, `plan`, `plan_diff`, `results`, `usage`,
+`errors` and the store's `base`, `rows`, `approvals` and `templates`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from typing import Any, Self
+
+from ..errors import EventConflictError, RunNotFoundError, StoreError
+from ..events import parse_event
+from ..plan import Plan
+from ..plan_diff import PlanDiff
+from ..results import PlanVersion, RunStatus
+from ..usage import Usage
+from .approvals import Approvals
+from .base import RunSummary
+from .rows import from_timestamp, timestamp
+from .templates import Templates
+
+__all__ = ["SqlRunStore"]
+
+_CHUNK = 100  # rows per INSERT statement (well under every backend's limit on bound parameters)
+_USAGE_EVENTS = frozenset({"step_succeeded", "step_failed", "plan_drafted", "plan_revised", "joiner_decided"})
+_SNAPSHOT_EVENTS = frozenset({"run_started", "plan_revised", "plan_completed", "run_finished"})
+_RUN_COLUMNS = (
+    "run_id, goal, status, plan_id, plan_version, content_hash, step_count, started_at, "
+    "finished_at, wall_time, usage, reason, parent_run_id, parent_step_id"
+)
+
+
+class SqlRunStore(Approvals, Templates):
+    """A `RunStore` in SQL; backends subclass it with a connection (see the module docstring)."""
+
+    dialect = "sql"
+    location = "?"
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._closed = False
+        self._insert_sql: dict[int, str] = {}
+
+    # --- what a backend supplies ------------------------------------------------
+
+    def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _q(self, sql: str) -> str:
+        """`sql` with the backend's placeholders."""
+        return sql
+
+    def _close_connection(self) -> None:
+        raise NotImplementedError
+
+    # --- plumbing ----------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Any]:
+        if self._closed:
+            raise StoreError(f"{self.location}: the run store is closed", location=self.location)
+        with self._lock, self._transaction(write=write) as cur:
+            yield cur
+
+    def _one(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        cur.execute(self._q(sql), params)
+        return cur.fetchone()
+
+    def _all(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        cur.execute(self._q(sql), params)
+        return list(cur.fetchall())
+
+    def _require_run(self, cur: Any, run_id: str) -> None:
+        if self._one(cur, "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)) is None:
+            raise RunNotFoundError(run_id, location=self.location)
+
+    def close(self) -> None:
+        """Release the connection; later calls raise `StoreError`."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._close_connection()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+    # --- the event log -----------------------------------------------------------
+
+    def append(self, events: Iterable[Any], *, parent: tuple[str, str] | None = None) -> int:
+        """Store events and update the snapshots in one transaction; returns how many were new (see `RunStore.append`)."""
+        batch = events if isinstance(events, list) else list(events)
+        if not batch:
+            return 0
+        first = batch[0].run_id
+        if all(ev.run_id == first for ev in batch):
+            groups = {first: batch}
+        else:
+            groups = {}
+            for ev in batch:
+                groups.setdefault(ev.run_id, []).append(ev)
+        stored = 0
+        with self._tx(write=True) as cur:
+            for run_id, evs in groups.items():
+                stored += self._append_run(cur, run_id, evs, parent)
+        return stored
+
+    def _append_run(self, cur: Any, run_id: str, evs: list[Any], parent: tuple[str, str] | None) -> int:
+        row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        last = -1 if row[0] is None else int(row[0])
+        expected = last + 1
+        fast = True
+        for ev in evs:
+            if ev.seq != expected:
+                fast = False
+                break
+            expected += 1
+        fresh = [(ev, ev.to_json()) for ev in evs] if fast else self._sort_out(cur, run_id, evs, last)
+        if not fresh:
+            return 0
+        if last == -1:
+            self._create_run(cur, run_id, fresh[0][0], parent)
+        for start in range(0, len(fresh), _CHUNK):
+            chunk = fresh[start : start + _CHUNK]
+            params: list[Any] = []
+            for ev, body in chunk:
+                params += (run_id, ev.seq, ev.type, body)
+            cur.execute(self._insert(len(chunk)), params)
+        for ev, _ in fresh:
+            kind = ev.type
+            if kind in _SNAPSHOT_EVENTS or (kind in _USAGE_EVENTS and not ev.usage.is_zero()):
+                self._update_snapshot(cur, run_id, [ev for ev, _ in fresh])
+                break
+        return len(fresh)
+
+    def _insert(self, rows: int) -> str:
+        sql = self._insert_sql.get(rows)
+        if sql is None:
+            sql = self._insert_sql[rows] = self._q("INSERT INTO events (run_id, seq, type, body) VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows))
+        return sql
+
+    def _sort_out(self, cur: Any, run_id: str, evs: list[Any], last: int) -> list[tuple[Any, str]]:
+        """The slow path: drop events stored before (same content), refuse conflicts and gaps; the new ones in order."""
+        by_seq: dict[int, tuple[Any, str]] = {}
+        for ev in evs:
+            body = ev.to_json()
+            if ev.seq < 0:
+                raise EventConflictError(f"event of run {run_id!r} has a negative seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location)
+            seen = by_seq.get(ev.seq)
+            if seen is not None and json.loads(seen[1]) != json.loads(body):
+                raise EventConflictError(
+                    f"two different events of run {run_id!r} have seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location
+                )
+            by_seq[ev.seq] = (ev, body)
+        old = sorted(s for s in by_seq if s <= last)
+        if old:
+            stored = self._all(cur, "SELECT seq, body FROM events WHERE run_id = ? AND seq >= ? AND seq <= ?", (run_id, old[0], old[-1]))
+            bodies = {int(seq): body for seq, body in stored}
+            for seq in old:
+                if json.loads(bodies[seq]) != json.loads(by_seq[seq][1]):
+                    raise EventConflictError(
+                        f"event {seq} of run {run_id!r} is already stored with another content ({by_seq[seq][0].type} now, "
+                        f"{json.loads(bodies[seq]).get('type')} stored)",
+                        run_id=run_id,
+                        seq=seq,
+                        location=self.location,
+                    )
+        fresh = sorted(s for s in by_seq if s > last)
+        for expected, seq in enumerate(fresh, start=last + 1):
+            if seq != expected:
+                raise EventConflictError(
+                    f"event {seq} of run {run_id!r} would leave a gap: the next event to store is {expected}",
+                    run_id=run_id,
+                    seq=seq,
+                    location=self.location,
+                )
+        return [by_seq[s] for s in fresh]
+
+    def _create_run(self, cur: Any, run_id: str, first: Any, parent: tuple[str, str] | None) -> None:
+        parent_run, parent_step = parent if parent is not None else (None, None)
+        cur.execute(
+            self._q(
+                "INSERT INTO runs (run_id, status, started_at, parent_run_id, parent_step_id) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO NOTHING"
+            ),
+            (run_id, RunStatus.RUNNING.value, timestamp(first.at), parent_run, parent_step),
+        )
+
+    def _update_snapshot(self, cur: Any, run_id: str, evs: list[Any]) -> None:
+        """Apply what these new events change in the run's row (and the plan versions); same transaction."""
+        used = Usage()
+        finished = False
+        for ev in evs:
+            kind = ev.type
+            if kind in _USAGE_EVENTS:
+                used = used + ev.usage
+            if kind == "run_started":
+                cur.execute(
+                    self._q(
+                        "UPDATE runs SET goal = ?, plan_id = ?, plan_version = ?, content_hash = ?, step_count = ?, "
+                        "status = ?, finished_at = NULL, wall_time = NULL WHERE run_id = ?"
+                    ),
+                    (ev.goal, ev.plan_id, ev.plan_version, ev.content_hash, len(ev.step_ids), RunStatus.RUNNING.value, run_id),
+                )
+            elif kind == "plan_revised":
+                cur.execute(
+                    self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
+                    (ev.version, ev.content_hash, len(ev.step_ids), run_id),
+                )
+                self._insert_plan(cur, run_id, ev.plan.model_copy(update={"version": ev.version}), ev.reason, ev.diff.to_json(), ev.usage, ev.at)
+            elif kind == "plan_completed":
+                cur.execute(self._q("UPDATE runs SET content_hash = ?, step_count = ? WHERE run_id = ?"), (ev.content_hash, len(ev.step_ids), run_id))
+            elif kind == "run_finished":
+                finished = True
+                cur.execute(
+                    self._q("UPDATE runs SET status = ?, finished_at = ?, wall_time = ?, usage = ?, reason = ? WHERE run_id = ?"),
+                    (ev.status.value, timestamp(ev.at), ev.wall_time, ev.usage.model_dump_json(), ev.reason, run_id),
+                )
+        if not finished and not used.is_zero():  # so far: the total arrives with RunFinished
+            row = self._one(cur, "SELECT usage FROM runs WHERE run_id = ?", (run_id,))
+            total = Usage.model_validate_json(row[0]) + used
+            cur.execute(self._q("UPDATE runs SET usage = ? WHERE run_id = ?"), (total.model_dump_json(), run_id))
+
+    def events(self, run_id: str, after_seq: int = -1, limit: int | None = None) -> list[Any]:
+        """The run's events after `after_seq`, in order, at most `limit`; `RunNotFoundError` for an unknown run."""
+        sql = "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
+        params: tuple[Any, ...] = (run_id, after_seq)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (max(0, int(limit)),)
+        with self._tx(write=False) as cur:
+            self._require_run(cur, run_id)
+            rows = self._all(cur, sql, params)
+        return [parse_event(body) for (body,) in rows]
+
+    def last_seq(self, run_id: str) -> int:
+        """The seq of the run's last stored event; -1 when there is none."""
+        with self._tx(write=False) as cur:
+            row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        return -1 if row[0] is None else int(row[0])
+
+    # --- runs and plans ----------------------------------------------------------
+
+    def runs(self, *, limit: int | None = 50, status: RunStatus | str | None = None) -> list[RunSummary]:
+        """Runs, newest first (only those with `status`, when given), at most `limit`."""
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        params: tuple[Any, ...] = ()
+        if status is not None:
+            sql += " WHERE status = ?"
+            params += (RunStatus(status).value,)
+        sql += " ORDER BY started_at DESC, run_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params += (max(0, int(limit)),)
+        with self._tx(write=False) as cur:
+            rows = self._all(cur, sql, params)
+        return [_summary(row) for row in rows]
+
+    def run(self, run_id: str) -> RunSummary:
+        """The run's summary; `RunNotFoundError` naming the id when there is none."""
+        with self._tx(write=False) as cur:
+            row = self._one(cur, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+        if row is None:
+            raise RunNotFoundError(run_id, location=self.location)
+        return _summary(row)
+
+    def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
+        """Store a version of the run's plan (normally the first, before its `RunStarted`); the same again is a no-op."""
+        with self._tx(write=True) as cur:
+            self._insert_plan(cur, run_id, plan, reason, None, Usage(), datetime.now(UTC))
+
+    def _insert_plan(self, cur: Any, run_id: str, plan: Plan, reason: str, diff: str | None, usage: Usage, at: datetime) -> None:
+        text = plan.model_dump_json(by_alias=True)
+        row = self._one(cur, "SELECT plan FROM plans WHERE run_id = ? AND version = ?", (run_id, plan.version))
+        if row is not None:
+            if json.loads(row[0]) != json.loads(text):
+                raise StoreError(
+                    f"run {run_id!r} already has a different plan version {plan.version} in {self.location}", location=self.location
+                )
+            return
+        cur.execute(
+            self._q("INSERT INTO plans (run_id, version, plan, reason, diff, usage, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+            (run_id, plan.version, text, reason, diff, usage.model_dump_json(), timestamp(at)),
+        )
+
+    def plan_versions(self, run_id: str) -> list[PlanVersion]:
+        """Every stored version of the run's plan, the first first; `RunNotFoundError` for an unknown run."""
+        with self._tx(write=False) as cur:
+            rows = self._all(cur, "SELECT version, plan, reason, diff, usage FROM plans WHERE run_id = ? ORDER BY version", (run_id,))
+            if not rows:
+                self._require_run(cur, run_id)
+        return [
+            PlanVersion(
+                version=int(version),
+                plan=Plan.from_json(plan),
+                reason=reason,
+                diff=PlanDiff.from_json(diff) if diff else None,
+                usage=Usage.model_validate_json(usage),
+            )
+            for version, plan, reason, diff, usage in rows
+        ]
+
+
+def _summary(row: Sequence[Any]) -> RunSummary:
+    (run_id, goal, status, plan_id, version, content_hash, steps, started, finished, wall, usage, reason, parent_run, parent_step) = row
+    return RunSummary(
+        run_id=run_id,
+        goal=goal,
+        status=RunStatus(status),
+        plan_id=plan_id,
+        plan_version=int(version),
+        content_hash=content_hash,
+        step_count=int(steps),
+        started_at=from_timestamp(started),  # type: ignore[arg-type]
+        finished_at=from_timestamp(finished),
+        wall_time=None if wall is None else float(wall),
+        usage=Usage.model_validate_json(usage),
+        reason=reason,
+        parent_run_id=parent_run,
+        parent_step_id=parent_step,
+    )

@@ -1,0 +1,213 @@
+"""The embedded run store: one SQLite file in WAL mode, one writer, any number of readers.
+
+Owns `SqliteRunStore`: opening a file safely (a file that is not SQLite,
+an SQLite database of another application, a damaged one, or one written
+by a newer planexec gets a `StoreError` naming the file and what is wrong,
+and is never modified), the pragmas (WAL, ``synchronous=NORMAL``: a
+committed write survives a killed process; a busy timeout), migrations on
+open, and the transactions `sql.SqlRunStore` runs in. Checkpoints (copying
+the WAL back into the database, with an fsync) run on a background
+connection every few hundred commits instead of inside a commit, so a run's
+steps never wait for one. Imports the store's `sql` and `schema`, `errors`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import StoreError
+from .rows import now
+from .schema import SCHEMA_VERSION, SQLITE_APPLICATION_ID, installed_version, migrate
+from .sql import SqlRunStore
+
+__all__ = ["SqliteRunStore"]
+
+_HEADER = b"SQLite format 3\x00"
+_CHECKPOINT_EVERY = 256  # commits between background checkpoints (each commit adds a page or two to the WAL)
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+
+
+class SqliteRunStore(SqlRunStore):
+    """The run store in the SQLite file `path` (created with its folder unless `create` is False).
+
+    `timeout` is how long a write waits for another writer (seconds).
+    Safe to read from other processes while one process writes; use one
+    writer per file. Thread-safe within a process.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path, *, create: bool = True, timeout: float = 5.0) -> None:
+        super().__init__()
+        self.path = Path(path).expanduser()
+        self.location = str(self.path)
+        self._timeout = timeout
+        self._commits = 0
+        self._checkpointer: _Checkpointer | None = None
+        version = self._inspect(create)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._cur = self._conn.cursor()
+            self._cur.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            mode = self._cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            self._cur.execute("PRAGMA synchronous = NORMAL")
+            self._cur.execute("PRAGMA wal_autocheckpoint = 0")  # see _Checkpointer
+            self._cur.execute("PRAGMA journal_size_limit = 67108864")
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot open") from exc
+        if str(mode).lower() != "wal":
+            self._conn.close()
+            raise StoreError(f"{self.location}: cannot use WAL mode here (journal mode {mode!r})", location=self.location)
+        if version < SCHEMA_VERSION:
+            self.migrate()
+
+    # --- opening -------------------------------------------------------------------
+
+    def _inspect(self, create: bool) -> int:
+        """The schema version in the file (0: new or empty), reading only; `StoreError` when it is not ours."""
+        path, where = self.path, self.location
+        if not path.exists():
+            if not create:
+                raise StoreError(f"no run store at {where} (no run has been recorded there)", location=where)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder of the run store {where}: {exc.strerror or exc}", location=where) from None
+            return 0
+        if path.is_dir():
+            raise StoreError(f"{where} is a folder, not a run store file", location=where)
+        try:
+            with path.open("rb") as f:
+                head = f.read(100)
+        except OSError as exc:
+            raise StoreError(f"cannot read the run store {where}: {exc.strerror or exc}", location=where) from None
+        if not head:
+            return self._fresh(create)
+        if not head.startswith(_HEADER):
+            raise StoreError(f"{where} is not a planexec run store: it is not an SQLite database", location=where)
+        if len(head) < 100:
+            raise StoreError(f"{where} is a damaged SQLite database: its header is cut short ({len(head)} bytes)", location=where)
+        app = int.from_bytes(head[68:72], "big")
+        if app not in (0, SQLITE_APPLICATION_ID):
+            raise StoreError(f"{where} is not a planexec run store: it is the SQLite database of another application (application_id {app:#x})", location=where)
+        # without a WAL beside it, read it as immutable: a read-only open of a WAL-mode file would leave a -wal behind
+        immutable = "&immutable=1" if not Path(f"{path}-wal").exists() else ""
+        try:
+            ro = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{immutable}", uri=True, timeout=self._timeout)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot open") from exc
+        try:
+            cur = ro.cursor()
+            tables = {name for (name,) in cur.execute(_TABLES)}
+            version = installed_version(cur, tables, where)
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot read") from exc
+        finally:
+            ro.close()
+        return version if version else self._fresh(create)
+
+    def _fresh(self, create: bool) -> int:
+        if not create:
+            raise StoreError(f"no run store at {self.location} (the file holds no runs)", location=self.location)
+        return 0
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> list[int]:
+        """Apply the missing migrations up to `target` in one transaction; the versions applied."""
+        with self._tx(write=True) as cur:
+            tables = {name for (name,) in cur.execute(_TABLES)}
+            version = installed_version(cur, tables, self.location)  # again, under the write lock: another process may have done it
+            if version == 0:
+                cur.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
+            return migrate(cur, "sqlite", version, now(), target=target)
+
+    # --- transactions ----------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Any]:
+        cur = self._cur
+        try:
+            cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as exc:
+            raise self._error(exc, "cannot begin a transaction on") from exc
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            if self._conn.in_transaction:
+                try:
+                    cur.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(exc, "cannot write" if write else "cannot read") from exc
+            raise
+        if write:
+            self._commits += 1
+            if self._commits % _CHECKPOINT_EVERY == 0:
+                if self._checkpointer is None:
+                    self._checkpointer = _Checkpointer(self.path, self._timeout)
+                self._checkpointer.poke()
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
+        text = str(exc)
+        where = self.location
+        if "file is not a database" in text or "malformed" in text:
+            return StoreError(f"{where} is damaged or not a planexec run store: {text}", location=where)
+        if "locked" in text or "busy" in text:
+            return StoreError(f"{where} is locked by another writer (waited {self._timeout:g}s): {text}", location=where)
+        return StoreError(f"{doing} the run store {where}: {text}", location=where)
+
+    def _close_connection(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass  # readers hold it: the next writer checkpoints
+        self._conn.close()
+
+
+class _Checkpointer:
+    """A thread with its own connection that copies the WAL into the database when poked (PASSIVE: never blocks a writer)."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self._path = path
+        self._timeout = timeout
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name=f"planexec checkpoint {path.name}", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Ask for a checkpoint soon."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End the thread (after the checkpoint in progress, if any)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=self._timeout + 5)
+
+    def _loop(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error:
+                    pass  # a checkpoint is only housekeeping; the next one catches up
+        finally:
+            conn.close()

@@ -1,0 +1,106 @@
+"""Plan templates in the run store: named plans saved as numbered versions with their declared parameters.
+
+Owns `Templates`, the part of `sql.SqlRunStore` that keeps the
+``templates`` table: saving gives the next version of a name, reading
+takes the latest or a given version, deleting takes one version or all,
+and a name or version that is not there is a `TemplateNotFoundError`.
+Imports `plan`, `errors` and the store's `base`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import TemplateNotFoundError
+from ..plan import Plan
+from .base import Template
+from .rows import from_timestamp, now
+
+__all__ = ["Templates"]
+
+_TEMPLATE_COLUMNS = "name, version, plan, params, created_at, description, source_run_id"
+_TEMPLATE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
+
+
+class Templates:
+    """Saved plan templates, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all` and `_q`)."""
+
+    _tx: Any
+    _one: Any
+    _all: Any
+    _q: Any
+    location: str
+
+    def save_template(
+        self,
+        name: str,
+        plan: Plan | dict[str, Any],
+        *,
+        params: Sequence[str] = (),
+        description: str = "",
+        source_run_id: str | None = None,
+    ) -> Template:
+        """Save `plan` as the next version of template `name` (1 for a new name)."""
+        if not _TEMPLATE_NAME.match(name):
+            raise ValueError(f"template name {name!r} must be letters, digits, '_', '.' or '-' (at most 200)")
+        if isinstance(params, str) or any(not isinstance(p, str) or not p for p in params):
+            raise ValueError(f"template parameters must be a list of non-empty names, not {params!r}")
+        data = json.loads(plan.model_dump_json(by_alias=True, exclude={"content_hash"})) if isinstance(plan, Plan) else plan
+        text = json.dumps(data, ensure_ascii=False)
+        declared = json.dumps(list(dict.fromkeys(params)))
+        with self._tx(write=True) as cur:
+            row = self._one(cur, "SELECT MAX(version) FROM templates WHERE name = ?", (name,))
+            version = int(row[0] or 0) + 1
+            cur.execute(
+                self._q(f"INSERT INTO templates ({_TEMPLATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                (name, version, text, declared, now(), description, source_run_id),
+            )
+            row = self._one(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates WHERE name = ? AND version = ?", (name, version))
+        return _template(row)
+
+    def template(self, name: str, version: int | None = None) -> Template:
+        """The latest (or the given) version of template `name`; `TemplateNotFoundError` when there is none."""
+        sql = f"SELECT {_TEMPLATE_COLUMNS} FROM templates WHERE name = ?"
+        params: tuple[Any, ...] = (name,)
+        sql += " AND version = ?" if version is not None else " ORDER BY version DESC LIMIT 1"
+        params += (version,) if version is not None else ()
+        with self._tx(write=False) as cur:
+            row = self._one(cur, sql, params)
+        if row is None:
+            raise TemplateNotFoundError(name, version, location=self.location)
+        return _template(row)
+
+    def templates(self, name: str | None = None) -> list[Template]:
+        """Every saved version, of one name or all, by name then version."""
+        where, params = (" WHERE name = ?", (name,)) if name is not None else ("", ())
+        with self._tx(write=False) as cur:
+            rows = self._all(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates{where} ORDER BY name, version", params)
+        return [_template(r) for r in rows]
+
+    def delete_template(self, name: str, version: int | None = None) -> int:
+        """Delete one version of template `name`, or all of them; how many; `TemplateNotFoundError` when none."""
+        sql, params = "DELETE FROM templates WHERE name = ?", (name,)
+        if version is not None:
+            sql, params = sql + " AND version = ?", (name, version)
+        with self._tx(write=True) as cur:
+            cur.execute(self._q(sql), params)
+            deleted = cur.rowcount
+            if not deleted:
+                raise TemplateNotFoundError(name, version, location=self.location)
+        return int(deleted)
+
+
+def _template(row: Sequence[Any]) -> Template:
+    name, version, plan, params, created, description, source = row
+    return Template(
+        name=name,
+        version=int(version),
+        plan=json.loads(plan),
+        params=json.loads(params),
+        created_at=from_timestamp(created),  # type: ignore[arg-type]
+        description=description,
+        source_run_id=source,
+    )
