@@ -42,9 +42,13 @@ from . import (
 )
 from .config import Config, load_config
 from .engine import Approver
-from .errors import ConfigError
+from .errors import ConfigError, PolicyError
+from .policies import PolicyContext
+from .policy_sets import PolicySet, load_policies
+from .pricing import PriceTable
 from .tools import in_thread
 from .progress import EventLog, LiveProgress, print_summary
+from .review import ReviewOutcome, ReviewTerminal, run_review
 
 __all__ = ["build_parser", "main"]
 
@@ -107,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="timeout of steps that set none")
     p.add_argument("--yes", "-y", action="store_true", help="approve the plan and every step that requires approval")
     p.add_argument("--stream", action="store_true", help="start steps while the planner is still writing (needs --yes)")
+    p.add_argument(
+        "--policies", action="append", default=[], metavar="FILE",
+        help="policies that review the plan first: a YAML rule file or a Python module; repeatable; added to 'policies' in planexec.toml",
+    )  # fmt: skip
     add_goal_options(p)
     p.set_defaults(command=cmd_run)
 
@@ -150,6 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if checked is None:
         return EXIT_FAILED
     plan, registry, config = checked
+    outcome = _review(plan, registry, _policies(args, config), config, yes=args.yes, json_output=args.json, person_required=False)
+    if outcome is None:
+        return EXIT_FAILED
+    plan = outcome.plan
     out = _console()
     options: dict[str, Any] = {}
     max_concurrency = args.max_concurrency or config.max_concurrency
@@ -263,6 +275,44 @@ def _confirm(console: Console, step: Step) -> bool:
         return Confirm.ask(f"Approve step {what}?", console=console, default=False)
     except EOFError:
         return False
+
+
+def _policies(args: argparse.Namespace, config: Config) -> PolicySet:
+    """The policies of planexec.toml and ``--policies``; UsageError naming the file that does not load."""
+    try:
+        return load_policies([*config.policies, *args.policies])
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _review(
+    plan: Plan,
+    registry: Registry,
+    policies: PolicySet,
+    config: Config,
+    *,
+    yes: bool,
+    json_output: bool,
+    person_required: bool = True,
+    plan_shown: bool = False,
+    graph_shown: bool = False,
+) -> ReviewOutcome | None:
+    """The policies' and a person's (or --yes's) review of a plan; None, after saying why, when it may not run.
+
+    A plan file (`person_required` False) asks a person only when a policy escalates.
+    """
+    terminal = ReviewTerminal(_console(stderr=json_output), interactive=sys.stdin.isatty())
+    context = PolicyContext(registry=registry, prices=PriceTable.default(config.prices))
+    outcome = run_review(
+        plan, policies, context, terminal=terminal, yes=yes, person_required=person_required, plan_shown=plan_shown, graph_shown=graph_shown
+    )
+    err = _console(stderr=True)
+    if not outcome.approved:
+        err.print(f"planexec: the plan was not run: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+        return None
+    if len(policies) or outcome.by != "policy":
+        err.print(f"plan approved by {outcome.by}: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+    return outcome
 
 
 # --- inputs -------------------------------------------------------------------

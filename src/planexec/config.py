@@ -4,8 +4,8 @@ Owns `Config` (tools to load, engine defaults), `load_config` and
 `ConfigError`. A missing file is an empty configuration; a file that is not
 TOML, or a section with unknown keys or wrong types, is a `ConfigError` naming
 the file (and the line, when TOML reports one). Relative ``.py`` tool paths
-are taken relative to the file's folder. Imports `errors` only; must not
-import the engine, the registry or the CLI.
+and policy files are taken relative to the file's folder. Imports `errors`
+only; must not import the engine, the registry or the CLI.
 
     [planexec]
     tools = ["mytools.py", "mypackage.tools"]
@@ -15,6 +15,7 @@ import the engine, the registry or the CLI.
     worker_model = "local:smollm2"         # default: the planner's model
     workspace = "work"                     # the folder file tools may touch
     store = ".planexec/runs.db"            # the run store: a path, sqlite:///path or postgresql://...
+    policies = "policies.yaml"             # plan reviewers: YAML rule files or Python modules (or a list)
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -33,7 +34,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 
@@ -72,6 +73,12 @@ class Config(BaseModel):
     model_retries: int | None = Field(None, ge=0, description="retries of a rate-limited or failed call")
     workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
     store: str | None = Field(None, description="the run store: a file path, sqlite:///path or postgresql://... (default .planexec/runs.db)")
+    policies: list[str] = Field(default_factory=list, description="policies that review plans: YAML rule files or Python modules")
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _one_policy_file(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
 
 
 def load_config(start: Path) -> Config:
@@ -105,12 +112,14 @@ def load_config(start: Path) -> Config:
         update["workspace"] = str(path.parent / config.workspace)
     if config.store is not None:
         update["store"] = _store_relative_to(path.parent, config.store)
+    if config.policies:
+        update["policies"] = [_relative_to(path.parent, p, suffixes=(".py", ".yaml", ".yml")) for p in config.policies]
     return config.model_copy(update=update)
 
 
-def _relative_to(folder: Path, spec: str) -> str:
-    # a .py path is the file's neighbour; a dotted module name is left to the import system
-    if spec.endswith(".py") and not Path(spec).is_absolute():
+def _relative_to(folder: Path, spec: str, *, suffixes: tuple[str, ...] = (".py",)) -> str:
+    # a .py (or policy file) path is the file's neighbour; a dotted module name is left to the import system
+    if spec.endswith(suffixes) and not Path(spec).is_absolute():
         return str(folder / spec)
     return spec
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-__all__ = ["CycleError", "Outcome", "Scheduler", "find_cycle"]
+__all__ = ["CycleError", "Outcome", "Scheduler", "find_cycle", "upstream"]
 
 CycleError = graphlib.CycleError
 
@@ -162,3 +162,15 @@ def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
     except graphlib.CycleError as exc:
         return list(exc.args[1])
     return None
+
+
+def upstream(graph: Mapping[str, Iterable[str]], node: str) -> set[str]:
+    """Every node `node` depends on, directly or through others (`graph`: node -> its dependencies)."""
+    out: set[str] = set()
+    stack = list(graph.get(node, ()))
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack.extend(graph.get(n, ()))
+    return out

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
-
-from rich.prompt import Confirm
 
 from . import cli
 from .engine import Engine
@@ -127,23 +126,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return cli.EXIT_OK
 
 
-def _approve_plan(yes: bool) -> bool:
-    if yes:
-        return True
-    if not sys.stdin.isatty():
-        cli._console(stderr=True).print("planexec: the plan was not run: approve it with --yes (stdin is not a terminal)", markup=False)
-        return False
-    try:
-        return Confirm.ask("Run this plan?", console=cli._console(stderr=True), default=False)
-    except EOFError:
-        return False
-
-
 def cmd_run_goal(args: argparse.Namespace) -> int:
     """``planexec run GOAL``: plan (or stream the plan), approve, execute with progress, report."""
     settings, config = _settings(args)
     _announce(settings)
     registry = _team(args, settings, config)
+    policies = cli._policies(args, config)
+    if args.stream and len(policies):
+        raise cli.UsageError("--stream starts steps before the plan is complete, so the policies cannot review it: run without --stream")
     planner = _planner(args, settings, registry)
     out = cli._console()
     options: dict[str, Any] = {"seed": args.seed}
@@ -165,8 +155,14 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
             return cli.EXIT_FAILED
         if not args.json:
             _show_plan(planning, graph=args.show_graph)
-        if not _approve_plan(args.yes):
+        shown = not args.json
+        outcome = cli._review(
+            planning.plan, registry, policies, config, yes=args.yes, json_output=args.json, plan_shown=shown, graph_shown=shown and args.show_graph
+        )
+        if outcome is None:
             return cli.EXIT_FAILED
+        if outcome.edited:  # the person's edit runs, not the planner's draft
+            planning = dataclasses.replace(planning, plan=outcome.plan)
         plan = planning.plan
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
         options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)

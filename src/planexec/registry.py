@@ -24,7 +24,7 @@ from .errors import RegistryError
 from .tools import Predicate, Tool
 from .workers import ToolWorker, Worker
 
-__all__ = ["ENTRY_POINT_GROUP", "Registry"]
+__all__ = ["ENTRY_POINT_GROUP", "Registry", "import_spec"]
 
 ENTRY_POINT_GROUP = "planexec.plugins"
 TOOL_WORKER = "tool"
@@ -149,7 +149,7 @@ class Registry:
         The module's ``register(registry)`` is called if it has one; its
         module-level `Tool`, `Predicate` and worker objects are registered.
         """
-        module = _import(spec)
+        module = import_spec(spec)
         hook = getattr(module, "register", None)
         if callable(hook) and not isinstance(hook, (Tool, Predicate)):
             hook(self)
@@ -163,24 +163,25 @@ class Registry:
         self.loaded.append(f"module {spec}")
 
 
-def _import(spec: str) -> Any:
+def import_spec(spec: str, *, what: str = "tools") -> Any:
+    """Import a module by dotted name or ``.py`` path; `RegistryError` names the `what` file or module that fails."""
     path = Path(spec)
     if spec.endswith(".py"):
         if not path.is_file():
-            raise RegistryError(f"tools file {spec!r} does not exist", name=spec)
+            raise RegistryError(f"{what} file {spec!r} does not exist", name=spec)
         name = f"planexec_user_{path.stem}_{abs(hash(str(path.resolve())))}"
         module_spec = importlib.util.spec_from_file_location(name, path)
         if module_spec is None or module_spec.loader is None:
-            raise RegistryError(f"cannot load tools file {spec!r}", name=spec)
+            raise RegistryError(f"cannot load {what} file {spec!r}", name=spec)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         try:
             module_spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # a SyntaxError, sys.exit(), whatever the module raises: name the file
             sys.modules.pop(name, None)
-            raise RegistryError(f"cannot load tools file {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
+            raise RegistryError(f"cannot load {what} file {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
         return module
     try:
         return importlib.import_module(spec)
     except (Exception, SystemExit) as exc:  # ImportError, or an error raised while the module runs
-        raise RegistryError(f"cannot import tools module {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
+        raise RegistryError(f"cannot import {what} module {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc

@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from .dag import find_cycle
+from .dag import find_cycle, upstream
 from .errors import PlanValidationError, Problem
 from .plan import (
     CriticCriterion,
@@ -103,7 +103,7 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
                     problems.append(Problem("self_reference", f"{text} refers to the step's own output", step_id=sid, field=where))
                 elif ref not in seen:
                     problems.append(Problem("unknown_reference", f"{text} refers to no step of the plan", step_id=sid, field=where))
-                elif ref in acyclic[sid] or order[ref] < order[sid] or sid not in _upstream(acyclic, ref):
+                elif ref in acyclic[sid] or order[ref] < order[sid] or sid not in upstream(acyclic, ref):
                     implied[sid].append(ref)
                 else:
                     problems.append(
@@ -133,17 +133,6 @@ def _cycles(graph: dict[str, list[str]]) -> tuple[list[list[str]], dict[str, lis
         found.append(list(reversed(cycle)))
         graph[cycle[1]] = [d for d in graph[cycle[1]] if d != cycle[0]]
     return found, graph
-
-
-def _upstream(graph: dict[str, list[str]], node: str) -> set[str]:
-    out: set[str] = set()
-    stack = list(graph.get(node, ()))
-    while stack:
-        n = stack.pop()
-        if n not in out:
-            out.add(n)
-            stack.extend(graph.get(n, ()))
-    return out
 
 
 def _criteria_problems(step: Step, registry: Registry | None) -> list[Problem]:
