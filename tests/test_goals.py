@@ -8,7 +8,7 @@ import pytest
 
 from planexec.cli import main
 from planexec.models.providers import register_provider
-from planexec.testing import ScriptedModel
+from planexec.testing import ScriptedModel, tool_call
 
 PLAN = json.dumps(
     {
@@ -19,6 +19,11 @@ PLAN = json.dumps(
         ]
     }
 )
+ONE_STEP = json.dumps(
+    {"steps": [{"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []}]}
+)
+ROUTE_PLAN = json.dumps({"decompose": True, "reason": "two sums, then a join"})
+ROUTE_SINGLE = json.dumps({"decompose": False, "reason": "one multiplication"})
 BAD = json.dumps({"steps": [{"id": "s1", "worker": "tool", "action": "teleport", "instruction": "x", "parameters": {}, "depends_on": []}]})
 
 
@@ -46,18 +51,19 @@ def test_plan_writes_a_validated_plan_file_and_names_the_model(scripted, tmp_pat
 
 
 def test_run_goal_plans_executes_and_reports_usage_per_role(scripted, capsys):
-    scripted.append(PLAN)
+    scripted.extend([ROUTE_PLAN, PLAN])  # --mode auto (the default): the router, then the planner
     code = main(["run", "two sums joined", "--model", "script:planner", "--yes"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
+    assert "mode: plan (router: two sums, then a join)" in err
     assert "391 and 5" in out  # the deliverable
-    assert "usage by role" in out and "planner" in out
+    assert "usage by role" in out and "planner" in out and "router" in out
     assert "plan draft 1 by script:planner" in out
 
 
 def test_run_goal_as_json_counts_the_planner_in_the_runs_usage(scripted, capsys):
     scripted.append(PLAN)
-    assert main(["run", "two sums joined", "--model", "script:planner", "--yes", "--json"]) == 0
+    assert main(["run", "two sums joined", "--model", "script:planner", "--yes", "--json", "--mode", "plan"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "succeeded" and result["answer"] == "391 and 5"
     assert result["planning_usage"]["model_calls"] == 1
@@ -77,7 +83,7 @@ def test_run_goal_streams_the_plan_into_the_engine(scripted, capsys):
 def test_a_plan_is_not_run_without_approval_when_no_one_can_be_asked(scripted, capsys, monkeypatch):
     scripted.append(PLAN)
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert main(["run", "two sums joined", "--model", "script:planner"]) == 1
+    assert main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan"]) == 1
     assert "approve it with --yes" in capsys.readouterr().err
 
 
@@ -99,3 +105,98 @@ def test_a_planner_that_never_writes_a_valid_plan_exits_1_with_its_problems(scri
 def test_an_unknown_provider_is_a_usage_error(scripted, capsys):
     assert main(["plan", "g", "--model", "nowhere:m"]) == 2
     assert "unknown provider 'nowhere'" in capsys.readouterr().err
+
+
+# --- --mode single | plan | auto ----------------------------------------------------
+
+
+def test_mode_single_runs_one_agent_with_the_teams_tools_and_no_planner(scripted, capsys):
+    scripted.extend([tool_call("calculator", expression="17 * 23"), "17 times 23 is 391."])
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--mode", "single", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: single (--mode single)" in err and "planning with" not in err
+    result = json.loads(out)
+    assert result["status"] == "succeeded" and result["answer"] == "17 times 23 is 391."
+    assert list(result["steps"]) == ["agent"] and result["steps"]["agent"]["usage"]["model_calls"] == 2
+    assert result["usage"]["model_calls"] == 2 and result["planning_usage"]["model_calls"] == 0 and result["overhead"] == {}
+
+
+def test_mode_auto_goes_to_a_single_agent_when_the_router_says_so(scripted, capsys):
+    scripted.extend([ROUTE_SINGLE, tool_call("calculator", expression="17 * 23"), "391"])
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: single (router: one multiplication)" in err and "planning with" not in err
+    assert "agent: started (attempt 1, worker agent, action respond)" in out  # the run's own events
+    table = out[out.index("usage by role") :]
+    assert "router" in table and "agent" in table and "planner" not in table
+    assert out.rstrip().endswith("391")  # the deliverable
+
+
+def test_mode_auto_runs_a_one_step_plan_directly_as_a_single_agent(scripted, capsys):
+    research = json.dumps({"steps": [{"id": "s1", "worker": "researcher", "action": "research", "instruction": "compute it", "parameters": {}, "depends_on": []}]})
+    scripted.extend([ROUTE_PLAN, research, tool_call("calculator", expression="17 * 23"), "It is 391."])
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: plan (router: two sums, then a join)" in err
+    assert (
+        "mode: single (the plan has one step, so one agent works the goal directly, "
+        "with the tools of researcher: read_file, list_files, search_files, calculator)"
+    ) in err
+    result = json.loads(out)
+    assert result["answer"] == "It is 391." and list(result["steps"]) == ["agent"]
+    # everything that was spent is counted: the router's call, the plan that was not run, the agent's two turns
+    assert result["overhead"]["router"]["model_calls"] == 1 and result["planning_usage"]["model_calls"] == 1
+    assert result["usage"]["model_calls"] == 4
+
+
+def test_mode_auto_runs_a_one_step_tool_call_as_planned(scripted, capsys):
+    scripted.extend([ROUTE_PLAN, ONE_STEP])  # one calculator call: already direct, no model needed to make it
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--yes", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: plan (its one step calls calculator directly: no agent needed)" in err
+    result = json.loads(out)
+    assert list(result["steps"]) == ["s1"] and result["answer"] == 391
+    assert result["overhead"]["router"]["model_calls"] == 1 and result["usage"]["model_calls"] == 2
+
+
+def test_a_one_step_plan_for_a_role_runs_directly_with_that_roles_tools(scripted, capsys):
+    writer_plan = json.dumps({"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "a poem", "parameters": {}, "depends_on": []}]})
+    scripts = {"planner": [ROUTE_PLAN, writer_plan], "worker": ["The sea is wide, the sea is deep."]}
+    made: dict[str, ScriptedModel] = {}
+
+    def factory(model, options):
+        made[model] = ScriptedModel(scripts[model], name=f"script:{model}")
+        return made[model]
+
+    register_provider("script", factory, replace=True)
+    argv = ["run", "Write a short poem about the sea", "--model", "script:planner", "--worker-model", "script:worker", "--json"]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "one agent works the goal directly, with the tools of writer: none" in err
+    assert json.loads(out)["answer"] == "The sea is wide, the sea is deep."
+    # the writer has no tools, so neither has the agent: it answers in plain text, the goal as its task
+    (request,) = made["worker"].requests
+    assert request.tools == [] and request.output_schema is None
+    assert request.messages[-1].content == "Write a short poem about the sea"
+
+
+def test_mode_plan_runs_even_a_one_step_plan_on_the_team(scripted, capsys):
+    scripted.append(ONE_STEP)
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--mode", "plan", "--yes", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: plan (--mode plan)" in err
+    result = json.loads(out)
+    assert list(result["steps"]) == ["s1"] and result["steps"]["s1"]["worker"] == "tool" and result["answer"] == 391
+
+
+def test_stream_implies_plan_mode_and_cannot_run_a_single_agent(scripted, capsys):
+    assert main(["run", "g", "--model", "script:p", "--stream", "--yes", "--mode", "single"]) == 2
+    assert "--mode single" in capsys.readouterr().err
+    assert main(["run", "--plan", "x.json", "--mode", "single"]) == 2
+    assert "a plan file runs as written" in capsys.readouterr().err

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the problems as a JSON list")
     p.set_defaults(command=cmd_validate)
 
-    from .goals import add_goal_options, cmd_plan
+    from .goals import add_goal_options, add_mode_option, cmd_plan
 
     p = sub.add_parser("plan", help="plan a goal with the configured planner model; print or save the plan")
     p.add_argument("goal", metavar="GOAL", help="what you want done, in words")
@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies", action="append", default=[], metavar="FILE",
         help="policies that review the plan first: a YAML rule file or a Python module; repeatable; added to 'policies' in planexec.toml",
     )  # fmt: skip
+    add_mode_option(p)
     add_goal_options(p)
     p.set_defaults(command=cmd_run)
 
@@ -150,6 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``planexec run``: a goal (see `goals`), or a plan file: validate, run with a live display (or JSON), summarise."""
     if (args.goal is None) == (args.plan is None):
         raise UsageError("give a GOAL to plan, or --plan PLAN.json to run a plan file (not both)")
+    if args.plan is not None and args.mode is not None:
+        raise UsageError("--mode chooses how a GOAL is worked; a plan file runs as written")
     if args.goal is not None:
         from .goals import cmd_run_goal
 

@@ -2,11 +2,12 @@
 
 Owns what happens between a goal typed by the user and a run: choosing and
 announcing the models (`ModelSettings`), building the team (`build_team`),
-planning (with repair) or streaming the plan into the engine, showing the
-plan as a table and a DAG, asking for approval, and the closing report
-(the deliverable, usage and cost per role, model calls). Reuses the plumbing
-of `cli` (consoles, Ctrl-C handling, approvals, exit codes). Imports the
-public API only.
+choosing the mode (``--mode auto`` asks the `router`; ``single`` runs one
+agent, see `agent`; ``plan`` the team), planning (with repair) or streaming
+the plan into the engine, showing the plan as a table and a DAG, asking for
+approval, and the closing report (the deliverable, usage and cost per role,
+model calls). Reuses the plumbing of `cli` (consoles, Ctrl-C handling,
+approvals, exit codes). Imports the public API only.
 """
 
 from __future__ import annotations
@@ -20,18 +21,25 @@ from pathlib import Path
 from typing import Any
 
 from . import cli
+from .agent import AGENT_WORKER, single_plan, start_single
 from .engine import Engine
 from .errors import ConfigError, ModelError, PlanningError, RegistryError
+from .plan import Step
 from .plan_stream import PlanStream
 from .planner import Planner, Planning
 from .planview import plan_graph, plan_table, usage_table
 from .progress import EventLog, LiveProgress, print_summary
-from .registry import Registry
+from .registry import TOOL_WORKER, Registry
 from .results import RunResult
+from .router import route
 from .settings import ModelSettings
 from .team import build_team
+from .usage import Usage
+from .workers import RoleWorker
 
-__all__ = ["add_goal_options", "cmd_plan", "cmd_run_goal"]
+__all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal"]
+
+MODES = ("auto", "single", "plan")
 
 
 def add_goal_options(p: argparse.ArgumentParser) -> None:
@@ -44,6 +52,17 @@ def add_goal_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for the models that honour one (default 0)")
     p.add_argument("--workspace", metavar="DIR", help="folder the file and code tools work in (default ./workspace)")
     p.add_argument("--show-graph", action="store_true", help="also draw the plan's DAG")
+
+
+def add_mode_option(p: argparse.ArgumentParser) -> None:
+    """``--mode auto|single|plan``: how ``run GOAL`` works the goal (default auto: the router decides)."""
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="single: one agent with every tool; plan: a team following a plan; "
+        "auto (default): the planner's model decides, and a one-step plan runs as a single agent",
+    )
 
 
 def _settings(args: argparse.Namespace) -> tuple[ModelSettings, Any]:
@@ -126,8 +145,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return cli.EXIT_OK
 
 
+def _engine_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"seed": args.seed}
+    if args.max_concurrency or config.max_concurrency:
+        options["max_concurrency"] = args.max_concurrency or config.max_concurrency
+    if args.timeout or config.default_timeout:
+        options["default_timeout"] = args.timeout or config.default_timeout
+    return options
+
+
+def _say(line: str) -> None:
+    cli._console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
+    """The mode asked for and why (``auto`` is decided later by the router)."""
+    mode = args.mode or "auto"
+    if args.stream:
+        if mode == "single":
+            raise cli.UsageError("--stream streams a plan into the team, so it cannot run with --mode single")
+        return "plan", "--stream"
+    return mode, f"--mode {mode}"
+
+
 def cmd_run_goal(args: argparse.Namespace) -> int:
-    """``planexec run GOAL``: plan (or stream the plan), approve, execute with progress, report."""
+    """``planexec run GOAL``: choose the mode; run one agent, or plan (or stream the plan), approve, execute; report."""
+    mode, why = _requested_mode(args)
     settings, config = _settings(args)
     _announce(settings)
     registry = _team(args, settings, config)
@@ -136,11 +179,16 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         raise cli.UsageError("--stream starts steps before the plan is complete, so the policies cannot review it: run without --stream")
     planner = _planner(args, settings, registry)
     out = cli._console()
-    options: dict[str, Any] = {"seed": args.seed}
-    if args.max_concurrency or config.max_concurrency:
-        options["max_concurrency"] = args.max_concurrency or config.max_concurrency
-    if args.timeout or config.default_timeout:
-        options["default_timeout"] = args.timeout or config.default_timeout
+    options = _engine_options(args, config)
+    overhead: dict[str, Usage] = {}
+    routed = mode == "auto"
+    if routed:
+        decision = asyncio.run(route(args.goal, planner.model))
+        overhead["router"] = decision.usage
+        mode, why = decision.mode, f"router: {decision.reason}"
+    _say(f"mode: {mode} ({why})")
+    if mode == "single":
+        return _run_single(args, settings, registry, options, overhead)
 
     if args.stream:
         if not args.yes:
@@ -153,6 +201,15 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         planning = _plan_or_exit(planner, args.goal)
         if planning is None:
             return cli.EXIT_FAILED
+        if routed and len(planning.plan.steps) == 1:  # nothing to coordinate
+            step = planning.plan.steps[0]
+            role_tools = _role_tools(registry, step)
+            if role_tools is None:
+                _say(f"mode: plan (its one step calls {step.action} directly: no agent needed)")
+            else:
+                names = ", ".join(role_tools.tools) or "none"
+                _say(f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})")
+                return _run_single(args, settings, role_tools, options, overhead, planning=planning)
         if not args.json:
             _show_plan(planning, graph=args.show_graph)
         shown = not args.json
@@ -167,9 +224,70 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
         options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
         engine = Engine(registry, **options)
-        result = asyncio.run(cli._execute(engine, plan, display, planning=planning))
+        result = asyncio.run(_execute(engine, planning, display, overhead))
     _report(args, result)
     return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
+
+
+def _role_tools(registry: Registry, step: Step) -> Registry | None:
+    """The tools of the role a one-step plan gives the whole goal, for the agent; None when the step is a tool call.
+
+    A step that calls a tool is already direct (no model in the loop), so it
+    runs as planned. For a role's task the agent takes that role's tools (the
+    planner chose them for the goal): the writer has none, so the agent
+    answers in plain text, which a small model writes far better than
+    JSON-mode replies.
+    """
+    worker = registry.workers.get(step.worker)
+    if not isinstance(worker, RoleWorker) or step.action not in worker.tasks:
+        return None
+    own = Registry()
+    for t in worker.tools.values():
+        own.add_tool(t, worker=TOOL_WORKER)
+    return own
+
+
+def _run_single(
+    args: argparse.Namespace,
+    settings: ModelSettings,
+    registry: Registry,
+    options: dict[str, Any],
+    overhead: dict[str, Usage],
+    *,
+    planning: Planning | None = None,
+) -> int:
+    """One agent with the tools of `registry` works the goal; --yes lets it use tools that need approval."""
+    name = settings.for_role(AGENT_WORKER).name
+    model = settings.model(name)
+    # a local turn re-reads the whole prompt (tens of seconds on a CPU), and a small model loops on tools:
+    # a few turns, the last of which must answer, fit the step's timeout
+    max_turns = 4 if name.startswith("local:") else 12
+    out = cli._console()
+    plan = single_plan(args.goal)  # what the display shows; start_single runs the same one
+    display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
+    options = {**options, "approver": cli._approver(yes=args.yes, interactive=False, display=display)}
+
+    async def work() -> RunResult:
+        run = start_single(
+            args.goal,
+            model=model,
+            registry=registry,
+            max_turns=max_turns,
+            engine_options=options,
+            overhead=overhead,
+            planning=planning,
+            requires_approval=args.yes,
+        )
+        return await cli._watch(run, display)
+
+    result = asyncio.run(work())
+    _report(args, result)
+    return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
+
+
+async def _execute(engine: Engine, planning: Planning, display: LiveProgress | EventLog | None, overhead: dict[str, Usage]) -> RunResult:
+    run = engine.start(planning.plan, validate=False, planning=planning, overhead=overhead)  # the planner validated it
+    return await cli._watch(run, display)
 
 
 async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None) -> RunResult:

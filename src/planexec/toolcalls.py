@@ -96,13 +96,42 @@ def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> di
     return rewrite(schema)
 
 
+_SHAPING = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "properties", "items", "prefixItems", "not"}
+_SUB = ("items", "additionalProperties", "not")
+_SUBS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _close_open(node: Any) -> Any:
+    """`node` with every subschema that allows any value (``Any`` parameters: ``{}``, ``{"title": ...}``) as `ANY_JSON`.
+
+    llama.cpp's grammar builder rejects such a subschema (or reads ``{}`` as an
+    object), so a tool taking ``Any`` could not be offered to a local model.
+    """
+    if not isinstance(node, dict):
+        return node
+    if not _SHAPING & node.keys():
+        return {**node, **ANY_JSON}
+    out = dict(node)
+    for key in _SUB:
+        if isinstance(out.get(key), dict):
+            out[key] = _close_open(out[key])
+    for key in _SUBS:
+        if isinstance(out.get(key), list):
+            out[key] = [_close_open(sub) for sub in out[key]]
+    for key in ("properties", "$defs"):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _close_open(sub) for name, sub in out[key].items()}
+    return out
+
+
 def json_mode_schema(tools: list[ToolDefinition], answer_schema: dict[str, Any] | None = None) -> dict[str, Any]:
     """The output schema of a JSON-mode turn: one branch per tool, plus the final answer.
 
     Each tool branch is ``{"tool": <const name>, "arguments": <the tool's
     argument schema>}``; the answer branch is ``{"answer": <answer_schema,
     or any JSON value>}``. Every branch forbids other keys. Argument schemas'
-    ``$defs`` are hoisted to the top, prefixed with the tool's name.
+    ``$defs`` are hoisted to the top, prefixed with the tool's name; an
+    argument that takes any value is spelled out as `ANY_JSON`.
     """
     defs: dict[str, Any] = {}
     branches: list[dict[str, Any]] = []
@@ -110,7 +139,7 @@ def json_mode_schema(tools: list[ToolDefinition], answer_schema: dict[str, Any] 
         branches.append(
             {
                 "type": "object",
-                "properties": {"tool": {"const": t.name}, "arguments": _hoist_defs(t.parameters, t.name, defs)},
+                "properties": {"tool": {"const": t.name}, "arguments": _hoist_defs(_close_open(t.parameters), t.name, defs)},
                 "required": ["tool", "arguments"],
                 "additionalProperties": False,
             }
