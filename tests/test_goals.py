@@ -200,3 +200,49 @@ def test_stream_implies_plan_mode_and_cannot_run_a_single_agent(scripted, capsys
     assert "--mode single" in capsys.readouterr().err
     assert main(["run", "--plan", "x.json", "--mode", "single"]) == 2
     assert "a plan file runs as written" in capsys.readouterr().err
+
+
+FAILING = json.dumps(
+    {
+        "steps": [
+            {"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []},
+            {"id": "s2", "worker": "tool", "action": "calculator", "instruction": "divide", "parameters": {"expression": "1 / 0"}, "depends_on": [], "failure_action": "replan"},
+            {"id": "s3", "worker": "tool", "action": "concat", "instruction": "join", "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "}, "depends_on": ["s1", "s2"]},
+        ]
+    }
+)
+REVISED = json.dumps(
+    {
+        "steps": [
+            {"id": "s4", "worker": "tool", "action": "calculator", "instruction": "add", "parameters": {"expression": "4 + 1"}, "depends_on": []},
+            {"id": "s5", "worker": "tool", "action": "concat", "instruction": "join", "parameters": {"parts": ["${s1}", "${s4}"], "separator": " and "}, "depends_on": ["s1", "s4"]},
+        ]
+    }
+)
+
+
+def test_run_goal_replans_a_failed_step_and_shows_the_new_version(scripted, capsys):
+    scripted.extend([FAILING, REVISED])
+    code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--mode", "plan"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "replanning v1 (failure_action): step 's2' failed" in out
+    assert "plan v2 replaces v1" in out and "+ s4" in out and "- s2" in out
+    assert "391 and 5" in out
+
+
+def test_run_goal_with_no_replans_allowed_ends_asking_for_one(scripted, capsys):
+    scripted.append(FAILING)
+    code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--mode", "plan", "--max-replans", "0"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert "replan_requested" in out
+
+
+def test_run_goal_with_the_joiner_finishes_with_its_answer(scripted, capsys):
+    scripted.extend([PLAN, json.dumps({"action": "finish", "answer": "17*23 is 391; 4+1 is 5"})])
+    code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--mode", "plan", "--joiner"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "joiner: finish" in out and "17*23 is 391; 4+1 is 5" in out
+    assert "joiner" in out.split("usage by role")[1]

@@ -16,6 +16,8 @@ only; must not import the engine, the registry or the CLI.
     workspace = "work"                     # the folder file tools may touch
     store = ".planexec/runs.db"            # the run store: a path, sqlite:///path or postgresql://...
     policies = "policies.yaml"             # plan reviewers: YAML rule files or Python modules (or a list)
+    max_replans = 2                        # new versions of a plan a run may ask for (0: none)
+    joiner = true                          # after the steps, a model decides: finish, or replan
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -74,6 +76,8 @@ class Config(BaseModel):
     workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
     store: str | None = Field(None, description="the run store: a file path, sqlite:///path or postgresql://... (default .planexec/runs.db)")
     policies: list[str] = Field(default_factory=list, description="policies that review plans: YAML rule files or Python modules")
+    max_replans: int | None = Field(None, ge=0, description="new plan versions a run may ask for (default 2)")
+    joiner: bool | None = Field(None, description="after the steps, the planner's model decides: finish, or replan (default off)")
 
     @field_validator("policies", mode="before")
     @classmethod

@@ -24,12 +24,14 @@ from . import cli
 from .agent import AGENT_WORKER, single_plan, start_single
 from .engine import Engine
 from .errors import ConfigError, ModelError, PlanningError, RegistryError
+from .joiner import ModelJoiner
 from .plan import Step
 from .plan_stream import PlanStream
 from .planner import Planner, Planning
 from .planview import plan_graph, plan_table, usage_table
 from .progress import EventLog, LiveProgress, print_summary
 from .registry import TOOL_WORKER, Registry
+from .replanning import PlannerReplanner
 from .results import RunResult
 from .router import route
 from .settings import ModelSettings
@@ -63,6 +65,27 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
         help="single: one agent with every tool; plan: a team following a plan; "
         "auto (default): the planner's model decides, and a one-step plan runs as a single agent",
     )
+    p.add_argument(
+        "--max-replans",
+        type=int,
+        default=None,
+        metavar="N",
+        help="new versions of the plan the run may ask the planner for when a step fails (default 2; 0: none)",
+    )
+    p.add_argument("--joiner", action=argparse.BooleanOptionalAction, default=None, help="after the steps, the planner's model decides: finish with the answer, or replan")
+
+
+def _monitoring(args: argparse.Namespace, config: Any, planner: Planner) -> dict[str, Any]:
+    """Engine options for monitoring a team's run: the planner replans (bounded), and the joiner if asked for."""
+    limit = args.max_replans if args.max_replans is not None else (config.max_replans if config.max_replans is not None else 2)
+    if limit < 0:
+        raise cli.UsageError("--max-replans must be 0 or more")
+    options: dict[str, Any] = {"max_replans": limit}
+    if limit:
+        options["replanner"] = PlannerReplanner(planner)
+    if args.joiner if args.joiner is not None else bool(config.joiner):
+        options["joiner"] = ModelJoiner(planner.model)
+    return options
 
 
 def _settings(args: argparse.Namespace) -> tuple[ModelSettings, Any]:
@@ -189,13 +212,14 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     _say(f"mode: {mode} ({why})")
     if mode == "single":
         return _run_single(args, settings, registry, options, overhead)
+    monitoring = _monitoring(args, config, planner)  # for the team only: a single agent has no plan to revise
 
     if args.stream:
         if not args.yes:
             raise cli.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
         display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
         options["approver"] = cli._approver(yes=True, interactive=False, display=display)
-        engine = Engine(registry, **options)
+        engine = Engine(registry, **options, **monitoring)
         result = asyncio.run(_stream(engine, planner, args.goal, display))
     else:
         planning = _plan_or_exit(planner, args.goal)
@@ -223,7 +247,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         plan = planning.plan
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
         options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
-        engine = Engine(registry, **options)
+        engine = Engine(registry, **options, **monitoring)
         result = asyncio.run(_execute(engine, planning, display, overhead))
     _report(args, result)
     return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
