@@ -45,7 +45,15 @@ class Scheduler:
     cycle in ``args[1]``) on a cycle.
     """
 
-    def __init__(self, graph: Mapping[str, Iterable[str]], tolerant: Iterable[str] = (), *, succeeded: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        graph: Mapping[str, Iterable[str]],
+        tolerant: Iterable[str] = (),
+        *,
+        succeeded: Iterable[str] = (),
+        settled: Mapping[str, Outcome] | None = None,
+        held: Iterable[str] = (),
+    ) -> None:
         self._deps = {node: tuple(deps) for node, deps in graph.items()}
         self._tolerant = frozenset(tolerant)
         self._sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
@@ -53,9 +61,13 @@ class Scheduler:
         self._outcome: dict[str, Outcome] = {}
         self._handed_out: set[str] = set()
         self._fresh: list[str] = []  # ready in a rebuilt sorter, not yet handed out by ready()
-        done = [n for n in succeeded if n in self._deps]
-        if done:  # a revised plan keeps its finished steps: they start settled, never handed out again
-            self._outcome.update(dict.fromkeys(done, Outcome.SUCCEEDED))
+        # a revised or resumed plan keeps what has ended: those steps start settled, never handed out again;
+        # `held` steps (waiting for a person's decision) count as handed out, so their dependents wait
+        done = {n: Outcome.SUCCEEDED for n in succeeded if n in self._deps}
+        done.update({n: o for n, o in (settled or {}).items() if n in self._deps})
+        self._handed_out.update(n for n in held if n in self._deps and n not in done)
+        if done or self._handed_out:
+            self._outcome.update(done)
             self._rebuild()
 
     def add(self, node: str, deps: Iterable[str], *, tolerant: bool = False) -> None:
@@ -114,6 +126,13 @@ class Scheduler:
             if self._outcome.get(dep) is not Outcome.SUCCEEDED:
                 return dep
         return None
+
+    def release(self, node: str) -> None:
+        """Give a held step back to be handed out again (its decision came: run it)."""
+        if node not in self._handed_out:
+            raise ValueError(f"step {node!r} is not held")
+        self._handed_out.discard(node)
+        self._rebuild()
 
     def succeeded(self, node: str) -> None:
         """Record that a handed-out step succeeded."""

@@ -22,10 +22,13 @@ from .joiner import Joiner
 from .plan import Plan, Step
 from .plan_stream import PlanStream, StreamingRun, follow
 from .planner import Planning
+from .recorder import DurableRunner, record_run
 from .registry import Registry
+from .resume import plan_resumption
 from .replanning import Replanner
 from .results import RunResult
 from .runner import LocalRunner, Runner
+from .store.base import RunStore
 from .synthesis import Synthesizer
 from .usage import Budget, Usage
 from .validation import check_plan
@@ -52,7 +55,9 @@ class Engine:
     once the steps end it decides to finish (its answer is the run's) or to
     replan. Both are bounded by `default_timeout`. With a `budget`, a run
     that uses more stops as ``failed`` (rule ``budget``), checked as each
-    attempt, draft and joiner call ends.
+    attempt, draft and joiner call ends. With a `store` (see `planexec.store`)
+    every event is persisted as it happens, and `resume` continues a run
+    that stopped for any reason.
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class Engine:
         joiner: Joiner | None = None,
         replan_failed_checks: bool = True,
         budget: Budget | None = None,
+        store: RunStore | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -82,6 +88,9 @@ class Engine:
             raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
         self.registry = registry if registry is not None else Registry.default()
         self.runner = runner if runner is not None else LocalRunner(self.registry)
+        self.store = store
+        if store is not None and not isinstance(self.runner, DurableRunner):
+            self.runner = DurableRunner(self.runner)  # no step runs before its start is stored
         self.max_concurrency = max_concurrency
         self.worker_limits = dict(worker_limits or {})
         self.default_timeout = default_timeout
@@ -122,8 +131,32 @@ class Engine:
             run.add_overhead(role, used)
         for d in planning.drafts if planning is not None else ():
             run._drafts.append({"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time})
+        self._record(run)
         run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id}")
         return run
+
+    def resume(self, run_id: str) -> Run:
+        """Continue a stored run that stopped (a crash, `kill -9`, a cancel, a decision it waited for).
+
+        Steps that ended are never run again; a step cut off mid-attempt runs
+        again only if idempotent (or a person said retry with `StepResolved`);
+        otherwise the run ends ``needs_decision`` once nothing else can go on.
+        Raises `ResumeError` for a run that finished, `RunNotFoundError` for an unknown one.
+        """
+        if self.store is None:
+            raise ValueError("resume needs an engine with a store: Engine(..., store=open_store(...))")
+        events = self.store.events(run_id)
+        versions = self.store.plan_versions(run_id)
+        resumption = plan_resumption(run_id, events, versions, self.is_idempotent)
+        check_plan(resumption.plan, self.registry)
+        run = Run(self, resumption.plan, run_id, resumption=resumption)
+        self._record(run)
+        run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id} (resumed)")
+        return run
+
+    def _record(self, run: Run) -> None:
+        if self.store is not None:
+            record_run(run, self.store)
 
     def start_streaming(self, stream: PlanStream, *, run_id: str | None = None) -> Run:
         """Start a run whose steps arrive from a `PlanStream`: each starts once it is parsed and its dependencies end.
@@ -136,6 +169,7 @@ class Engine:
         run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
         loop = asyncio.get_running_loop()
         run._task = loop.create_task(run._main(), name=f"planexec {run.run_id}")
+        self._record(run)
         run._tasks[PLAN_TASK] = loop.create_task(follow(run, stream), name=f"planexec {run.run_id} plan stream")
         return run
 
@@ -155,6 +189,15 @@ class Engine:
         tools = getattr(worker, "tools", None)
         found = tools.get(step.action) if isinstance(tools, Mapping) else None
         return bool(getattr(found, "requires_approval", False))
+
+    def is_idempotent(self, step: Step) -> bool:
+        """True when running the step twice does no harm: its tool, or its worker, is declared idempotent."""
+        worker = self.registry.workers.get(step.worker)
+        tools = getattr(worker, "tools", None)
+        found = tools.get(step.action) if isinstance(tools, Mapping) else None
+        if found is not None and step.action not in getattr(worker, "tasks", ()):
+            return bool(getattr(found, "idempotent", False))
+        return bool(getattr(worker, "idempotent", False))
 
     def limit_for(self, worker: str) -> int | None:
         """How many steps of this worker may run at once (None: only the global limit)."""

@@ -29,12 +29,14 @@ __all__ = [
     "PlanDrafted",
     "PlanRevised",
     "ReplanStarted",
+    "RunResumed",
     "PlanStepParsed",
     "RunFinished",
     "RunStarted",
     "StepCancelled",
     "StepFailed",
     "StepJudged",
+    "StepResolved",
     "StepReady",
     "StepRerouted",
     "StepRetried",
@@ -141,6 +143,28 @@ class SubRunEvent(_Event):
     step_id: str  # the parent's step the sub-team works on
     depth: int  # the sub-run's level: 1 under the top run, 2 under that
     event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed(_Event):
+    """A stopped run goes on in this process: finished steps are kept, interrupted ones re-run or held for a person."""
+
+    type: Literal["run_resumed"] = "run_resumed"
+    plan_version: int
+    kept: list[str]  # steps that had ended, never run again
+    rerun: list[str]  # steps that were running and run again (idempotent, or a person said retry)
+    held: list[str]  # steps that were running, may not run again, and wait for a decision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResolved(_Event):
+    """A person decided about a step held after a crash: retry it, skip it, or mark it done with a value."""
+
+    type: Literal["step_resolved"] = "step_resolved"
+    step_id: str
+    decision: Literal["retry", "skip", "mark_done"]
+    value: Any = None
+    by: str = "person"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,6 +295,8 @@ Event = Annotated[
         StepJudged,
         JoinerDecided,
         SubRunEvent,
+        RunResumed,
+        StepResolved,
         PlanStepParsed,
         PlanCompleted,
         StepReady,

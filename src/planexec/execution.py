@@ -26,6 +26,7 @@ from .dag import Scheduler
 from .events import (
     PlanDrafted,
     RunFinished,
+    RunResumed,
     RunStarted,
     StepCancelled,
     StepFailed,
@@ -53,6 +54,7 @@ from .usage import Usage
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .resume import Resumption
 
 __all__ = ["Run"]
 
@@ -64,7 +66,7 @@ _ZERO = Usage()  # records are immutable: one shared zero
 class Run(Monitor, Attempts):
     """One execution of a plan: its records, its events, and control over it (replanning: see `monitor`)."""
 
-    def __init__(self, engine: Engine, plan: Plan, run_id: str, *, streaming: bool = False) -> None:
+    def __init__(self, engine: Engine, plan: Plan, run_id: str, *, streaming: bool = False, resumption: Resumption | None = None) -> None:
         self.engine = engine
         self._open = streaming  # steps are still arriving (see `plan_stream.StreamingRun`)
         self._planning = _ZERO  # what the planner's drafts cost (see `record_draft`)
@@ -96,6 +98,26 @@ class Run(Monitor, Attempts):
         self.depth = parent[0].depth + 1 if parent is not None else 0
         self.parent: tuple[str, str] | None = (parent[0].run_id, parent[1]) if parent is not None else None
         self._spent = _ZERO  # what the run has used so far, kept only under a budget
+        self._seq_base = 0  # a resumed run's events follow those stored before
+        self._resumption = resumption
+        self._held_steps: set[str] = set()  # cut off by a crash, waiting for a person (see `resume`)
+        if resumption is not None:
+            self._resume_from(resumption)
+
+    def _resume_from(self, r: Resumption) -> None:
+        """Start from a stopped run's state: ended steps settled, cut-off ones re-run or held."""
+        self.records = r.records
+        self._outputs = {sid: rec.output for sid, rec in r.records.items() if rec.output is not None and sid in r.settled}
+        self._held_steps = set(r.held)
+        self._sched = Scheduler(self._deps, [s.step_id for s in self.plan.steps if s.accepts_failed_inputs], settled=r.settled, held=r.held)
+        self._seq_base = r.next_seq
+        self._planning = r.planning
+        self._overhead = dict(r.overhead)
+        if r.started_at is not None:
+            self._started_at = r.started_at
+        if len(r.versions) > 1:
+            self._versions = list(r.versions)
+            self._replans = len(r.versions) - 1
 
     def _load_plan(self, plan: Plan, *, kept: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         """Make `plan` the one to run; `kept` steps (a revision's finished ones) start settled as succeeded."""
@@ -145,7 +167,7 @@ class Run(Monitor, Attempts):
     # --- events ------------------------------------------------------------
 
     def _emit(self, cls: type, **fields: Any) -> None:
-        ev = cls(run_id=self.run_id, seq=len(self.history), at=utcnow(), **fields)
+        ev = cls(run_id=self.run_id, seq=self._seq_base + len(self.history), at=utcnow(), **fields)
         self.history.append(ev)
         for q in self._queues:
             q.put_nowait(ev)
@@ -158,14 +180,18 @@ class Run(Monitor, Attempts):
     # --- the run -----------------------------------------------------------
 
     async def _main(self) -> RunResult:
-        self._emit(
-            RunStarted,
-            plan_id=self.plan.plan_id,
-            plan_version=self.plan.version,
-            content_hash=self.plan.content_hash,
-            goal=self.plan.goal,
-            step_ids=self.plan.step_ids,
-        )
+        r = self._resumption
+        if r is not None:
+            self._emit(RunResumed, plan_version=self.plan.version, kept=r.kept, rerun=r.rerun, held=r.held)
+        else:
+            self._emit(
+                RunStarted,
+                plan_id=self.plan.plan_id,
+                plan_version=self.plan.version,
+                content_hash=self.plan.content_hash,
+                goal=self.plan.goal,
+                step_ids=self.plan.step_ids,
+            )
         for draft in self._drafts:
             self.record_draft(**draft)
         try:
@@ -191,7 +217,7 @@ class Run(Monitor, Attempts):
             _, stuck = await asyncio.wait(pending, timeout=self.engine.cancel_grace)
             if stuck:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), self.engine.cancel_grace)
-        for sid in self._sched.unsettled():
+        for sid in self._sched.unsettled() if self._status is not RunStatus.NEEDS_DECISION else ():
             if not self.records[sid].state.terminal:
                 self._record_cancelled(sid, was_running=self.records[sid].state is StepState.RUNNING)
         status = self._status
@@ -281,6 +307,9 @@ class Run(Monitor, Attempts):
             self._tasks[sid] = asyncio.get_running_loop().create_task(self._run_step(sid))
         if not self._sched.is_active() and not self._open:
             self._done.set()
+        elif self._held_steps and not batch.run and not self._open and not (self._sched.running() - self._held_steps):
+            held = ", ".join(sorted(self._held_steps))
+            self._end(RunStatus.NEEDS_DECISION, f"step(s) {held} were running when the run stopped and are not idempotent; decide with `planexec resolve`")
 
     def record_draft(self, **fields: Any) -> None:
         """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
@@ -313,9 +342,9 @@ class Run(Monitor, Attempts):
         step = self._steps[sid]
         rec = self.records[sid]
         fa = step.failure_action
-        worker = step.worker
-        rerouted = False
-        attempt = 0
+        worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
+        rerouted = worker != step.worker
+        attempt = rec.attempts
         try:
             if self.engine.needs_approval(step):
                 refusal = await ask_approval(self.engine.approver, step)

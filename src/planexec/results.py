@@ -29,6 +29,7 @@ class StepState(str, Enum):
     PENDING = "pending"
     READY = "ready"
     RUNNING = "running"
+    NEEDS_DECISION = "needs_decision"  # it was running when the process died and may not simply run again
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
@@ -49,7 +50,8 @@ class RunStatus(str, Enum):
     ABORTED = "aborted"  # a failure action aborted it
     CANCELLED = "cancelled"  # stopped from outside
     REPLAN_REQUESTED = "replan_requested"  # a step asked for a new plan
-    FAILED = "failed"  # it could not go on: a plan streamed into it turned out invalid
+    FAILED = "failed"  # it could not go on: an invalid streamed plan, a replan that failed, a budget, a joiner
+    NEEDS_DECISION = "needs_decision"  # resumed after a crash, a step that was running needs a person (`planexec resolve`)
 
 
 class ErrorInfo(BaseModel):

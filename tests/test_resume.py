@@ -1,0 +1,186 @@
+"""Resuming stopped runs from the store: finished steps never run again; cut-off steps re-run or wait for a person."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec.resume import ResumeError, resolve_step
+from planexec.store import SqliteRunStore, replay
+
+
+def mkplan():
+    # a diamond with a tail: a -> (b, c) -> d -> e
+    return Plan.model_validate(
+        {
+            "plan_id": "p",
+            "goal": "g",
+            "steps": [
+                {"id": "a", "action": "safe", "parameters": {"name": "a"}},
+                {"id": "b", "action": "safe", "parameters": {"name": "b"}, "depends_on": ["a"]},
+                {"id": "c", "action": "charge", "parameters": {"name": "c"}, "depends_on": ["a"]},
+                {"id": "d", "action": "safe", "parameters": {"name": "d"}, "depends_on": ["b", "c"]},
+                {"id": "e", "action": "safe", "parameters": {"name": "e"}, "depends_on": ["d"]},
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def reg():
+    reg = Registry.default()
+    reg.calls = []
+
+    @reg.tool(idempotent=True)
+    async def safe(name: str) -> str:
+        """Safe to run twice."""
+        reg.calls.append(name)
+        await asyncio.sleep(0.01)
+        return name.upper()
+
+    @reg.tool
+    async def charge(name: str) -> str:
+        """A side effect: not idempotent."""
+        reg.calls.append(name)
+        await asyncio.sleep(0.01)
+        return f"charged {name}"
+
+    return reg
+
+
+def full_run(reg, store):
+    async def go():
+        r = Engine(reg, store=store).start(mkplan(), run_id="r1")
+        return r, await r.result()
+
+    return asyncio.run(go())
+
+
+def resume(reg, store, run_id="r1"):
+    async def go():
+        r = Engine(reg, store=store).resume(run_id)
+        return r, await r.result()
+
+    return asyncio.run(go())
+
+
+def test_a_recorded_run_is_in_the_store_event_by_event(reg, tmp_path):
+    store = SqliteRunStore(tmp_path / "runs.db")
+    r, result = full_run(reg, store)
+    assert result.status is RunStatus.SUCCEEDED
+    stored = store.events("r1")
+    assert [e.seq for e in stored] == list(range(len(r.history)))
+    assert [e.type for e in stored] == [e.type for e in r.history]
+    assert store.run("r1").status is RunStatus.SUCCEEDED
+
+
+def test_resuming_after_a_crash_at_any_event_never_reruns_a_finished_step(reg, tmp_path):
+    """Every prefix of a real run's events is a crash we can resume from: try them all."""
+    source = SqliteRunStore(tmp_path / "source.db")
+    r, _ = full_run(reg, source)
+    history = r.history
+    outcomes = set()
+    for cut in range(1, len(history)):
+        store = SqliteRunStore(tmp_path / f"crashed-{cut}.db")
+        store.save_plan("r1", mkplan())
+        store.append(history[:cut])
+        before = replay(history[:cut])
+        finished = {sid for sid, rec in before.steps.items() if rec.state is StepState.SUCCEEDED}
+        cut_off = set(before.in_flight)
+        reg.calls.clear()
+        _, result = resume(reg, store)
+        outcomes.add(result.status)
+        # no finished step ran again
+        assert not finished & set(reg.calls), cut
+        # the events go on from where they stopped: nothing lost, nothing numbered twice
+        stored = store.events("r1")
+        assert [e.seq for e in stored] == list(range(len(stored))), cut
+        assert stored[cut].type == "run_resumed", cut
+        if "c" in cut_off:  # the charge was cut off mid-attempt: a person decides
+            assert result.status is RunStatus.NEEDS_DECISION, cut
+            assert result.steps["c"].state is StepState.NEEDS_DECISION and "c" not in reg.calls
+            assert "planexec resolve" in result.reason
+        else:
+            assert result.status is RunStatus.SUCCEEDED, (cut, result.reason)
+            assert result.answer == "E"
+            assert sorted(reg.calls) == sorted(set("abcde") - finished), cut  # each remaining step once
+        assert store.run("r1").status is result.status
+    assert outcomes == {RunStatus.SUCCEEDED, RunStatus.NEEDS_DECISION}
+
+
+def test_a_person_resolves_a_held_step_and_the_run_completes(reg, tmp_path):
+    source = SqliteRunStore(tmp_path / "source.db")
+    r, _ = full_run(reg, source)
+    cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
+    store = SqliteRunStore(tmp_path / "crashed.db")
+    store.save_plan("r1", mkplan())
+    store.append(r.history[:cut])
+    _, held = resume(reg, store)
+    assert held.status is RunStatus.NEEDS_DECISION
+    # b (independent of c) went on while c waited
+    assert held.steps["b"].state is StepState.SUCCEEDED and held.steps["d"].state is StepState.PENDING
+
+    with pytest.raises(ResumeError, match="is succeeded, not waiting"):
+        resolve_step(store, "r1", "b", "retry")
+    resolve_step(store, "r1", "c", "mark_done", "charged c (checked by hand)", by="ada")
+    reg.calls.clear()
+    _, result = resume(reg, store)
+    assert result.status is RunStatus.SUCCEEDED and result.answer == "E"
+    assert reg.calls == ["d", "e"]  # c was marked done, not charged again
+    assert result.steps["c"].output.value == "charged c (checked by hand)"
+    assert result.steps["c"].output.provenance.worker == "ada"
+
+
+def test_retry_and_skip_decisions(reg, tmp_path):
+    source = SqliteRunStore(tmp_path / "source.db")
+    r, _ = full_run(reg, source)
+    cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
+    for decision, status, calls in (("retry", RunStatus.SUCCEEDED, ["c", "d", "e"]), ("skip", RunStatus.PARTIAL, [])):
+        store = SqliteRunStore(tmp_path / f"{decision}.db")
+        store.save_plan("r1", mkplan())
+        store.append(r.history[:cut])
+        resume(reg, store)
+        resolve_step(store, "r1", "c", decision)
+        reg.calls.clear()
+        _, result = resume(reg, store)
+        assert result.status is status
+        assert [c for c in reg.calls if c != "b"] == calls
+        if decision == "skip":
+            assert result.steps["c"].state is StepState.SKIPPED and result.steps["d"].state is StepState.SKIPPED
+
+
+def test_a_finished_run_is_not_resumed_and_an_unknown_one_is_named(reg, tmp_path):
+    from planexec.store import RunNotFoundError
+
+    store = SqliteRunStore(tmp_path / "runs.db")
+    full_run(reg, store)
+    with pytest.raises(ResumeError, match="already ended succeeded"):
+        resume(reg, store)
+    with pytest.raises(RunNotFoundError, match="nope"):
+        resume(reg, store, "nope")
+    assert len(store.events("r1")) == len(store.events("r1"))  # nothing was written by the refusals
+    with pytest.raises(ResumeError, match="ended succeeded"):
+        resolve_step(store, "r1", "c", "retry")
+
+
+def test_a_cancelled_run_resumes(reg, tmp_path):
+    store = SqliteRunStore(tmp_path / "runs.db")
+
+    async def go():
+        r = Engine(reg, store=store).start(mkplan(), run_id="r1")
+        async for ev in r.events():
+            if ev.type == "step_started" and ev.step_id == "b":
+                r.cancel("lid closed")
+        return await r.result()
+
+    first = asyncio.run(go())
+    assert first.status is RunStatus.CANCELLED
+    reg.calls.clear()
+    _, result = resume(reg, store)
+    # b was cut off but is idempotent: it ran again; c (not idempotent) was cut off too, or had not started
+    if result.status is RunStatus.NEEDS_DECISION:
+        assert result.steps["c"].state is StepState.NEEDS_DECISION
+    else:
+        assert result.status is RunStatus.SUCCEEDED and "a" not in reg.calls
