@@ -16,8 +16,10 @@ What it measures, on `--layers` x `--width` steps (default 100 x 100 =
   is the store's round trips, not the disk).
 
 For each: wall seconds (median, min, max), events per second (events /
-wall), microseconds per step, the slowdown against ``memory``, and how
-many transactions the recorder committed. After each recorded run the
+wall), microseconds per step, the slowdown against ``memory`` (wall, and
+process CPU time: steadier on a shared machine; it counts this process's
+threads, not the PostgreSQL server's), and how many transactions the
+recorder committed. After each recorded run the
 store is read back and checked: every event stored, in order. The last
 line compares the SQLite slowdown to the target: under 2x.
 
@@ -74,23 +76,23 @@ class CountingStore:
         return getattr(self.store, name)
 
 
-async def _execute(registry: Registry, plan: Plan, store: Any, gated: bool) -> tuple[float, int, str]:
+async def _execute(registry: Registry, plan: Plan, store: Any, gated: bool) -> tuple[float, float, int, str]:
     runner = DurableRunner(LocalRunner(registry)) if gated else None
     engine = Engine(registry, runner=runner, max_concurrency=len(plan.steps), seed=0)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     run = engine.start(plan, validate=False)
     if store is not None:
         record_run(run, store)
     result = await run.result()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if not result.ok:
         raise SystemExit(f"run {result.status.value}: {result.reason}")
-    return wall, len(run.history), run.run_id
+    return wall, cpu, len(run.history), run.run_id
 
 
 def time_store(kind: str, registry: Registry, plan: Plan, repeats: int, folder: Path, pg_url: str | None) -> dict[str, Any]:
     """Repeated runs with one kind of store: wall, events/s, µs/step, appends; each recorded run checked."""
-    walls, rates, appends = [], [], []
+    walls, cpus, rates, appends = [], [], [], []
     for i in range(repeats):
         store = None
         backend, _, mode = kind.partition("-")
@@ -100,7 +102,7 @@ def time_store(kind: str, registry: Registry, plan: Plan, repeats: int, folder: 
             store = CountingStore(PostgresRunStore(pg_url or "", schema=f"bench_{mode or 'gated'}_{i}_{time.time_ns()}"))
         gc.collect()
         try:
-            wall, events, run_id = asyncio.run(_execute(registry, plan, store, gated=mode != "sync"))
+            wall, cpu, events, run_id = asyncio.run(_execute(registry, plan, store, gated=mode != "sync"))
             if store is not None:
                 stored = store.events(run_id)
                 if [e.seq for e in stored] != list(range(events)):
@@ -110,9 +112,16 @@ def time_store(kind: str, registry: Registry, plan: Plan, repeats: int, folder: 
             if store is not None:
                 store.close()
         walls.append(wall)
+        cpus.append(cpu)
         rates.append(events / wall)
     n = len(plan.steps)
-    out = {"wall_s": spread(walls), "events_per_s": spread(rates), "us_per_step": spread([w / n * 1e6 for w in walls]), "events": events}
+    out = {
+        "wall_s": spread(walls),
+        "cpu_s": spread(cpus),
+        "events_per_s": spread(rates),
+        "us_per_step": spread([w / n * 1e6 for w in walls]),
+        "events": events,
+    }
     if appends:
         out["transactions"] = spread([float(a) for a in appends])
     return out
@@ -167,6 +176,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     if base is not None:
         for figures in result["stores"].values():
             figures["slowdown"] = figures["wall_s"]["median"] / base["wall_s"]["median"]
+            figures["cpu_slowdown"] = figures["cpu_s"]["median"] / base["cpu_s"]["median"]
         if "sqlite" in result["stores"]:
             slow = result["stores"]["sqlite"]["slowdown"]
             result["target"] = {"sqlite_slowdown_below": TARGET_SLOWDOWN, "measured": slow, "met": slow < TARGET_SLOWDOWN}
@@ -182,7 +192,7 @@ def report(r: dict[str, Any]) -> str:
             f"Python {m['python']}, {m['cpus']} CPUs, {m['date']}"
         ),
         "",
-        f"{'store':<15}{'wall s':>9}{'min s':>9}{'max s':>9}{'events':>9}{'events/s':>11}{'us/step':>10}{'commits':>9}{'slowdown':>10}",
+        f"{'store':<15}{'wall s':>9}{'min s':>9}{'max s':>9}{'events':>9}{'events/s':>11}{'us/step':>10}{'commits':>9}{'slowdown':>10}{'cpu s':>8}{'cpu x':>7}",
     ]
     for kind, f in r["stores"].items():
         w = f["wall_s"]
@@ -190,7 +200,8 @@ def report(r: dict[str, Any]) -> str:
         slow = f"{f['slowdown']:9.2f}x" if "slowdown" in f else f"{'-':>10}"
         lines.append(
             f"{kind:<15}{w['median']:9.3f}{w['min']:9.3f}{w['max']:9.3f}{f['events']:9,}{f['events_per_s']['median']:11,.0f}"
-            f"{f['us_per_step']['median']:10.1f}{commits}{slow}"
+            f"{f['us_per_step']['median']:10.1f}{commits}{slow}{f['cpu_s']['median']:8.3f}"
+            + (f"{f['cpu_slowdown']:6.2f}x" if "cpu_slowdown" in f else "")
         )
     if "postgres_skipped" in r:
         lines.append(f"postgres: skipped ({r['postgres_skipped']})")

@@ -374,7 +374,8 @@ def test_a_replanned_run_records_both_versions(store):
     assert store.run("re").plan_version == 2
 
 
-def test_a_store_that_fails_cancels_the_run(store):
+@pytest.mark.parametrize("gated", [False, True], ids=["subscriber", "durable-runner"])
+def test_a_store_that_fails_cancels_the_run(store, gated):
     class Failing:
         def __init__(self, inner, after):
             self.inner, self.after, self.calls = inner, after, 0
@@ -391,7 +392,7 @@ def test_a_store_that_fails_cancels_the_run(store):
     reg = _registry()
 
     async def go():
-        run = Engine(reg).start(_plan(8), run_id="f")
+        run = Engine(reg, runner=DurableRunner(LocalRunner(reg)) if gated else None).start(_plan(8), run_id="f")
         recorder = record_run(run, Failing(store, after=3))
         return recorder, await run.result()
 

@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_options(p)
     p.set_defaults(command=cmd_eval)
 
+    from .history import add_history_commands
+
+    add_history_commands(sub)
+
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
     p.set_defaults(command=cmd_schema)

@@ -54,7 +54,7 @@ class Recorder:
         self.flushes = 0
         self._queue: list[Any] = []
         self._scheduled = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
         parent = getattr(run, "parent", None)
         self._parent: tuple[str, str] | None = (parent[0], parent[1]) if parent else None
         self._plan_saved = False
@@ -87,7 +87,8 @@ class Recorder:
 
     def flush(self) -> None:
         """Append every queued event in one transaction (durable when this returns, unless `error` is set)."""
-        waiter, self._waiter = self._waiter, None
+        waiters, self._waiters = self._waiters, []
+        error = None
         if self._queue:
             batch, self._queue = self._queue, []
             try:
@@ -96,21 +97,22 @@ class Recorder:
             except StoreError as exc:
                 self._queue = batch + self._queue  # tried again by the next flush; appending is idempotent
                 self._failed(exc)
-                if waiter is not None and not waiter.done():
-                    waiter.set_exception(exc)
-                return
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+                error = exc
+        for waiter in waiters:
+            if not waiter.done():  # a step cancelled while it waited has its future cancelled
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
 
     async def durable(self) -> None:
         """Wait until every event taken so far is stored (the next batch's commit); `StoreError` if it failed."""
         if not self._queue:
             return
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-        waiter = self._waiter
+        waiter = asyncio.get_running_loop().create_future()  # one per step: cancelling a step cancels only its own
+        self._waiters.append(waiter)
         self._schedule()
-        await asyncio.shield(waiter)  # a cancelled step must not cancel the batch's future for the others
+        await waiter
 
     def _save_plan(self) -> None:
         if self._plan_saved:
