@@ -188,6 +188,18 @@ def test_usage_adds_up_while_running_and_the_total_comes_with_the_end(store):
     assert store.run("r1").usage == Usage(model_calls=3, cost=1.0)
 
 
+def test_a_resumed_run_is_running_again(store):
+    from planexec.events import RunResumed
+
+    store.append([started(), *step_events(start=1), finished(seq=4, status=RunStatus.CANCELLED)])
+    assert store.run("r1").status is RunStatus.CANCELLED and replay(store.events("r1")).status is RunStatus.CANCELLED
+    store.append([RunResumed(run_id="r1", seq=5, at=utcnow(), plan_version=1, kept=["a"], rerun=[], held=[])])
+    run = store.run("r1")
+    assert (run.status, run.finished_at, run.wall_time) == (RunStatus.RUNNING, None, None)
+    view = replay(store.events("r1"))
+    assert view.status is RunStatus.RUNNING and view.finished_at is None and view.steps["a"].state is StepState.SUCCEEDED
+
+
 def test_a_sub_run_names_its_parent(store):
     store.append([started("top")])
     store.append([started("top/s1")], parent=("top", "s1"))

@@ -5,7 +5,9 @@ plan, for the workers and actions of steps that never started), `replay`
 gives every step a `StepRecord` (state, attempts, timings, usage, output,
 error, critics' verdicts), keeps the records a plan revision dropped, and
 lists the steps that had started an attempt that never ended: after a
-crash, those are what resuming has to decide about. Pure: no I/O.
+crash, those are what resuming has to decide about. A `RunResumed` makes
+the run running again; a person's `StepResolved` is left to `resume` to
+apply. Pure: no I/O.
 Imports `events`, `plan`, `results` and `usage`.
 """
 
@@ -83,6 +85,8 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
                 record(sid)
         elif kind == "sub_run_event":
             sub_events.setdefault(ev.step_id, []).append(ev.event)
+        elif kind == "run_resumed":  # running again: what the earlier RunFinished said no longer holds
+            run.update(status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None)
         elif kind == "run_finished":
             run.update(status=ev.status, reason=ev.reason, answer=ev.answer, wall_time=ev.wall_time, usage=ev.usage, error=ev.error, finished_at=ev.at)
         elif hasattr(ev, "step_id"):

@@ -37,7 +37,7 @@ __all__ = ["SqlRunStore"]
 
 _CHUNK = 100  # rows per INSERT statement (well under every backend's limit on bound parameters)
 _USAGE_EVENTS = frozenset({"step_succeeded", "step_failed", "plan_drafted", "plan_revised", "joiner_decided"})
-_SNAPSHOT_EVENTS = frozenset({"run_started", "plan_revised", "plan_completed", "run_finished"})
+_SNAPSHOT_EVENTS = frozenset({"run_started", "run_resumed", "plan_revised", "plan_completed", "run_finished"})
 _RUN_COLUMNS = (
     "run_id, goal, status, plan_id, plan_version, content_hash, step_count, started_at, "
     "finished_at, wall_time, usage, reason, parent_run_id, parent_step_id"
@@ -220,6 +220,11 @@ class SqlRunStore(Approvals, Templates):
                         "status = ?, finished_at = NULL, wall_time = NULL WHERE run_id = ?"
                     ),
                     (ev.goal, ev.plan_id, ev.plan_version, ev.content_hash, len(ev.step_ids), RunStatus.RUNNING.value, run_id),
+                )
+            elif kind == "run_resumed":  # a stopped run goes on: it is running again until its next RunFinished
+                cur.execute(
+                    self._q("UPDATE runs SET status = ?, finished_at = NULL, wall_time = NULL, reason = NULL WHERE run_id = ?"),
+                    (RunStatus.RUNNING.value, run_id),
                 )
             elif kind == "plan_revised":
                 cur.execute(
