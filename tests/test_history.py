@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,7 @@ def test_the_store_comes_from_the_environment_or_planexec_toml(tmp_path, monkeyp
 
 
 def test_the_history_reads_a_postgres_store(postgres_url, capsys):
-    url = f"{postgres_url}?schema=history_{os.getpid()}"
+    url = f"{postgres_url}?schema=history_{uuid.uuid4().hex[:12]}"
     with open_store(url) as s:
         from planexec.events import RunStarted, utcnow
 
@@ -246,4 +247,5 @@ def test_logs_follow_from_another_process_while_the_run_goes_on(tmp_path):
     assert result.ok and code == 0, err
     lines = out.splitlines()
     assert len(lines) == 2 + 3 * 5 and "finished: succeeded" in lines[-1]
-    assert [line.split("] ", 1)[1] for line in lines[4:7]] == ["s0: ready", "s0: started (attempt 1, worker tool, action double)", "s0: succeeded (attempt 1, 0.05s)"]
+    shown = [line.split("] ", 1)[1] for line in lines[4:7]]
+    assert shown[:2] == ["s0: ready", "s0: started (attempt 1, worker tool, action double)"] and shown[2].startswith("s0: succeeded (attempt 1, ")

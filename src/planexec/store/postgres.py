@@ -76,9 +76,8 @@ class PostgresRunStore(SqlRunStore):
         if not _SCHEMA_NAME.match(self.schema):
             raise StoreError(f"{self.location}: schema name {self.schema!r} must be lower-case letters, digits and '_'", location=self.location)
         try:
-            self._conn = psycopg.connect(
-                dsn, connect_timeout=max(2, math.ceil(connect_timeout)), autocommit=True, application_name="planexec"
-            )
+            timeout = {} if info.get("connect_timeout") else {"connect_timeout": max(2, math.ceil(connect_timeout))}  # the URL's wins
+            self._conn = psycopg.connect(dsn, autocommit=True, application_name="planexec", **timeout)
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot connect to the PostgreSQL run store at {self.host} (database {database!r}): {_first_line(exc)}",
