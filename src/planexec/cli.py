@@ -46,9 +46,9 @@ from .errors import ConfigError, PolicyError
 from .policies import PolicyContext
 from .policy_sets import PolicySet, load_policies
 from .pricing import PriceTable
-from .tools import in_thread
 from .progress import EventLog, LiveProgress, print_summary
 from .review import ReviewOutcome, ReviewTerminal, run_review
+from .tools import in_thread
 
 __all__ = ["build_parser", "main"]
 
