@@ -33,6 +33,14 @@ EXPECTED = {
     "Joiner", "ModelJoiner", "FunctionJoiner", "JoinContext", "JoinDecision", "JoinerError",
     "PlanVersion", "PlanDiff", "diff_plans", "SubTeam", "Budget",
     "ReplanStarted", "PlanRevised", "StepJudged", "JoinerDecided", "SubRunEvent",
+    # the single agent and the router
+    "run_single", "agent_worker", "route", "Route",
+    # review and policies
+    "Policy", "PolicyVerdict", "Review", "policy", "review_plan", "PolicySet", "load_policies",
+    "MaxSteps", "MaxEstimatedCost", "ToolsNeedPerson", "ForbidTools", "RequiresOrder", "RiskEscalation",
+    # durable runs
+    "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "StoreError", "RunNotFoundError",
+    "record_run", "DurableRunner", "ResumeError", "resolve_step", "RunResumed", "StepResolved",
 }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ change. Start with `Plan`, `Registry` and `Engine`::
     result = Engine(registry).run_sync(plan)
 """
 
+from .agent import agent_worker, run_single
 from .calls import Output, Provenance, StepCall, WorkResult
 from .checks import Checker, CriteriaChecker
 from .engine import Approver, Engine, Run
@@ -46,12 +47,14 @@ from .events import (
     PlanStepParsed,
     ReplanStarted,
     RunFinished,
+    RunResumed,
     RunStarted,
     StepCancelled,
     StepFailed,
     StepJudged,
     StepReady,
     StepRerouted,
+    StepResolved,
     StepRetried,
     StepSkipped,
     StepStarted,
@@ -74,7 +77,18 @@ from .plan import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan,
 from .plan_diff import PlanDiff, diff_plans
 from .plan_stream import PlanStream
 from .planner import PlanDraft, Planner, Planning
+from .policies import Policy, PolicyVerdict, Review, policy, review_plan
+from .policy_rules import (
+    ForbidTools,
+    MaxEstimatedCost,
+    MaxSteps,
+    RequiresOrder,
+    RiskEscalation,
+    ToolsNeedPerson,
+)
+from .policy_sets import PolicySet, load_policies
 from .pricing import Price, PriceTable
+from .recorder import DurableRunner, record_run
 from .registry import Registry
 from .replanning import (
     FunctionReplanner,
@@ -92,9 +106,19 @@ from .results import (
     StepRecord,
     StepState,
 )
+from .resume import ResumeError, resolve_step
 from .roles import builtin_roles
+from .router import Route, route
 from .runner import LocalRunner, Runner
 from .settings import ModelChoice, ModelSettings
+from .store import (
+    PostgresRunStore,
+    RunNotFoundError,
+    RunStore,
+    SqliteRunStore,
+    StoreError,
+    open_store,
+)
 from .subteam import SubTeam
 from .synthesis import FunctionSynthesizer, Synthesizer
 from .team import build_team
@@ -116,10 +140,12 @@ __all__ = [
     "Criterion",
     "CriticCriterion",
     "CriticWorker",
+    "DurableRunner",
     "Engine",
     "ErrorInfo",
     "Event",
     "FailureAction",
+    "ForbidTools",
     "FunctionJoiner",
     "FunctionReplanner",
     "FunctionSynthesizer",
@@ -129,6 +155,8 @@ __all__ = [
     "JoinerDecided",
     "JoinerError",
     "LocalRunner",
+    "MaxEstimatedCost",
+    "MaxSteps",
     "ModelChoice",
     "ModelError",
     "ModelJoiner",
@@ -153,6 +181,10 @@ __all__ = [
     "PlannerReplanner",
     "Planning",
     "PlanningError",
+    "Policy",
+    "PolicySet",
+    "PolicyVerdict",
+    "PostgresRunStore",
     "Predicate",
     "Price",
     "PriceTable",
@@ -165,18 +197,27 @@ __all__ = [
     "ReplanRequested",
     "ReplanStarted",
     "Replanner",
+    "RequiresOrder",
+    "ResumeError",
+    "Review",
     "Revision",
+    "RiskEscalation",
     "RoleWorker",
     "RollbackPlan",
+    "Route",
     "Run",
     "RunAbortedError",
     "RunCancelledError",
     "RunError",
     "RunFinished",
+    "RunNotFoundError",
     "RunResult",
+    "RunResumed",
     "RunStarted",
     "RunStatus",
+    "RunStore",
     "Runner",
+    "SqliteRunStore",
     "Step",
     "StepCall",
     "StepCancelled",
@@ -185,12 +226,14 @@ __all__ = [
     "StepReady",
     "StepRecord",
     "StepRerouted",
+    "StepResolved",
     "StepRetried",
     "StepSkipped",
     "StepStarted",
     "StepState",
     "StepSucceeded",
     "StepTimeoutError",
+    "StoreError",
     "SubRunEvent",
     "SubTeam",
     "Synthesizer",
@@ -199,21 +242,31 @@ __all__ = [
     "ToolInputError",
     "ToolOutputError",
     "ToolWorker",
+    "ToolsNeedPerson",
     "Usage",
     "Verdict",
     "WorkResult",
     "Worker",
+    "agent_worker",
     "build_team",
     "builtin_roles",
     "check_plan",
     "default_toolkit",
     "diff_plans",
     "load_foreign_plan",
+    "load_policies",
+    "open_store",
     "parse_event",
     "parse_llmcompiler",
     "parse_rewoo",
+    "policy",
     "predicate",
+    "record_run",
     "resolve_model",
+    "resolve_step",
+    "review_plan",
+    "route",
+    "run_single",
     "tool",
     "validate_plan",
 ]
