@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies", action="append", default=[], metavar="FILE",
         help="policies that review the plan first: a YAML rule file or a Python module; repeatable; added to 'policies' in planexec.toml",
     )  # fmt: skip
+    from .library_cli import add_library_commands, add_template_options
+
+    add_template_options(p)
     add_mode_option(p)
     add_goal_options(p)
     p.set_defaults(command=cmd_run)
@@ -124,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="run evaluation suites in each mode; print a table, write a PNG chart and a JSON report")
     add_eval_options(p)
     p.set_defaults(command=cmd_eval)
+    add_library_commands(sub)
 
     from .history import add_history_commands
 
@@ -153,8 +157,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``planexec run``: a goal (see `goals`), or a plan file: validate, run with a live display (or JSON), summarise."""
-    if (args.goal is None) == (args.plan is None):
-        raise UsageError("give a GOAL to plan, or --plan PLAN.json to run a plan file (not both)")
+    if args.template is not None or args.template_params:  # a saved plan (library_cli): runs like a plan file
+        from .library_cli import check_template_args
+
+        check_template_args(args)
+    elif (args.goal is None) == (args.plan is None):
+        raise UsageError("give a GOAL to plan, --plan PLAN.json to run a plan file, or --template NAME (one of them)")
     if args.plan is not None and args.mode is not None:
         raise UsageError("--mode chooses how a GOAL is worked; a plan file runs as written")
     if args.goal is not None:
@@ -328,7 +336,12 @@ def _review(
 def _checked_plan(args: argparse.Namespace) -> tuple[Plan, Registry, Config] | None:
     """The plan, a registry with every tools module, the config; None after printing the plan's problems."""
     config = _config()
-    plan = _load_plan(Path(args.plan), as_json=args.json)
+    if getattr(args, "template", None) is not None:  # planexec run --template NAME (library_cli)
+        from .library_cli import template_plan
+
+        plan = template_plan(args)
+    else:
+        plan = _load_plan(Path(args.plan), as_json=args.json)
     if plan is None:
         return None
     registry = _registry([*config.tools, *args.tools])
