@@ -123,3 +123,9 @@ def postgres_url():
         pytest.skip(f"no PostgreSQL to test against: {exc}")
     with server:
         yield server.url
+
+
+@pytest.fixture(autouse=True)
+def _run_store_in_tmp(tmp_path, monkeypatch):
+    """Runs the CLI records go to a store in the test's own folder, never the project's .planexec/."""
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "planexec-runs.db"))

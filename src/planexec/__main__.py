@@ -1,5 +1,7 @@
-"""``python -m planexec``: the same command line as the ``planexec`` script (see `cli`)."""
+"""``python -m planexec``: the command line (the same as the ``planexec`` script)."""
+
+import sys
 
 from .cli import main
 
-raise SystemExit(main())
+sys.exit(main())

@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_template_options(p)
     add_mode_option(p)
     add_goal_options(p)
+    from .control import add_control_commands, add_store_options
+
+    add_store_options(p)
     p.set_defaults(command=cmd_run)
 
     from .eval_command import add_eval_options
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .history import add_history_commands
 
     add_history_commands(sub)
+    add_control_commands(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
@@ -193,12 +197,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         display = EventLog(plan, out)
     options["approver"] = _approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
+    from .control import resume_hint, run_store
+
+    store = options["store"] = run_store(args, config)
     engine = Engine(registry, **options)
-    result = asyncio.run(_execute(engine, plan, display))
+    result = asyncio.run(_execute(engine, plan, display, run_id=args.run_id))
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print_summary(out, result)
+        hint = resume_hint(result, recorded=store is not None)
+        if hint:
+            out.print(hint, markup=False, highlight=False, soft_wrap=True)
     return _EXIT_BY_STATUS.get(result.status, EXIT_FAILED)
 
 
@@ -219,9 +229,11 @@ def cmd_schema(args: argparse.Namespace) -> int:
 # --- running ------------------------------------------------------------------
 
 
-async def _execute(engine: Engine, plan: Plan, display: LiveProgress | EventLog | None, *, planning: Any = None) -> RunResult:
+async def _execute(
+    engine: Engine, plan: Plan, display: LiveProgress | EventLog | None, *, planning: Any = None, run_id: str | None = None
+) -> RunResult:
     """Start the run, feed the display, turn Ctrl-C into a recorded cancellation."""
-    run = engine.start(plan, validate=False, planning=planning)  # the command validated it and printed any problems
+    run = engine.start(plan, validate=False, planning=planning, run_id=run_id)  # the command validated it and printed any problems
     return await _watch(run, display)
 
 

@@ -169,7 +169,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _engine_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"seed": args.seed}
+    from .control import run_store
+
+    options: dict[str, Any] = {"seed": args.seed, "store": run_store(args, config)}
     if args.max_concurrency or config.max_concurrency:
         options["max_concurrency"] = args.max_concurrency or config.max_concurrency
     if args.timeout or config.default_timeout:
@@ -220,7 +222,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
         options["approver"] = cli._approver(yes=True, interactive=False, display=display)
         engine = Engine(registry, **options, **monitoring)
-        result = asyncio.run(_stream(engine, planner, args.goal, display))
+        result = asyncio.run(_stream(engine, planner, args.goal, display, run_id=args.run_id))
     else:
         planning = _plan_or_exit(planner, args.goal)
         if planning is None:
@@ -248,7 +250,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
         options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
         engine = Engine(registry, **options, **monitoring)
-        result = asyncio.run(_execute(engine, planning, display, overhead))
+        result = asyncio.run(_execute(engine, planning, display, overhead, run_id=args.run_id))
     _report(args, result)
     return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
 
@@ -309,13 +311,15 @@ def _run_single(
     return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
 
 
-async def _execute(engine: Engine, planning: Planning, display: LiveProgress | EventLog | None, overhead: dict[str, Usage]) -> RunResult:
-    run = engine.start(planning.plan, validate=False, planning=planning, overhead=overhead)  # the planner validated it
+async def _execute(
+    engine: Engine, planning: Planning, display: LiveProgress | EventLog | None, overhead: dict[str, Usage], *, run_id: str | None = None
+) -> RunResult:
+    run = engine.start(planning.plan, validate=False, planning=planning, overhead=overhead, run_id=run_id)  # the planner validated it
     return await cli._watch(run, display)
 
 
-async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None) -> RunResult:
-    run = engine.start_streaming(PlanStream(planner, goal))
+async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None, *, run_id: str | None = None) -> RunResult:
+    run = engine.start_streaming(PlanStream(planner, goal), run_id=run_id)
     return await cli._watch(run, display)
 
 
@@ -326,6 +330,11 @@ def _report(args: argparse.Namespace, result: RunResult) -> None:
     out = cli._console()
     print_summary(out, result)
     out.print(usage_table(result))
+    from .control import resume_hint
+
+    hint = resume_hint(result, recorded=not getattr(args, "no_store", False))
+    if hint:
+        out.print(hint, markup=False, highlight=False, soft_wrap=True)
     if result.answer is not None:
         answer = result.answer if isinstance(result.answer, str) else json.dumps(result.answer, indent=2, ensure_ascii=False)
         out.rule("deliverable")

@@ -46,7 +46,9 @@ from .events import (
     PlanRevised,
     PlanStepParsed,
     ReplanStarted,
+    RunResumed,
     StepJudged,
+    StepResolved,
     SubRunEvent,
     parse_event,
 )
@@ -272,6 +274,13 @@ def describe_event(event: Any) -> str:
         verdict = "approved" if event.approved else ("not judged" if not event.judged else "rejected")
         tools = f" after {', '.join(event.tools_used)}" if event.tools_used else ""
         return f"{event.step_id}: {verdict} by {event.critic}{tools}: {'; '.join(event.reasons)}"
+    if isinstance(event, RunResumed):
+        held = f"; waiting for a decision: {', '.join(event.held)}" if event.held else ""
+        rerun = f"; running again: {', '.join(event.rerun)}" if event.rerun else ""
+        return f"run {event.run_id} resumed at plan v{event.plan_version}: {len(event.kept)} step(s) kept{rerun}{held}"
+    if isinstance(event, StepResolved):
+        value = f" with output {event.value!r}" if event.decision == "mark_done" else ""
+        return f"{event.step_id}: {event.by} decided {event.decision.replace('_', ' ')}{value}"
     if isinstance(event, SubRunEvent):
         inner = parse_event(event.event)
         return f"{event.step_id} ⤷ [level {event.depth}] {describe_event(inner)}"
@@ -284,7 +293,9 @@ def describe_event(event: Any) -> str:
         return f"plan draft {event.attempt} by {event.model} ({event.usage.output_tokens} tokens, {event.wall_time:.1f}s): {verdict}"
     if isinstance(event, PlanCompleted):
         return f"plan complete: {len(event.step_ids)} steps, {event.content_hash[:19]}"
-    sid = event.step_id
+    sid = getattr(event, "step_id", None)
+    if sid is None:  # an event this display does not know yet
+        return f"{getattr(event, 'type', type(event).__name__)}"
     if isinstance(event, PlanStepParsed):
         after = f" after {', '.join(event.depends_on)}" if event.depends_on else ""
         return f"{sid}: parsed from the planner's stream ({event.worker}.{event.action}{after})"
