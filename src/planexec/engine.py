@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime
 
-from .approval import Approver
+from .approval import Approver, PlanApprover
 from .checks import Checker, CriteriaChecker
 from .execution import Run, Subscriber
 from .joiner import Joiner
@@ -24,9 +24,9 @@ from .plan_stream import PlanStream, StreamingRun, follow
 from .planner import Planning
 from .recorder import DurableRunner, record_run
 from .registry import Registry
-from .resume import plan_resumption
 from .replanning import Replanner
 from .results import RunResult
+from .resume import plan_resumption
 from .runner import LocalRunner, Runner
 from .store.base import RunStore
 from .synthesis import Synthesizer
@@ -57,7 +57,13 @@ class Engine:
     that uses more stops as ``failed`` (rule ``budget``), checked as each
     attempt, draft and joiner call ends. With a `store` (see `planexec.store`)
     every event is persisted as it happens, and `resume` continues a run
-    that stopped for any reason.
+    that stopped for any reason. With a `plan_approver` (see `approval`), a
+    plan version runs only once its exact content hash is approved (the
+    first before any step, each revision before it replaces the last); a
+    refusal ends the run ``failed`` (rule ``plan_rejected``). When a run
+    aborts after steps with side effects (not idempotent) succeeded, the
+    plan's `rollback_plan` runs as the sub-run ``<run>/rollback`` and its
+    result is `RunResult.rollback`.
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class Engine:
         replan_failed_checks: bool = True,
         budget: Budget | None = None,
         store: RunStore | None = None,
+        plan_approver: PlanApprover | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -89,6 +96,7 @@ class Engine:
         self.registry = registry if registry is not None else Registry.default()
         self.runner = runner if runner is not None else LocalRunner(self.registry)
         self.store = store
+        self.plan_approver = plan_approver
         if store is not None and not isinstance(self.runner, DurableRunner):
             self.runner = DurableRunner(self.runner)  # no step runs before its start is stored
         self.max_concurrency = max_concurrency
@@ -163,8 +171,12 @@ class Engine:
 
         Each step is checked on its own before it joins; the whole plan is
         validated when the stream ends, and a late problem stops the run
-        cleanly (status ``failed``, every started step recorded).
+        cleanly (status ``failed``, every started step recorded). A streamed
+        plan cannot be approved before its steps start: an engine with a
+        `plan_approver` refuses to stream (ValueError).
         """
+        if self.plan_approver is not None:
+            raise ValueError("a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver")
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
         run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
         loop = asyncio.get_running_loop()

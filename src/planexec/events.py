@@ -23,6 +23,10 @@ from .results import ErrorInfo, ReplanRequest, RunStatus
 from .usage import Usage
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
+    "RollbackFinished",
+    "RollbackStarted",
     "Event",
     "PlanCompleted",
     "JoinerDecided",
@@ -143,6 +147,44 @@ class SubRunEvent(_Event):
     step_id: str  # the parent's step the sub-team works on
     depth: int  # the sub-run's level: 1 under the top run, 2 under that
     event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested(_Event):
+    """A plan version (`step_id` None) or a step waits for approval of exactly this content."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    step_id: str | None
+    content_hash: str
+    plan_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecided(_Event):
+    """The approval asked for was given or refused."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    step_id: str | None
+    content_hash: str
+    approved: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollbackStarted(_Event):
+    """The run aborted after steps with side effects: its rollback plan runs (as the sub-run ``<run>/rollback``)."""
+
+    type: Literal["rollback_started"] = "rollback_started"
+    after: list[str]  # the side-effecting steps that had succeeded
+    step_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollbackFinished(_Event):
+    """The rollback plan ended; its own outcome."""
+
+    type: Literal["rollback_finished"] = "rollback_finished"
+    status: RunStatus
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,6 +339,10 @@ Event = Annotated[
         SubRunEvent,
         RunResumed,
         StepResolved,
+        ApprovalRequested,
+        ApprovalDecided,
+        RollbackStarted,
+        RollbackFinished,
         PlanStepParsed,
         PlanCompleted,
         StepReady,

@@ -19,11 +19,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from .approval import ask_approval
+from .approval import ask_approval, step_hash
 from .attempt import CURRENT_STEP, Attempts, _update
 from .calls import Output, Provenance, WorkResult
 from .dag import Scheduler
 from .events import (
+    ApprovalDecided,
+    ApprovalRequested,
     PlanDrafted,
     RunFinished,
     RunResumed,
@@ -195,7 +197,8 @@ class Run(Monitor, Attempts):
         for draft in self._drafts:
             self.record_draft(**draft)
         try:
-            self._launch_ready()
+            if self._open or await self._approve_version(self.plan, None):
+                self._launch_ready()
             await self._done.wait()
             while await self._between_versions():  # a new version of the plan goes on in this run
                 await self._done.wait()
@@ -224,6 +227,7 @@ class Run(Monitor, Attempts):
         if status is RunStatus.RUNNING:
             failed = any(r.state is not StepState.SUCCEEDED for r in self.records.values())
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
+        rollback = await self._rollback() if status is RunStatus.ABORTED and not interrupted else None
         answer = None
         usage = sum((r.usage for r in self.records.values()), sum(self._overhead.values(), self._planning + self._superseded_usage))
         extra = _ZERO
@@ -250,6 +254,7 @@ class Run(Monitor, Attempts):
             replan=self._replan,
             error=self._error,
             versions=self.plan_versions(),
+            rollback=rollback,
         )
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
@@ -347,7 +352,10 @@ class Run(Monitor, Attempts):
         attempt = rec.attempts
         try:
             if self.engine.needs_approval(step):
-                refusal = await ask_approval(self.engine.approver, step)
+                digest = step_hash(step)
+                self._emit(ApprovalRequested, step_id=sid, content_hash=digest, plan_version=self.plan.version)
+                refusal = await ask_approval(self.engine.approver, step, run_id=self.run_id)
+                self._emit(ApprovalDecided, step_id=sid, content_hash=digest, approved=refusal is None)
                 if refusal is not None:
                     # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does
                     then = fa.then if fa.kind in ("retry", "fallback") else fa.kind

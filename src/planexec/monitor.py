@@ -22,10 +22,18 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from .errors import PlanningError, PlanParseError, PlanValidationError
-from .events import JoinerDecided, PlanRevised, ReplanStarted
+from .events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    JoinerDecided,
+    PlanRevised,
+    ReplanStarted,
+    RollbackFinished,
+    RollbackStarted,
+)
 from .joiner import JoinContext, JoinDecision, JoinerError
 from .plan import Plan
-from .plan_diff import diff_plans, remaining_hash
+from .plan_diff import PlanDiff, diff_plans, remaining_hash
 from .replanning import ReplanContext, Revision, revised_plan
 from .results import ErrorInfo, PlanVersion, ReplanRequest, RunStatus, StepState
 from .usage import Usage
@@ -101,16 +109,20 @@ class Monitor:
         if running:
             await asyncio.wait(running)
 
-    async def _bounded(self, key: str, coro: Any) -> tuple[Any, BaseException | None, bool]:
-        """Run the replanner's or joiner's call as a task `cancel()` can stop: (result, error, cancelled)."""
+    async def _bounded(self, key: str, coro: Any, *, timeout: float | None | bool = True) -> tuple[Any, BaseException | None, bool]:
+        """Run the replanner's or joiner's call as a task `cancel()` can stop: (result, error, cancelled).
+
+        Bounded by the engine's default timeout, unless `timeout` says otherwise (None: a person, no deadline).
+        """
+        limit = self.engine.default_timeout if timeout is True else timeout
         task = self._tasks[key] = asyncio.get_running_loop().create_task(coro)
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.engine.default_timeout)
+            done, _ = await asyncio.wait({task}, timeout=limit)
         finally:
             self._tasks.pop(key, None)
         if not done:
             task.cancel()
-            return None, TimeoutError(f"no answer within {self.engine.default_timeout:g}s"), False
+            return None, TimeoutError(f"no answer within {limit:g}s"), False
         if task.cancelled():
             return None, None, True
         return (None, task.exception(), False) if task.exception() is not None else (task.result(), None, False)
@@ -185,6 +197,8 @@ class Monitor:
             return False
         self._tried.add(fingerprint)
         diff = diff_plans(plan, new)
+        if not await self._approve_version(new, diff):
+            return False
         self._adopt(new, set(done))
         self._versions.append(
             PlanVersion(version=version, plan=new, reason=request.reason, diff=diff, remaining_hash=fingerprint, usage=revision.usage)
@@ -196,6 +210,70 @@ class Monitor:
         self._done.clear()  # type: ignore[attr-defined]
         self._launch_ready()  # type: ignore[attr-defined]
         return True
+
+    async def _approve_version(self, plan: Plan, diff: PlanDiff | None) -> bool:
+        """With a plan approver, run only a version whose exact content was approved; False (the run stopped) if refused."""
+        approver = self.engine.plan_approver
+        if approver is None:
+            return True
+        self._emit(ApprovalRequested, step_id=None, content_hash=plan.content_hash, plan_version=plan.version)  # type: ignore[attr-defined]
+        key = f"<approval v{plan.version}>"
+        approved, error, cancelled = await self._bounded(key, approver.approve_plan(self.run_id, plan, diff), timeout=None)  # type: ignore[attr-defined]
+        if cancelled:
+            return False
+        self._emit(ApprovalDecided, step_id=None, content_hash=plan.content_hash, approved=approved is True and error is None)  # type: ignore[attr-defined]
+        if error is not None:
+            self._stop("plan_rejected", f"the plan approver failed on v{plan.version}: {type(error).__name__}: {error}")
+            return False
+        if approved is not True:
+            what = "revision" if diff is not None else "plan"
+            self._stop("plan_rejected", f"the {what} v{plan.version} ({plan.content_hash[:19]}) was not approved; nothing of it ran")
+            return False
+        return True
+
+    async def _rollback(self) -> Any:
+        """After an abort that followed side effects, run the plan's rollback steps as a sub-run; its result, or None."""
+        rollback = self.plan.rollback_plan
+        if rollback is None or self._status is not RunStatus.ABORTED:
+            return None
+        steps = {s.step_id: s for s in self.plan.steps}
+        effects = [sid for sid, r in self.records.items() if r.state is StepState.SUCCEEDED and not self.engine.is_idempotent(steps[sid])]
+        if not effects:
+            return None
+        if isinstance(rollback, str):  # the name of a saved plan in the store's library
+            try:
+                saved = self.engine.store.template(rollback).plan if self.engine.store is not None else None
+                rb_plan = Plan.from_data(saved) if saved is not None else None
+            except Exception as exc:  # a missing template is recorded, not raised
+                rb_plan, why = None, f"{type(exc).__name__}: {exc}"
+            else:
+                why = "the run has no store to find it in"
+            if rb_plan is None:
+                self._emit(RollbackStarted, after=effects, step_ids=[])  # type: ignore[attr-defined]
+                self._emit(RollbackFinished, status=RunStatus.FAILED, reason=f"rollback plan {rollback!r} not found: {why}")  # type: ignore[attr-defined]
+                return None
+            rb_steps, goal = rb_plan.steps, rb_plan.goal
+        else:
+            rb_steps, goal = rollback.steps, rollback.goal
+        if not rb_steps:
+            return None
+        from .engine import Engine
+
+        plan = Plan(plan_id=f"{self.plan.plan_id}-rollback", goal=goal or f"undo: {self.plan.goal}", steps=rb_steps)
+        engine = Engine(
+            self.engine.registry, runner=self.engine.runner, default_timeout=self.engine.default_timeout,
+            approver=self.engine.approver, cancel_grace=self.engine.cancel_grace,
+        )  # fmt: skip
+        self._emit(RollbackStarted, after=effects, step_ids=plan.step_ids)  # type: ignore[attr-defined]
+        try:
+            child = engine.start(plan, run_id=f"{self.run_id}/rollback")
+        except PlanValidationError as exc:
+            self._emit(RollbackFinished, status=RunStatus.FAILED, reason=f"the rollback plan is invalid: {exc}")  # type: ignore[attr-defined]
+            return None
+        child.subscribe(lambda ev: self.relay("rollback", self.depth + 1, ev))  # type: ignore[attr-defined]
+        result = await child.result()
+        self._emit(RollbackFinished, status=result.status, reason=result.reason)  # type: ignore[attr-defined]
+        return result
 
     def _adopt(self, new: Plan, kept: set[str]) -> None:
         """Make `new` the run's plan: kept steps stay settled with their records and outputs; the rest start fresh."""
@@ -219,4 +297,5 @@ _ERROR_TYPES = {
     "replanner": "ReplannerError",
     "joiner": "JoinerError",
     "budget": "BudgetExceededError",
+    "plan_rejected": "PlanRejectedError",
 }

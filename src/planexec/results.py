@@ -144,6 +144,7 @@ class RunResult(BaseModel):
     replan: ReplanRequest | None = None
     error: ErrorInfo | None = Field(None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)")
     versions: list[PlanVersion] = Field(default_factory=list, description="every version of the plan, the first first")
+    rollback: RunResult | None = Field(None, description="the rollback plan's own run, when an abort after side effects ran it")
 
     def usage_by_role(self) -> dict[str, Usage]:
         """Usage per role: ``planner``, each worker that ran steps, ``synthesizer`` (roles that used nothing are left out)."""
