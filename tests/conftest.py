@@ -129,3 +129,30 @@ def postgres_url():
 def _run_store_in_tmp(tmp_path, monkeypatch):
     """Runs the CLI records go to a store in the test's own folder, never the project's .planexec/."""
     monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "planexec-runs.db"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request, tmp_path):
+    """Fresh run stores of one backend (each test runs on SQLite and on a real PostgreSQL).
+
+    ``stores()`` opens a new, empty store and returns it; ``stores.url(store)``
+    is where it lives, so a second connection (another process's view) can
+    ``open_store`` it.
+    """
+    import uuid
+
+    from planexec.store import open_store
+
+    urls: dict[int, str] = {}
+    base = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+
+    def new():
+        name = uuid.uuid4().hex[:12]
+        url = str(tmp_path / f"store-{name}.db") if base is None else f"{base}?schema=t_{name}"
+        store = open_store(url)
+        urls[id(store)] = url
+        return store
+
+    new.url = lambda store: urls[id(store)]  # type: ignore[attr-defined]
+    new.backend = request.param  # type: ignore[attr-defined]
+    return new

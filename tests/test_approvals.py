@@ -9,7 +9,7 @@ import pytest
 from planexec import Engine, Plan, Registry, RunStatus, StepState
 from planexec.approval import PlanApprover, StoreApprover, step_hash
 from planexec.replanning import FunctionReplanner
-from planexec.store import RunNotFoundError, SqliteRunStore
+from planexec.store import RunNotFoundError, open_store
 
 
 @pytest.fixture
@@ -52,9 +52,9 @@ GATED = {
 }
 
 
-async def _approve_when_pending(store_path, run_id, step_id, *, approved=True):
+async def _approve_when_pending(url, run_id, step_id, *, approved=True):
     """Another process's view: a separate connection polls for the request and decides it."""
-    other = SqliteRunStore(store_path)
+    other = open_store(url)
     while True:
         try:
             pending = [a for a in other.approvals(run_id, pending_only=True) if a.step_id == step_id]
@@ -66,8 +66,8 @@ async def _approve_when_pending(store_path, run_id, step_id, *, approved=True):
         await asyncio.sleep(0.02)
 
 
-def test_a_step_waits_for_approval_from_another_connection_while_the_rest_goes_on(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_step_waits_for_approval_from_another_connection_while_the_rest_goes_on(reg, stores):
+    store = stores()
 
     async def go():
         engine = Engine(reg, store=store, approver=StoreApprover(store, poll=0.02))
@@ -75,7 +75,7 @@ def test_a_step_waits_for_approval_from_another_connection_while_the_rest_goes_o
         while run.records["docs"].state is not StepState.SUCCEEDED:  # the rest of the DAG goes on meanwhile
             await asyncio.sleep(0.01)
         assert "ship" not in reg.calls and run.records["ship"].state is StepState.READY
-        request = await _approve_when_pending(tmp_path / "runs.db", "r1", "ship")
+        request = await _approve_when_pending(stores.url(store), "r1", "ship")
         return request, await run.result()
 
     request, result = asyncio.run(go())
@@ -88,8 +88,8 @@ def test_a_step_waits_for_approval_from_another_connection_while_the_rest_goes_o
     assert kinds[:3] == ["step_ready", "approval_requested", "approval_decided"]
 
 
-def test_a_pending_approval_survives_a_restart(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_pending_approval_survives_a_restart(reg, stores):
+    store = stores()
 
     async def first():
         run = Engine(reg, store=store, approver=StoreApprover(store, poll=0.02)).start(Plan.model_validate(GATED), run_id="r1")
@@ -104,7 +104,7 @@ def test_a_pending_approval_survives_a_restart(reg, tmp_path):
     reg.calls.clear()
 
     async def second():
-        run = Engine(reg, store=SqliteRunStore(tmp_path / "runs.db"), approver=StoreApprover(store, poll=0.02)).resume("r1")
+        run = Engine(reg, store=open_store(stores.url(store)), approver=StoreApprover(store, poll=0.02)).resume("r1")
         return await run.result()
 
     result = asyncio.run(second())
@@ -113,12 +113,12 @@ def test_a_pending_approval_survives_a_restart(reg, tmp_path):
     assert len(store.approvals("r1")) == 1  # the same request, not a new one
 
 
-def test_a_denied_step_fails_with_its_failure_action(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_denied_step_fails_with_its_failure_action(reg, stores):
+    store = stores()
 
     async def go():
         run = Engine(reg, store=store, approver=StoreApprover(store, poll=0.02)).start(Plan.model_validate(GATED), run_id="r1")
-        await _approve_when_pending(tmp_path / "runs.db", "r1", "ship", approved=False)
+        await _approve_when_pending(stores.url(store), "r1", "ship", approved=False)
         return await run.result()
 
     result = asyncio.run(go())
@@ -126,8 +126,8 @@ def test_a_denied_step_fails_with_its_failure_action(reg, tmp_path):
     assert "ship" not in reg.calls
 
 
-def test_a_plan_runs_only_once_its_exact_version_is_approved(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_plan_runs_only_once_its_exact_version_is_approved(reg, stores):
+    store = stores()
     plan = Plan.model_validate({**GATED, "steps": GATED["steps"][:2]})
     asked = []
 
@@ -146,8 +146,8 @@ def test_a_plan_runs_only_once_its_exact_version_is_approved(reg, tmp_path):
     assert all(rec.state is not StepState.SUCCEEDED for rec in no.steps.values())
 
 
-def test_a_revision_needs_its_own_approval_and_sees_the_diff(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_revision_needs_its_own_approval_and_sees_the_diff(reg, stores):
+    store = stores()
     plan = Plan.model_validate(
         {
             "plan_id": "p",

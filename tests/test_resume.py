@@ -8,7 +8,7 @@ import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
 from planexec.resume import ResumeError, resolve_step
-from planexec.store import SqliteRunStore, replay
+from planexec.store import replay
 
 
 def mkplan():
@@ -66,8 +66,8 @@ def resume(reg, store, run_id="r1"):
     return asyncio.run(go())
 
 
-def test_a_recorded_run_is_in_the_store_event_by_event(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_recorded_run_is_in_the_store_event_by_event(reg, stores):
+    store = stores()
     r, result = full_run(reg, store)
     assert result.status is RunStatus.SUCCEEDED
     stored = store.events("r1")
@@ -76,14 +76,14 @@ def test_a_recorded_run_is_in_the_store_event_by_event(reg, tmp_path):
     assert store.run("r1").status is RunStatus.SUCCEEDED
 
 
-def test_resuming_after_a_crash_at_any_event_never_reruns_a_finished_step(reg, tmp_path):
+def test_resuming_after_a_crash_at_any_event_never_reruns_a_finished_step(reg, stores):
     """Every prefix of a real run's events is a crash we can resume from: try them all."""
-    source = SqliteRunStore(tmp_path / "source.db")
+    source = stores()
     r, _ = full_run(reg, source)
     history = r.history
     outcomes = set()
     for cut in range(1, len(history)):
-        store = SqliteRunStore(tmp_path / f"crashed-{cut}.db")
+        store = stores()
         store.save_plan("r1", mkplan())
         store.append(history[:cut])
         before = replay(history[:cut])
@@ -110,11 +110,11 @@ def test_resuming_after_a_crash_at_any_event_never_reruns_a_finished_step(reg, t
     assert outcomes == {RunStatus.SUCCEEDED, RunStatus.NEEDS_DECISION}
 
 
-def test_a_person_resolves_a_held_step_and_the_run_completes(reg, tmp_path):
-    source = SqliteRunStore(tmp_path / "source.db")
+def test_a_person_resolves_a_held_step_and_the_run_completes(reg, stores):
+    source = stores()
     r, _ = full_run(reg, source)
     cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
-    store = SqliteRunStore(tmp_path / "crashed.db")
+    store = stores()
     store.save_plan("r1", mkplan())
     store.append(r.history[:cut])
     _, held = resume(reg, store)
@@ -133,12 +133,12 @@ def test_a_person_resolves_a_held_step_and_the_run_completes(reg, tmp_path):
     assert result.steps["c"].output.provenance.worker == "ada"
 
 
-def test_retry_and_skip_decisions(reg, tmp_path):
-    source = SqliteRunStore(tmp_path / "source.db")
+def test_retry_and_skip_decisions(reg, stores):
+    source = stores()
     r, _ = full_run(reg, source)
     cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
     for decision, status, calls in (("retry", RunStatus.SUCCEEDED, ["c", "d", "e"]), ("skip", RunStatus.PARTIAL, [])):
-        store = SqliteRunStore(tmp_path / f"{decision}.db")
+        store = stores()
         store.save_plan("r1", mkplan())
         store.append(r.history[:cut])
         resume(reg, store)
@@ -151,10 +151,10 @@ def test_retry_and_skip_decisions(reg, tmp_path):
             assert result.steps["c"].state is StepState.SKIPPED and result.steps["d"].state is StepState.SKIPPED
 
 
-def test_a_finished_run_is_not_resumed_and_an_unknown_one_is_named(reg, tmp_path):
+def test_a_finished_run_is_not_resumed_and_an_unknown_one_is_named(reg, stores):
     from planexec.store import RunNotFoundError
 
-    store = SqliteRunStore(tmp_path / "runs.db")
+    store = stores()
     full_run(reg, store)
     with pytest.raises(ResumeError, match="already ended succeeded"):
         resume(reg, store)
@@ -165,8 +165,8 @@ def test_a_finished_run_is_not_resumed_and_an_unknown_one_is_named(reg, tmp_path
         resolve_step(store, "r1", "c", "retry")
 
 
-def test_a_cancelled_run_resumes(reg, tmp_path):
-    store = SqliteRunStore(tmp_path / "runs.db")
+def test_a_cancelled_run_resumes(reg, stores):
+    store = stores()
 
     async def go():
         r = Engine(reg, store=store).start(mkplan(), run_id="r1")
