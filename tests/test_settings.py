@@ -54,7 +54,7 @@ def test_precedence_is_argument_then_environment_then_file(tmp_path: Path):
 def test_a_bad_model_name_is_an_error_naming_it_and_the_providers():
     with pytest.raises(ConfigError, match=r"'gpt4'.*provider:model"):
         parse_model_name("gpt4")
-    with pytest.raises(ConfigError, match=r"unknown provider 'mystery'.*anthropic, local, openai"):
+    with pytest.raises(ConfigError, match=r"unknown provider 'mystery' \(known: .*anthropic, .*local, .*openai"):
         ModelSettings(env={}, planner="mystery:x")
 
 
