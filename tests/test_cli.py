@@ -250,7 +250,8 @@ def test_run_with_failing_tests_summary_names_the_failure(tmp_path: Path) -> Non
 def test_run_without_yes_and_without_a_terminal_denies_approval(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = {"DEPLOY_STATE_DIR": str(state)}
-    proc = cli("run", "--plan", str(DEPLOY_PLAN), "--tools", str(DEPLOY_TOOLS), "--json", cwd=tmp_path, env=env)
+    # unrecorded: a recorded run waits for `planexec approve` from another process instead (test_approvals_cli)
+    proc = cli("run", "--plan", str(DEPLOY_PLAN), "--tools", str(DEPLOY_TOOLS), "--json", "--no-store", cwd=tmp_path, env=env)
     assert proc.returncode == 1
     result = json.loads(proc.stdout)
     assert result["steps"]["deploy"]["state"] == "failed"

@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_history_commands(sub)
     add_control_commands(sub)
+    from .approvals_cli import add_approval_commands
+
+    add_approval_commands(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
@@ -177,7 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if checked is None:
         return EXIT_FAILED
     plan, registry, config = checked
-    outcome = _review(plan, registry, _policies(args, config), config, yes=args.yes, json_output=args.json, person_required=False)
+    policies = _policies(args, config)
+    outcome = _review(plan, registry, policies, config, yes=args.yes, json_output=args.json, person_required=False)
     if outcome is None:
         return EXIT_FAILED
     plan = outcome.plan
@@ -196,10 +200,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         display = LiveProgress(plan, out)
     else:
         display = EventLog(plan, out)
-    options["approver"] = _approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
+    from .approvals_cli import run_approvers
     from .control import resume_hint, run_store
 
     store = options["store"] = run_store(args, config)
+    options.update(run_approvers(store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store))
     engine = Engine(registry, **options)
     result = asyncio.run(_execute(engine, plan, display, run_id=args.run_id))
     if args.json:

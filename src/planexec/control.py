@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import getpass
 import json
-import sys
 from typing import Any
 
 from . import cli
@@ -125,7 +124,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         options["max_concurrency"] = config.max_concurrency
     if config.default_timeout:
         options["default_timeout"] = config.default_timeout
-    options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
+    from .approvals_cli import resume_approvers
+
+    options.update(resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store))
     engine = Engine(registry, **options)
 
     async def go() -> RunResult:

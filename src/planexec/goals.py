@@ -16,12 +16,12 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from . import cli
 from .agent import AGENT_WORKER, single_plan, start_single
+from .approvals_cli import run_approvers, step_approver
 from .engine import Engine
 from .errors import ConfigError, ModelError, PlanningError, RegistryError
 from .joiner import ModelJoiner
@@ -220,8 +220,8 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         if not args.yes:
             raise cli.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
         display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
-        options["approver"] = cli._approver(yes=True, interactive=False, display=display)
-        engine = Engine(registry, **options, **monitoring)
+        options["approver"] = step_approver(options["store"], yes=True, interactive=False, display=display, store_option=args.store)
+        engine = Engine(registry, **options, **monitoring)  # no plan approver: a streamed plan runs before it is complete
         result = asyncio.run(_stream(engine, planner, args.goal, display, run_id=args.run_id))
     else:
         planning = _plan_or_exit(planner, args.goal)
@@ -248,8 +248,8 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
             planning = dataclasses.replace(planning, plan=outcome.plan)
         plan = planning.plan
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-        options["approver"] = cli._approver(yes=args.yes, interactive=sys.stdin.isatty(), display=display)
-        engine = Engine(registry, **options, **monitoring)
+        approvers = run_approvers(options["store"], outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store)
+        engine = Engine(registry, **options, **approvers, **monitoring)
         result = asyncio.run(_execute(engine, planning, display, overhead, run_id=args.run_id))
     _report(args, result)
     return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
@@ -291,7 +291,7 @@ def _run_single(
     out = cli._console()
     plan = single_plan(args.goal)  # what the display shows; start_single runs the same one
     display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options = {**options, "approver": cli._approver(yes=args.yes, interactive=False, display=display)}
+    options = {**options, "approver": step_approver(options.get("store"), yes=args.yes, interactive=False, display=display, store_option=args.store)}
 
     async def work() -> RunResult:
         run = start_single(
