@@ -95,13 +95,17 @@ def run_eval(args: argparse.Namespace) -> int:
         models, name = configured_models(settings), settings.planner.name
         if name.startswith("local:"):  # a small local model writes short plans faster and better, as in `planexec run`
             options.update(max_steps=5, planner_max_tokens=640, max_turns=4)
+    if args.goal:  # with several suites, each goal id must be in one of them; each suite runs the ones it has
+        known = {c.goal_id for suite in suites for c in suite.goals}
+        unknown = [g for g in args.goal if g not in known]
+        if unknown:
+            names = ", ".join(repr(suite.name) for suite in suites)
+            raise cli.UsageError(f"no goal {', '.join(map(repr, unknown))} in suite(s) {names}")
+        suites = [suite for suite in suites if any(c.goal_id in args.goal for c in suite.goals)]
     for suite in suites:
-        if args.goal:
-            unknown = [g for g in args.goal if g not in {c.goal_id for c in suite.goals}]
-            if unknown:
-                raise cli.UsageError(f"suite {suite.name!r} has no goal {', '.join(map(repr, unknown))}")
+        wanted = [g for g in args.goal if g in {c.goal_id for c in suite.goals}] if args.goal else None
         report = run_suite(
-            suite, modes, models, repeat=args.repeat, options=EvalOptions(**options), goals=args.goal,
+            suite, modes, models, repeat=args.repeat, options=EvalOptions(**options), goals=wanted,
             model_name=name, scripted=args.scripted, latency=described, on_record=_progress,
         )  # fmt: skip
         for note in report.notes:

@@ -89,7 +89,7 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
             run.update(status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None)
         elif kind == "run_finished":
             run.update(status=ev.status, reason=ev.reason, answer=ev.answer, wall_time=ev.wall_time, usage=ev.usage, error=ev.error, finished_at=ev.at)
-        elif hasattr(ev, "step_id"):
+        elif getattr(ev, "step_id", None) is not None:
             _step_event(record(ev.step_id), ev)
     in_flight = [sid for sid, rec in steps.items() if rec.state is StepState.RUNNING]
     return RunView(steps=steps, superseded=superseded, in_flight=in_flight, sub_events=sub_events, **run)
