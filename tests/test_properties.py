@@ -45,7 +45,8 @@ from planexec import (
     parse_event,
 )
 
-TIMEOUT = 0.25  # every step's timeout (the engine default): far above any non-hanging attempt, even on a loaded machine
+TIMEOUT = 0.25  # the timeout of a step that hangs in some attempt: only the timeout ends a hang
+CALM_TIMEOUT = 30.0  # every other step's: a loaded 2-core machine can stall the loop for 0.4 s, never for this
 HANG = 10.0  # a hanging attempt sleeps this long; only the timeout ends it
 BOUND = 10.0  # a run that has not finished by then is a failure
 IMMEDIATELY = -1.0  # cancel_after: call run.cancel() right after engine.start()
@@ -98,6 +99,7 @@ class StepSpec:
             "failure_action": self.failure,
             "accepts_failed_inputs": self.tolerant,
             "requires_approval": self.approval is not None,
+            "timeout": TIMEOUT if "hang" in self.script else CALM_TIMEOUT,
         }
 
 
