@@ -83,8 +83,42 @@ def test_run_goal_streams_the_plan_into_the_engine(scripted, capsys):
 def test_a_plan_is_not_run_without_approval_when_no_one_can_be_asked(scripted, capsys, monkeypatch):
     scripted.append(PLAN)
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    assert main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan"]) == 1
+    assert main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan", "--no-store"]) == 1
     assert "approve it with --yes" in capsys.readouterr().err
+
+
+def test_a_recorded_plan_waits_for_approval_from_another_process(scripted, capsys, monkeypatch, tmp_path):
+    import threading
+    import time
+
+    from planexec.store import RunNotFoundError, open_store
+
+    scripted.append(PLAN)
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    codes = []
+    runner = threading.Thread(
+        target=lambda: codes.append(main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan", "--run-id", "r9", "--json"]))
+    )
+    runner.start()
+    other = open_store(str(tmp_path / "planexec-runs.db"))  # the autouse store; another connection, as another process
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            pending = other.approvals("r9", pending_only=True)
+        except RunNotFoundError:
+            pending = []
+        if pending:
+            break
+        time.sleep(0.05)
+    assert pending and pending[0].step_id is None  # the plan itself waits, not a step
+    assert not [e for e in other.events("r9") if e.type == "step_started"]  # nothing ran before approval
+    other.decide_approval("r9", approved=True, by="ada")
+    runner.join(60)
+    assert codes == [0]
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "succeeded" and out["answer"] == "391 and 5"
+    (approval,) = other.approvals("r9")
+    assert (approval.by, approval.content_hash) == ("ada", out["plan"]["content_hash"])
 
 
 def test_streaming_needs_yes_and_a_goal_or_plan_but_not_both(scripted, capsys):

@@ -348,7 +348,8 @@ def run_approvers(
     options: dict[str, Any] = {"approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)}
     if store is not None:
         options["plan_approver"] = ReviewingPlanApprover(
-            store, reviewed=outcome.plan.content_hash, reviewed_by=_user() if outcome.by == "person" else outcome.by,
+            store, reviewed=outcome.plan.content_hash if outcome.approved else None,
+            reviewed_by=_user() if outcome.by == "person" else outcome.by,
             policies=policies, context=_context(registry, config), yes=yes, terminal=_terminal(interactive),
             display=display, store_option=store_option,
         )  # fmt: skip

@@ -181,7 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     plan, registry, config = checked
     policies = _policies(args, config)
-    outcome = _review(plan, registry, policies, config, yes=args.yes, json_output=args.json, person_required=False)
+    from .control import run_store
+
+    store = run_store(args, config)
+    outcome = _review(plan, registry, policies, config, yes=args.yes, json_output=args.json, person_required=False, can_wait=store is not None)
     if outcome is None:
         return EXIT_FAILED
     plan = outcome.plan
@@ -201,9 +204,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         display = EventLog(plan, out)
     from .approvals_cli import run_approvers
-    from .control import resume_hint, run_store
+    from .control import resume_hint
 
-    store = options["store"] = run_store(args, config)
+    options["store"] = store
     options.update(run_approvers(store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store))
     engine = Engine(registry, **options)
     result = asyncio.run(_execute(engine, plan, display, run_id=args.run_id))
@@ -328,10 +331,15 @@ def _review(
     person_required: bool = True,
     plan_shown: bool = False,
     graph_shown: bool = False,
+    can_wait: bool = False,
 ) -> ReviewOutcome | None:
     """The policies' and a person's (or --yes's) review of a plan; None, after saying why, when it may not run.
 
-    A plan file (`person_required` False) asks a person only when a policy escalates.
+    A plan file (`person_required` False) asks a person only when a policy
+    escalates. When a person is needed and none can be asked here, a run
+    that is recorded (`can_wait`) starts anyway and waits for
+    ``planexec approve RUN_ID`` from another process (the outcome is then
+    not approved, decided by ``nobody``); otherwise nothing runs.
     """
     terminal = ReviewTerminal(_console(stderr=json_output), interactive=sys.stdin.isatty())
     context = PolicyContext(registry=registry, prices=PriceTable.default(config.prices))
@@ -339,6 +347,9 @@ def _review(
         plan, policies, context, terminal=terminal, yes=yes, person_required=person_required, plan_shown=plan_shown, graph_shown=graph_shown
     )
     err = _console(stderr=True)
+    if not outcome.approved and outcome.by == "nobody" and can_wait:
+        err.print("the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process", markup=False, highlight=False, soft_wrap=True)
+        return outcome
     if not outcome.approved:
         err.print(f"planexec: the plan was not run: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
         return None

@@ -240,7 +240,8 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
             _show_plan(planning, graph=args.show_graph)
         shown = not args.json
         outcome = cli._review(
-            planning.plan, registry, policies, config, yes=args.yes, json_output=args.json, plan_shown=shown, graph_shown=shown and args.show_graph
+            planning.plan, registry, policies, config, yes=args.yes, json_output=args.json, plan_shown=shown, graph_shown=shown and args.show_graph,
+            can_wait=options["store"] is not None,
         )
         if outcome is None:
             return cli.EXIT_FAILED
