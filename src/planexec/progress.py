@@ -40,12 +40,16 @@ from . import (
     StepSucceeded,
 )
 from .events import (
+    ApprovalDecided,
+    ApprovalRequested,
     JoinerDecided,
     PlanCompleted,
     PlanDrafted,
     PlanRevised,
     PlanStepParsed,
     ReplanStarted,
+    RollbackFinished,
+    RollbackStarted,
     RunResumed,
     StepJudged,
     StepResolved,
@@ -274,6 +278,15 @@ def describe_event(event: Any) -> str:
         verdict = "approved" if event.approved else ("not judged" if not event.judged else "rejected")
         tools = f" after {', '.join(event.tools_used)}" if event.tools_used else ""
         return f"{event.step_id}: {verdict} by {event.critic}{tools}: {'; '.join(event.reasons)}"
+    if isinstance(event, RollbackStarted):
+        return f"rolling back after {', '.join(event.after)}: {', '.join(event.step_ids) or 'no steps'}"
+    if isinstance(event, RollbackFinished):
+        return f"rollback {event.status.value}" + (f" ({event.reason})" if event.reason else "")
+    if isinstance(event, (ApprovalRequested, ApprovalDecided)):
+        what = f"step {event.step_id}" if event.step_id else "the plan"
+        if isinstance(event, ApprovalRequested):
+            return f"{what} waits for approval ({event.content_hash[:19]})"
+        return f"{what} {'approved' if event.approved else 'not approved'}"
     if isinstance(event, RunResumed):
         held = f"; waiting for a decision: {', '.join(event.held)}" if event.held else ""
         rerun = f"; running again: {', '.join(event.rerun)}" if event.rerun else ""
@@ -369,6 +382,10 @@ def print_summary(console: Console, result: RunResult) -> None:
             console.print(f"{v.diff.render() if v.diff else f'plan v{v.version}'} · because {v.reason}", markup=False, highlight=False, soft_wrap=True)
     if result.error is not None:
         console.print(f"error: {result.error.render()}", markup=False, highlight=False, soft_wrap=True)
+    if result.rollback is not None:
+        rb = result.rollback
+        steps = ", ".join(f"{sid} {rec.state.value}" for sid, rec in rb.steps.items())
+        console.print(f"rollback ({rb.run_id}): {rb.status.value}: {steps}" + (f" ({rb.reason})" if rb.reason else ""), markup=False, highlight=False, soft_wrap=True)
     if result.replan is not None:
         console.print(f"replan requested by step {result.replan.step_id!r}: {result.replan.reason}", markup=False, soft_wrap=True)
     answer = result.model_dump(mode="json")["answer"]
