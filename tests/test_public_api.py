@@ -41,6 +41,9 @@ EXPECTED = {
     # durable runs
     "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "StoreError", "RunNotFoundError",
     "record_run", "DurableRunner", "ResumeError", "resolve_step", "RunResumed", "StepResolved",
+    "StoreApprover", "PlanApprover", "ApprovalRequested", "ApprovalDecided", "RollbackStarted", "RollbackFinished",
+    # the plan library
+    "save_run_template", "instantiate", "TemplateError",
 }  # fmt: skip
 
 

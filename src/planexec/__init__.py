@@ -14,6 +14,7 @@ change. Start with `Plan`, `Registry` and `Engine`::
 """
 
 from .agent import agent_worker, run_single
+from .approval import PlanApprover, StoreApprover
 from .calls import Output, Provenance, StepCall, WorkResult
 from .checks import Checker, CriteriaChecker
 from .engine import Approver, Engine, Run
@@ -39,6 +40,8 @@ from .errors import (
     ToolOutputError,
 )
 from .events import (
+    ApprovalDecided,
+    ApprovalRequested,
     Event,
     JoinerDecided,
     PlanCompleted,
@@ -46,6 +49,8 @@ from .events import (
     PlanRevised,
     PlanStepParsed,
     ReplanStarted,
+    RollbackFinished,
+    RollbackStarted,
     RunFinished,
     RunResumed,
     RunStarted,
@@ -71,6 +76,7 @@ from .joiner import (
     JoinerError,
     ModelJoiner,
 )
+from .library import TemplateError, instantiate, save_run_template
 from .mapping import PlanMapping, load_foreign_plan
 from .models.providers import resolve_model
 from .plan import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
@@ -131,6 +137,8 @@ from .workers import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Approver",
     "Budget",
     "CheckFailedError",
@@ -164,6 +172,7 @@ __all__ = [
     "ModelSettings",
     "Output",
     "Plan",
+    "PlanApprover",
     "PlanCompleted",
     "PlanDiff",
     "PlanDraft",
@@ -203,7 +212,9 @@ __all__ = [
     "Revision",
     "RiskEscalation",
     "RoleWorker",
+    "RollbackFinished",
     "RollbackPlan",
+    "RollbackStarted",
     "Route",
     "Run",
     "RunAbortedError",
@@ -233,10 +244,12 @@ __all__ = [
     "StepState",
     "StepSucceeded",
     "StepTimeoutError",
+    "StoreApprover",
     "StoreError",
     "SubRunEvent",
     "SubTeam",
     "Synthesizer",
+    "TemplateError",
     "Tool",
     "ToolError",
     "ToolInputError",
@@ -253,6 +266,7 @@ __all__ = [
     "check_plan",
     "default_toolkit",
     "diff_plans",
+    "instantiate",
     "load_foreign_plan",
     "load_policies",
     "open_store",
@@ -267,6 +281,7 @@ __all__ = [
     "review_plan",
     "route",
     "run_single",
+    "save_run_template",
     "tool",
     "validate_plan",
 ]
