@@ -184,3 +184,40 @@ def test_a_cancelled_run_resumes(reg, stores):
         assert result.steps["c"].state is StepState.NEEDS_DECISION
     else:
         assert result.status is RunStatus.SUCCEEDED and "a" not in reg.calls
+
+
+def test_a_run_stopped_between_a_failure_and_its_revision_replans_on_resume(reg, stores):
+    from planexec.replanning import FunctionReplanner
+
+    @reg.tool
+    async def broken(name: str) -> str:
+        raise RuntimeError("down")
+
+    plan = Plan.model_validate(
+        {
+            "plan_id": "p",
+            "goal": "g",
+            "steps": [
+                {"id": "a", "action": "safe", "parameters": {"name": "a"}},
+                {"id": "b", "action": "broken", "parameters": {"name": "b"}, "depends_on": ["a"], "failure_action": "replan"},
+            ],
+        }
+    )
+    replanner = FunctionReplanner(lambda ctx: [{"id": "c", "action": "safe", "parameters": {"name": "c"}, "depends_on": ["a"]}])
+    source = stores()
+    history = Engine(reg, store=source, replanner=replanner).run_sync(plan, run_id="r1")
+    events = source.events("r1")
+    cut = next(i for i, e in enumerate(events) if e.type == "replan_started")  # the process died while replanning
+    store = stores()
+    store.save_plan("r1", plan)
+    store.append(events[:cut])
+    reg.calls.clear()
+    _, result = asyncio.run(_resume_with(reg, store, replanner))
+    assert history.status is RunStatus.SUCCEEDED and result.status is RunStatus.SUCCEEDED
+    assert reg.calls == ["c"]  # a ran once, before the crash; the revision's step ran after it
+    assert [v.version for v in result.versions] == [1, 2]
+
+
+async def _resume_with(reg, store, replanner):
+    r = Engine(reg, store=store, replanner=replanner).resume("r1")
+    return r, await r.result()

@@ -117,6 +117,8 @@ class Run(Monitor, Attempts):
         self._overhead = dict(r.overhead)
         if r.started_at is not None:
             self._started_at = r.started_at
+        if r.replan is not None:  # it stopped between a failure and its revision: ask again
+            self._pending = r.replan if self.engine.replanner is not None else None
         if len(r.versions) > 1:
             self._versions = list(r.versions)
             self._replans = len(r.versions) - 1
@@ -197,7 +199,9 @@ class Run(Monitor, Attempts):
         for draft in self._drafts:
             self.record_draft(**draft)
         try:
-            if self._open or await self._approve_version(self.plan, None):
+            if self._pending is not None:  # a resumed run owes a replan: serve it before anything else
+                self._done.set()
+            elif self._open or await self._approve_version(self.plan, None):
                 self._launch_ready()
             await self._done.wait()
             while await self._between_versions():  # a new version of the plan goes on in this run

@@ -24,7 +24,7 @@ from .calls import Output, Provenance
 from .dag import Outcome
 from .errors import PlanexecError
 from .plan import Plan, Step
-from .results import PlanVersion, RunStatus, StepRecord, StepState
+from .results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from .store.replay import replay
 from .usage import Usage
 
@@ -57,6 +57,7 @@ class Resumption:
     planning: Usage = field(default_factory=Usage)
     overhead: dict[str, Usage] = field(default_factory=dict)
     versions: list[PlanVersion] = field(default_factory=list)
+    replan: ReplanRequest | None = None  # a replan asked for and not yet written when the run stopped
 
     @property
     def kept(self) -> list[str]:
@@ -82,6 +83,7 @@ def plan_resumption(
     decisions: dict[str, Any] = {}
     planning = Usage()
     overhead: dict[str, Usage] = {}
+    wanted: ReplanRequest | None = None  # the last replan asked for that no revision answered
     for ev in events:
         kind = ev.type
         if kind == "step_started":
@@ -95,6 +97,13 @@ def plan_resumption(
             planning = planning + ev.usage
         elif kind == "joiner_decided":
             overhead["joiner"] = overhead.get("joiner", Usage()) + ev.usage
+            if ev.action == "replan":
+                wanted = ReplanRequest(reason=f"the joiner asked for a new plan: {ev.reason}", source="joiner")
+        elif kind == "step_failed" and ev.then == "replan":
+            source = "check_failed" if ev.error.rule == "check_failed" else "failure_action"
+            wanted = ReplanRequest(step_id=ev.step_id, reason=f"step {ev.step_id!r} failed: {ev.error.render()}", error=ev.error, source=source)
+        elif kind == "plan_revised":
+            wanted = None
     resumption = Resumption(
         run_id=run_id,
         plan=plan,
@@ -105,6 +114,7 @@ def plan_resumption(
         planning=planning,
         overhead=overhead,
         versions=versions,
+        replan=wanted,
     )
     for step in plan.steps:
         sid = step.step_id
