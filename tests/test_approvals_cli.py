@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from planexec.cli import main
 from planexec.policies import PolicyContext, policy
 from planexec.replanning import FunctionReplanner
 from planexec.review import ReviewTerminal
-from planexec.store import RunNotFoundError, SqliteRunStore
+from planexec.store import RunNotFoundError, SqliteRunStore, open_store
 
 TOOLS = textwrap.dedent(
     '''
@@ -68,13 +69,16 @@ PLAN = {
 WAIT = 60.0  # generous: a loaded machine may take seconds to start a Python process
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A folder with tools.py and plan.json; PLANEXEC_STORE and SHIP_LOG point into it."""
+@pytest.fixture(params=["sqlite", "postgres"])
+def project(request, tmp_path, monkeypatch):
+    """A folder with tools.py and plan.json; SHIP_LOG points into it, PLANEXEC_STORE to a fresh SQLite or PostgreSQL store."""
     (tmp_path / "tools.py").write_text(TOOLS)
     (tmp_path / "plan.json").write_text(json.dumps(PLAN))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    if request.param == "sqlite":
+        monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    else:
+        monkeypatch.setenv("PLANEXEC_STORE", f"{request.getfixturevalue('postgres_url')}?schema=cli_{uuid.uuid4().hex[:12]}")
     monkeypatch.setenv("SHIP_LOG", str(tmp_path / "ship.log"))
     return tmp_path
 
@@ -135,7 +139,7 @@ def shipped(project: Path) -> list[str]:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_done_when_a_gated_step_waits_for_a_second_process_survives_a_restart_and_completes_once_approved(project):
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     first = planexec("run", "--plan", "plan.json", "--tools", "tools.py", "--run-id", "r1", "--json", cwd=project)
     try:
         wait_until("the first process waits for ship's approval", lambda: waiting_on_ship(store, "r1"), first)
@@ -176,7 +180,7 @@ def test_done_when_a_gated_step_waits_for_a_second_process_survives_a_restart_an
 
 
 def test_a_denied_step_is_not_run_and_the_run_ends(project):
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     run = planexec("run", "--plan", "plan.json", "--tools", "tools.py", "--run-id", "r1", "--json", cwd=project)
     try:
         wait_until("the run waits for ship's approval", lambda: waiting_on_ship(store, "r1"), run)
@@ -197,7 +201,7 @@ def test_a_denied_step_is_not_run_and_the_run_ends(project):
 def test_yes_records_its_decisions_by_yes(project, capsys):
     assert main(["run", "--plan", "plan.json", "--tools", "tools.py", "--run-id", "r1", "--yes", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     assert {(a.step_id, a.state.value, a.by) for a in store.approvals("r1")} == {(None, "approved", "--yes"), ("ship", "approved", "--yes")}
     assert len(shipped(project)) == 1
 
@@ -207,6 +211,8 @@ def test_without_a_store_a_gated_step_is_denied_as_before(project, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["steps"]["ship"]["error"]["rule"] == "approval_denied" and shipped(project) == []
     assert not (project / "runs.db").exists()
+    if "://" in os.environ["PLANEXEC_STORE"]:  # on PostgreSQL the store exists: no run went into it
+        assert open_store(os.environ["PLANEXEC_STORE"]).runs() == []
 
 
 # --- the commands and their errors ----------------------------------------------------------
@@ -252,7 +258,7 @@ def store_has_pending(store: SqliteRunStore, run_id: str) -> bool:
 
 
 def test_approvals_lists_what_waits_and_approve_decides_it(reg, project, capsys):
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     stop_while_waiting(Engine(reg, store=store, approver=StoreApprover(store, poll=0.01)), Plan.model_validate(PLAN), "r1", store)
     two = Plan.model_validate({**PLAN, "steps": PLAN["steps"][:2]})
     stop_while_waiting(Engine(reg, store=store, plan_approver=PlanApprover(store, poll=0.01)), two, "r2", store)
@@ -279,7 +285,7 @@ def test_approvals_lists_what_waits_and_approve_decides_it(reg, project, capsys)
 
 
 def test_approve_errors_name_the_problem_and_change_nothing(reg, project, capsys):
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     stop_while_waiting(Engine(reg, store=store, approver=StoreApprover(store, poll=0.01)), Plan.model_validate(PLAN), "r1", store)
     before = store.approvals("r1")
     cases = [
@@ -367,7 +373,7 @@ def test_a_person_at_the_terminal_sees_the_diff_and_decides_a_revision(reg, tmp_
 
 
 def test_a_revision_with_no_one_to_ask_waits_for_planexec_approve(reg, project, capsys):
-    store = SqliteRunStore(project / "runs.db")
+    store = open_store(os.environ["PLANEXEC_STORE"])
     plan = Plan.model_validate(REPLANNED)
     approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, poll=0.01)
 
