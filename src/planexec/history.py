@@ -29,7 +29,7 @@ from . import cli
 from .errors import StoreError
 from .progress import describe_event
 from .results import RunStatus
-from .store import RunStore, RunSummary, open_store, replay, store_target
+from .store import RunStore, RunSummary, replay, store_target
 from .store.location import sqlite_path
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
@@ -63,14 +63,17 @@ def add_history_commands(sub: Any) -> None:
 
 def _open(args: argparse.Namespace, *, missing_ok: bool = False) -> RunStore | None:
     """The store, opened to read; None when `missing_ok` and no SQLite store file exists yet."""
-    target = store_target(args.store, cli._config().store)
-    try:
-        path = sqlite_path(target)
-        if missing_ok and path is not None and not path.exists():
+    from .control import open_run_store
+
+    config = cli._config()
+    if missing_ok:
+        try:
+            path = sqlite_path(store_target(args.store, config.store))
+        except StoreError as exc:
+            raise cli.UsageError(str(exc)) from None
+        if path is not None and not path.exists():
             return None
-        return open_store(target, create=False)
-    except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+    return open_run_store(args.store, config, create=False)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
