@@ -51,7 +51,7 @@ from typing import Any
 from layered import LayeredStep, add_dag_arguments, build_plan, layered_dag, machine, median, print_result, spread
 
 from planexec import Engine, Registry, check_plan
-from planexec.builtins import register as register_builtins
+from planexec.workers.builtins import register as register_builtins
 
 TARGET_RATIO = 1.05
 MODES = ("engine", "sequential", "superstep", "floor")

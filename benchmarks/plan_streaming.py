@@ -79,10 +79,10 @@ from layered import machine, median, print_result, spread
 
 from planexec import Engine, Registry, RunStatus
 from planexec.errors import ModelError, PlanningError
-from planexec.events import PlanCompleted, PlanStepParsed, RunFinished, StepStarted
+from planexec.engine.events import PlanCompleted, PlanStepParsed, RunFinished, StepStarted
 from planexec.models import ModelDelta, stream_response
-from planexec.plan_stream import PlanStream
-from planexec.planner import Planner
+from planexec.planning.stream import PlanStream
+from planexec.planning.planner import Planner
 from planexec.testing import ScriptedModel, count_tokens
 
 SETUPS = ("scripted", "local")

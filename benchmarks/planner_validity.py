@@ -1,6 +1,6 @@
 """How often the embedded local model writes a valid plan, and what a plan costs in tokens and time.
 
-The planner (`planexec.planner.Planner`, ``max_repairs=2``) drafts a plan
+The planner (`planexec.planning.planner.Planner`, ``max_repairs=2``) drafts a plan
 with the embedded SmolLM2-135M (`planexec.models.LocalModel`, seed 0,
 temperature 0: the same drafts on every run) for each of 20 goals of five
 kinds (single lookup, parallel lookups combined, multi-hop, arithmetic,
@@ -20,7 +20,7 @@ may do too little). The totals: valid first try, valid after
 repair, failed, out of the goals; mean and median tokens per plan; mean
 wall time; and which validation rules the rejected drafts broke.
 
-Both draft shapes of `planexec.plan_schema` are measured (``--modes``):
+Both draft shapes of `planexec.planning.draft_schema` are measured (``--modes``):
 ``positional=True`` (step ids s1, s2, ... fixed by the grammar, every draft
 a DAG) and ``positional=False`` (the open shape). The report says which one
 ``Planner(LocalModel(), ...)`` picks by default.
@@ -57,7 +57,7 @@ from planexec import Engine, Registry
 from planexec.errors import ModelError, PlanningError, Problem
 from planexec.models import LocalModel
 from planexec.models.local import default_model_path
-from planexec.planner import Planner
+from planexec.planning.planner import Planner
 
 # (kind, goal, the actions a plan for it needs at least): four of each kind; --quick takes the first of each kind
 GOALS: list[tuple[str, str, dict[str, int]]] = [

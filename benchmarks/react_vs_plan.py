@@ -3,22 +3,22 @@
 Both example suites (`examples/eval/parallel.yaml`: independent lookups
 combined by arithmetic, in the spirit of LLMCompiler's ParallelQA;
 `examples/eval/multihop.yaml`: each lookup needs the answer of the one
-before) run in three modes with `planexec.evaluation.run_suite`:
+before) run in three modes with `planexec.eval.harness.run_suite`:
 
-* ``single``: one ReAct agent (`planexec.agent.run_single`): a model call
+* ``single``: one ReAct agent (`planexec.team.agent.run_single`): a model call
   per tool call, the whole conversation sent again each turn, then the answer;
 * ``plan``: `Planner.draft` writes the whole plan in one call, the engine
   runs its tool steps (independent ones at once), a `ModelJoiner` answers;
 * ``stream``: the same, the plan streamed into the engine
   (`Engine.start_streaming`), so steps start while the planner is writing.
 
-Every role is played by the oracle (`planexec.oracle.OracleModel`), which
+Every role is played by the oracle (`planexec.eval.oracle.OracleModel`), which
 answers from each goal's reference solution: every mode makes exactly the
 calls it needs, with no wasted turns and no wrong answers, so the ratios
 measure the shape of each method, not a model's mistakes. Tokens are
 `planexec.testing.count_tokens` (whitespace-separated words) of every
 message sent and every reply. The oracle sits behind a
-`planexec.oracle.LatencyModel` that charges each call
+`planexec.eval.oracle.LatencyModel` that charges each call
 
     --overhead + --per-input-token x input tokens + --per-output-token x output tokens
 
@@ -55,10 +55,10 @@ from typing import Any
 
 from layered import machine
 
-from planexec.eval_report import ANCHORS, react_ratios
-from planexec.eval_suite import load_suite
-from planexec.evaluation import EvalReport, run_suite, scripted_models
-from planexec.oracle import LatencyModel
+from planexec.eval.report import ANCHORS, react_ratios
+from planexec.eval.suite import load_suite
+from planexec.eval.harness import EvalReport, run_suite, scripted_models
+from planexec.eval.oracle import LatencyModel
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = (ROOT / "examples" / "eval" / "parallel.yaml", ROOT / "examples" / "eval" / "multihop.yaml")

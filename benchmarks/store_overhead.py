@@ -53,8 +53,8 @@ from layered import (
 )
 
 from planexec import Engine, Plan, Registry
-from planexec.recorder import DurableRunner, record_run
-from planexec.runner import LocalRunner
+from planexec.engine.recording import DurableRunner, record_run
+from planexec.engine.runner import LocalRunner
 from planexec.store import PostgresRunStore, SqliteRunStore
 from planexec.store.pgserver import PostgresUnavailable, TempPostgres
 

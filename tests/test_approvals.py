@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
-from planexec.approval import PlanApprover, StoreApprover, step_hash
-from planexec.replanning import FunctionReplanner
+from planexec.engine.approval import PlanApprover, StoreApprover, step_hash
+from planexec.planning.replanner import FunctionReplanner
 from planexec.store import RunNotFoundError, open_store
 
 

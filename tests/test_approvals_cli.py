@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
-from planexec.approval import PlanApprover, StoreApprover
-from planexec.approvals_cli import ReviewingPlanApprover, step_approver
-from planexec.cli import main
-from planexec.policies import PolicyContext, policy
-from planexec.replanning import FunctionReplanner
-from planexec.review import ReviewTerminal
+from planexec.engine.approval import PlanApprover, StoreApprover
+from planexec.cli.approvals import ReviewingPlanApprover, step_approver
+from planexec.cli.main import main
+from planexec.governance.policies import PolicyContext, policy
+from planexec.planning.replanner import FunctionReplanner
+from planexec.governance.review import ReviewTerminal
 from planexec.store import RunNotFoundError, SqliteRunStore, open_store
 
 TOOLS = textwrap.dedent(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from planexec import Plan
-from planexec.cli import main
+from planexec.cli.main import main
 from planexec.config import Config, ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent

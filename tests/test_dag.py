@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planexec.dag import CycleError, Outcome, Scheduler, find_cycle
+from planexec.plan.scheduler import CycleError, Outcome, Scheduler, find_cycle
 
 # a -> b, a -> c, (b, c) -> d: "x -> y" means y depends on x
 DIAMOND = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
@@ -212,7 +212,7 @@ def test_scheduler_hands_out_each_step_once_after_its_inputs_and_skips_exactly_t
 
 
 def test_steps_added_while_running_are_scheduled_after_their_dependencies():
-    from planexec.dag import Scheduler
+    from planexec.plan.scheduler import Scheduler
 
     s = Scheduler({"a": []})
     assert s.ready().run == ["a"]
@@ -236,7 +236,7 @@ def test_steps_added_while_running_are_scheduled_after_their_dependencies():
 def test_adding_a_step_with_an_unknown_dependency_is_refused():
     import pytest
 
-    from planexec.dag import Scheduler
+    from planexec.plan.scheduler import Scheduler
 
     s = Scheduler({"a": []})
     with pytest.raises(ValueError, match="not in the graph: zz"):

@@ -619,7 +619,7 @@ def test_a_failed_model_attempt_keeps_its_usage(reg):
 
 def test_a_tool_declared_requires_approval_waits_for_the_approver(registry):
     from planexec import Engine, Plan
-    from planexec.tools import Tool
+    from planexec.workers.tools import Tool
 
     ran = []
 

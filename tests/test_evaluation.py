@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from planexec.cli import main
-from planexec.eval_report import goals_table, ratio_notes, react_ratios, summary_table, write_report
-from planexec.eval_suite import Checker, GoalCase, SolutionCall, SuiteError, answer_text, load_suite, run_solution
-from planexec.evaluation import EvalOptions, parse_modes, run_goal, run_suite, scripted_models
+from planexec.cli.main import main
+from planexec.eval.report import goals_table, ratio_notes, react_ratios, summary_table, write_report
+from planexec.eval.suite import Checker, GoalCase, SolutionCall, SuiteError, answer_text, load_suite, run_solution
+from planexec.eval.harness import EvalOptions, parse_modes, run_goal, run_suite, scripted_models
 from planexec.models.base import ModelRequest, ModelResponse
-from planexec.oracle import LatencyModel, OracleModel
+from planexec.eval.oracle import LatencyModel, OracleModel
 from planexec.testing import FunctionModel
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "eval"
@@ -31,7 +31,7 @@ def no_tool_latency(monkeypatch):
 
 TOOLS = '''
 from planexec.errors import ToolError
-from planexec.tools import tool
+from planexec.workers.tools import tool
 
 @tool
 def lookup(key: str) -> int:
@@ -441,8 +441,8 @@ def test_the_eval_command_prints_the_table_and_writes_the_files(tmp_path, capsys
 
 def test_one_goal_runs_on_the_embedded_model_and_records_an_outcome(allow_requests, tmp_path):
     pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
-    from planexec.evaluation import configured_models
-    from planexec.settings import ModelSettings
+    from planexec.eval.harness import configured_models
+    from planexec.models.settings import ModelSettings
 
     suite = load_suite(SUITES[1])
     settings = ModelSettings(planner="local:smollm2", env={}, seed=0)

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from planexec import Engine, Plan, PlanParseError, Registry, RunStatus, validate_plan
-from planexec.formats import parse_llmcompiler, parse_rewoo
-from planexec.plan import resolve_references
+from planexec.plan.formats import parse_llmcompiler, parse_rewoo
+from planexec.plan.model import resolve_references
 
 LLMCOMPILER = """\
 Thought: I need both populations.

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from planexec.cli import main
+from planexec.cli.main import main
 from planexec.models.providers import register_provider
 from planexec.testing import ScriptedModel, tool_call
 

@@ -6,8 +6,8 @@ import asyncio
 import json
 
 from planexec import Engine, FunctionSynthesizer, Registry, RoleWorker, RunStatus
-from planexec.planner import Planner
-from planexec.subteam import SubTeam
+from planexec.planning.planner import Planner
+from planexec.team.subteam import SubTeam
 from planexec.testing import FunctionModel, ScriptedModel
 from planexec.usage import Budget
 
@@ -152,7 +152,7 @@ def test_the_summary_prints_model_calls_per_level():
 
     from rich.console import Console
 
-    from planexec.progress import print_summary
+    from planexec.cli.progress import print_summary
 
     research, _ = team("research_team", "researcher", [{"id": "a1", "worker": "researcher", "action": "respond"}], ["fact"])
     reg, manager = top(research, plan_steps=[{"id": "s1", "worker": "research_team", "action": "delegate", "instruction": "go"}])

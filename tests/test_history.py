@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from planexec import Engine, Plan, Registry
-from planexec.cli import main
-from planexec.recorder import record_run
+from planexec.cli.main import main
+from planexec.engine.recording import record_run
 from planexec.store import SqliteRunStore, open_store
 
 
@@ -195,7 +195,7 @@ def test_the_store_comes_from_the_environment_or_planexec_toml(tmp_path, monkeyp
 def test_the_history_reads_a_postgres_store(postgres_url, capsys):
     url = f"{postgres_url}?schema=history_{uuid.uuid4().hex[:12]}"
     with open_store(url) as s:
-        from planexec.events import RunStarted, utcnow
+        from planexec.engine.events import RunStarted, utcnow
 
         s.append([RunStarted(run_id="pg-1", seq=0, at=utcnow(), plan_id="p", plan_version=1, content_hash="h", goal="on postgres", step_ids=[])])
     assert main(["runs", "--store", url]) == 0

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 
 from planexec import Engine, Plan, Registry
-from planexec.cli import main
+from planexec.cli.main import main
 from planexec.errors import PlanValidationError, RunNotFoundError
-from planexec.events import RunStarted
-from planexec.library import (
+from planexec.engine.events import RunStarted
+from planexec.library.templates import (
     TemplateError,
     diff_templates,
     instantiate,
@@ -22,7 +22,7 @@ from planexec.library import (
     placeholders,
     save_run_template,
 )
-from planexec.library_file import EXPORT_FORMAT, export_templates, import_templates
+from planexec.library.export import EXPORT_FORMAT, export_templates, import_templates
 from planexec.models.providers import register_provider
 from planexec.store import Template, open_store
 
@@ -213,7 +213,7 @@ def test_a_value_never_becomes_a_step_reference():
     step = plan.step("a")
     assert step.parameters == {"text": "$${a}", "more": "n=$${a}"} and step.instruction == "say $${a}"
     assert step.dependencies == [] and plan.step("b").dependencies == []
-    from planexec.plan import resolve_references
+    from planexec.plan.model import resolve_references
 
     assert resolve_references(step.parameters, {}) == {"text": "${a}", "more": "n=${a}"}
 

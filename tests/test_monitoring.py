@@ -18,8 +18,8 @@ from planexec import (
     parse_event,
 )
 from planexec.testing import ScriptedModel, tool_call
-from planexec.tools import tool
-from planexec.workers import CriticWorker
+from planexec.workers.tools import tool
+from planexec.workers.worker import CriticWorker
 
 
 def mkplan(*steps):
@@ -80,7 +80,7 @@ def test_a_critic_that_approves_without_a_tool_call_is_no_judgement_and_the_chec
 
 
 def test_a_critic_that_rejects_fails_the_check_with_its_reasons_and_the_planner_can_replan():
-    from planexec.replanning import FunctionReplanner
+    from planexec.planning.replanner import FunctionReplanner
 
     reg, _ = team([tool_call("recompute", expression="3*4"), '{"approved": false, "reasons": ["expected 12, got 13"]}'], step_value=13)
 

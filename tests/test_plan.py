@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from planexec import FailureAction, Plan, PlanParseError
-from planexec.plan import (
+from planexec.plan.model import (
     JsonSchemaCriterion,
     NotEmptyCriterion,
     PredicateCriterion,

@@ -10,10 +10,10 @@ import pytest
 
 from planexec import Engine, Plan, RunStatus, StepState
 from planexec.errors import ModelOutputError, ModelServerError, PlanningError
-from planexec.events import PlanCompleted, PlanDrafted, PlanStepParsed, StepStarted
-from planexec.plan_schema import draft_schema
-from planexec.plan_stream import PlanStream
-from planexec.planner import Planner, load_prompt, render_catalog
+from planexec.engine.events import PlanCompleted, PlanDrafted, PlanStepParsed, StepStarted
+from planexec.planning.draft_schema import draft_schema
+from planexec.planning.stream import PlanStream
+from planexec.planning.planner import Planner, load_prompt, render_catalog
 from planexec.testing import ScriptedModel, sleep_tool
 
 
@@ -251,7 +251,7 @@ def test_a_streamed_plan_equals_the_plan_planned_in_one_piece(registry):
 
 
 def test_examples_that_fit_the_catalog_become_earlier_turns_the_others_stay_in_the_prompt(registry):
-    from planexec.toolkit import calculator
+    from planexec.workers.toolkit import calculator
 
     planner = Planner(ScriptedModel([]), registry)
     messages = planner.messages("g")
@@ -266,7 +266,7 @@ def test_examples_that_fit_the_catalog_become_earlier_turns_the_others_stay_in_t
 
 
 def test_every_string_parameter_in_a_draft_is_bounded(registry):
-    from planexec.toolkit import file_tools
+    from planexec.workers.toolkit import file_tools
 
     for t in file_tools("."):
         registry.add_tool(t)

@@ -12,8 +12,8 @@ import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus
 from planexec.models.providers import ProviderOptions, resolve_model
-from planexec.plan_stream import PlanStream
-from planexec.planner import Planner
+from planexec.planning.stream import PlanStream
+from planexec.planning.planner import Planner
 
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
 
@@ -22,8 +22,8 @@ GOAL = "Say hello, say world, then join the two greetings with a space."
 
 def _registry() -> Registry:
     """Text tools only: a 135M model must not be offered `sleep`, which it likes to call for minutes."""
-    from planexec import builtins
-    from planexec.tools import Tool
+    from planexec.workers import builtins
+    from planexec.workers.tools import Tool
 
     registry = Registry()
     for fn in (builtins.echo, builtins.concat):
@@ -94,8 +94,8 @@ def test_planexec_plan_with_a_server_url_writes_a_plan_file(llama_server, tmp_pa
 
 def test_the_embedded_model_revises_a_failed_plan_and_the_run_goes_on(allow_requests):
     """A real replan: the grammar lets new steps depend only on finished ones, so whatever it writes runs."""
-    from planexec.replanning import PlannerReplanner
-    from planexec.tools import Tool
+    from planexec.planning.replanner import PlannerReplanner
+    from planexec.workers.tools import Tool
 
     registry = _registry()
 

@@ -9,8 +9,8 @@ import pytest
 
 from planexec import Plan, Registry
 from planexec.errors import PolicyError
-from planexec.policies import FunctionPolicy, PolicyContext, PolicyVerdict, Review, policy, review_plan
-from planexec.policy_rules import (
+from planexec.governance.policies import FunctionPolicy, PolicyContext, PolicyVerdict, Review, policy, review_plan
+from planexec.governance.rules import (
     ForbidTools,
     MaxEstimatedCost,
     MaxSteps,
@@ -19,11 +19,11 @@ from planexec.policy_rules import (
     ToolsNeedPerson,
     estimate_cost,
 )
-from planexec.policy_sets import PolicySet, load_policies
-from planexec.pricing import PriceTable
+from planexec.governance.policy_sets import PolicySet, load_policies
+from planexec.models.pricing import PriceTable
 from planexec.testing import ScriptedModel, scripted_tool
-from planexec.tools import Tool
-from planexec.workers import RoleWorker
+from planexec.workers.tools import Tool
+from planexec.workers.worker import RoleWorker
 
 
 def make_plan(*steps: dict, **extra: object) -> Plan:
@@ -235,8 +235,8 @@ def test_a_policy_set_registers_functions_and_refuses_a_second_policy_of_the_sam
 
 def test_policies_load_from_a_python_module_like_tools(tmp_path: Path) -> None:
     (tmp_path / "my_policies.py").write_text(
-        "from planexec.policies import policy\n"
-        "from planexec.policy_rules import MaxSteps\n"
+        "from planexec.governance.policies import policy\n"
+        "from planexec.governance.rules import MaxSteps\n"
         "\n"
         "short = MaxSteps(2, name='short')\n"
         "\n"
@@ -282,7 +282,7 @@ def test_a_yaml_rule_file_makes_the_built_in_policies(tmp_path: Path, team: Regi
 
 
 def test_the_rule_file_takes_cost_assumptions_revisions_and_python_modules(tmp_path: Path, team: Registry) -> None:
-    (tmp_path / "extra.py").write_text("from planexec.policies import policy\n\n@policy\ndef deny_all(plan):\n    return 'reject'\n")
+    (tmp_path / "extra.py").write_text("from planexec.governance.policies import policy\n\n@policy\ndef deny_all(plan):\n    return 'reject'\n")
     (tmp_path / "policies.yml").write_text(
         "max_cost: {dollars: 0.001, input_tokens: 100, output_tokens: 10}\non_revision: plan\nneeds_person: deploy_service\nmodules: [extra.py]\nrisk: false\n"
     )

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState, parse_event
-from planexec.joiner import FunctionJoiner, JoinDecision, ModelJoiner
-from planexec.planner import Planner
-from planexec.replanning import FunctionReplanner, PlannerReplanner, ReplanContext
+from planexec.planning.joiner import FunctionJoiner, JoinDecision, ModelJoiner
+from planexec.planning.planner import Planner
+from planexec.planning.replanner import FunctionReplanner, PlannerReplanner, ReplanContext
 from planexec.testing import ScriptedModel
 
 
@@ -108,7 +108,7 @@ def test_step_3_of_5_fails_the_planner_replans_and_finished_steps_never_run_agai
 def test_the_replanner_is_told_bounded_outputs():
     big = "x" * 10_000
     plan = mkplan({"id": "s1", "action": "fetch", "parameters": {"key": "a"}})
-    from planexec.results import ReplanRequest
+    from planexec.engine.results import ReplanRequest
 
     ctx = ReplanContext(goal="g", plan=plan, done={f"s{i}": big for i in range(1, 30)}, failures={}, request=ReplanRequest(reason="r"))
     text = ctx.outputs_text()
@@ -272,7 +272,7 @@ def test_cancel_during_replanning_ends_cleanly(reg):
 
 
 def test_the_progress_display_follows_a_revision(reg):
-    from planexec.progress import StepBoard, describe_event
+    from planexec.cli.progress import StepBoard, describe_event
 
     model = ScriptedModel([json.dumps(REVISION)])
     r, result = run(Engine(reg, replanner=PlannerReplanner(Planner(model, reg))), mkplan(*FIVE))
@@ -287,7 +287,7 @@ def test_the_progress_display_follows_a_revision(reg):
 
 
 def test_a_streamed_plan_replans_once_the_stream_has_ended(reg):
-    from planexec.plan_stream import PlanStream
+    from planexec.planning.stream import PlanStream
 
     streamed = {"steps": [{"worker": "tool", "instruction": "", "depends_on": [], **s} for s in FIVE]}
     for s in streamed["steps"]:

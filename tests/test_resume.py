@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
-from planexec.resume import ResumeError, resolve_step
-from planexec.store import replay
+from planexec.engine.resume import ResumeError, resolve_step
+from planexec.engine.replay import replay
 
 
 def mkplan():
@@ -187,7 +187,7 @@ def test_a_cancelled_run_resumes(reg, stores):
 
 
 def test_a_run_stopped_between_a_failure_and_its_revision_replans_on_resume(reg, stores):
-    from planexec.replanning import FunctionReplanner
+    from planexec.planning.replanner import FunctionReplanner
 
     @reg.tool
     async def broken(name: str) -> str:

@@ -12,11 +12,11 @@ import pytest
 from rich.console import Console
 
 from planexec import Plan, Registry
-from planexec.cli import main
+from planexec.cli.main import main
 from planexec.models.providers import register_provider
-from planexec.policies import PolicyContext
-from planexec.policy_rules import MaxSteps, RequiresOrder, ToolsNeedPerson
-from planexec.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.governance.policies import PolicyContext
+from planexec.governance.rules import MaxSteps, RequiresOrder, ToolsNeedPerson
+from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
 from planexec.testing import ScriptedModel, scripted_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +235,7 @@ GOAL_PLAN = json.dumps(
 
 def plan_mode() -> list[str]:
     """``--mode plan`` where the CLI has modes (without it, a goal is always planned)."""
-    from planexec import goals
+    from planexec.cli import goals
 
     return ["--mode", "plan"] if hasattr(goals, "MODES") else []
 

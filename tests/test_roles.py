@@ -15,10 +15,10 @@ import planexec
 from planexec import Plan, Registry, RegistryError, RoleWorker, StepCall, Usage, tool
 from planexec.errors import ModelOutputError, ModelServerError
 from planexec.models import ModelRequest, ModelResponse, ToolDefinition
-from planexec.roles import ROLES, builtin_roles, role_prompt
+from planexec.workers.roles import ROLES, builtin_roles, role_prompt
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
-from planexec.toolcalls import json_mode_schema
-from planexec.workers import UNJUDGED, VERDICT_SCHEMA, CriticWorker, Verdict, WorkerError
+from planexec.workers.tool_calls import json_mode_schema
+from planexec.workers.worker import UNJUDGED, VERDICT_SCHEMA, CriticWorker, Verdict, WorkerError
 
 PROMPTS = Path(planexec.__file__).parent / "prompts" / "roles"
 
@@ -470,7 +470,7 @@ def test_json_mode_round_trip_with_the_local_model():
 
 
 def test_builtin_roles_default_to_the_toolkit_of_the_workspace(tmp_path):
-    pytest.importorskip("planexec.toolkit")
+    pytest.importorskip("planexec.workers.toolkit")
     roles = {w.name: w for w in builtin_roles(ScriptedModel([]), workspace=tmp_path)}
     assert set(roles["researcher"].tools) == {"read_file", "list_files", "search_files", "calculator"}
     assert set(roles["coder"].tools) == {"run_python", "read_file", "list_files", "write_file"}
@@ -480,7 +480,7 @@ def test_builtin_roles_default_to_the_toolkit_of_the_workspace(tmp_path):
 
 
 def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
-    pytest.importorskip("planexec.toolkit")
+    pytest.importorskip("planexec.workers.toolkit")
     model = ScriptedModel(
         [tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}']
     )
@@ -493,7 +493,7 @@ def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
 def test_default_tools_need_a_workspace_and_the_toolkit(monkeypatch):
     with pytest.raises(RegistryError, match="needs a workspace"):
         builtin_roles(ScriptedModel([]))
-    monkeypatch.setitem(sys.modules, "planexec.toolkit", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "planexec.workers.toolkit", None)  # as if it were not installed
     with pytest.raises(RegistryError, match="the default toolkit is not available"):
         builtin_roles(ScriptedModel([]), workspace=".")
 

@@ -10,9 +10,9 @@ import pytest
 from planexec import Usage
 from planexec.errors import ModelOutputError, ModelServerError
 from planexec.models import ModelResponse
-from planexec.router import ROUTE_SCHEMA, Route, route
+from planexec.planning.router import ROUTE_SCHEMA, Route, route
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens
-from planexec.toolcalls import prompt_file
+from planexec.workers.tool_calls import prompt_file
 
 
 def _route(*answers) -> tuple[Route, ScriptedModel]:

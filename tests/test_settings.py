@@ -12,8 +12,8 @@ from planexec.errors import ConfigError, ModelAuthError, ModelRateLimitError, Mo
 from planexec.models import ModelDelta, ModelRequest, ModelResponse, Message
 from planexec.models.managed import ManagedModel
 from planexec.models.providers import parse_model_name, register_provider, resolve_model
-from planexec.pricing import PriceTable
-from planexec.settings import ModelSettings
+from planexec.models.pricing import PriceTable
+from planexec.models.settings import ModelSettings
 from planexec.testing import FunctionModel, ScriptedModel
 from planexec.usage import Usage
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from planexec import Engine, Plan, Registry
-from planexec.calls import Output, Provenance
+from planexec.workers.io import Output, Provenance
 from planexec.errors import (
     ApprovalError,
     EventConflictError,
@@ -22,7 +22,7 @@ from planexec.errors import (
     StoreError,
     TemplateNotFoundError,
 )
-from planexec.events import (
+from planexec.engine.events import (
     PlanRevised,
     RunFinished,
     RunStarted,
@@ -31,11 +31,11 @@ from planexec.events import (
     StepSucceeded,
     utcnow,
 )
-from planexec.plan_diff import diff_plans
-from planexec.recorder import DurableRunner, record_run
-from planexec.replanning import FunctionReplanner
-from planexec.results import RunStatus, StepState
-from planexec.runner import LocalRunner
+from planexec.plan.diff import diff_plans
+from planexec.engine.recording import DurableRunner, record_run
+from planexec.planning.replanner import FunctionReplanner
+from planexec.engine.results import RunStatus, StepState
+from planexec.engine.runner import LocalRunner
 from planexec.store import (
     SCHEMA_VERSION,
     ApprovalState,
@@ -189,7 +189,7 @@ def test_usage_adds_up_while_running_and_the_total_comes_with_the_end(store):
 
 
 def test_a_resumed_run_is_running_again(store):
-    from planexec.events import RunResumed
+    from planexec.engine.events import RunResumed
 
     store.append([started(), *step_events(start=1), finished(seq=4, status=RunStatus.CANCELLED)])
     assert store.run("r1").status is RunStatus.CANCELLED and replay(store.events("r1")).status is RunStatus.CANCELLED
@@ -307,7 +307,7 @@ def _registry(store_target=None, seen=None):
     async def work(value: int = 0) -> int:
         """Add one; with a store target, first check (from a second handle) that this step's start is stored."""
         if store_target is not None:
-            from planexec.attempt import CURRENT_STEP
+            from planexec.engine.attempt import CURRENT_STEP
 
             run, step_id = CURRENT_STEP.get()
             other = open_store(store_target)

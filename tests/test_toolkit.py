@@ -13,7 +13,8 @@ import time
 import pytest
 
 from planexec import Tool, ToolError, ToolInputError
-from planexec.toolkit import calculator, default_toolkit, file_tools, namespace_available, python_tool
+from planexec.workers.toolkit import default_toolkit, file_tools, namespace_available, python_tool
+from planexec.workers.toolkit import calculator
 
 needs_namespaces = pytest.mark.skipif(not namespace_available(), reason="unshare -rn --pid is not usable here")
 BOTH_MODES = [pytest.param("namespace", marks=needs_namespaces), "audit-hook"]

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from planexec.errors import ToolError
-from planexec.tools import tool
+from planexec.workers.tools import tool
 
 CITIES: dict[str, dict[str, Any]] = {
     "Avalon": {"population": 84200, "area": 120, "founded": 1204, "elevation": 310, "mayor": "Ilse Marrow", "river": "Ashflow", "twin": "Corvale"},

@@ -13,12 +13,12 @@ change. Start with `Plan`, `Registry` and `Engine`::
     result = Engine(registry).run_sync(plan)
 """
 
-from .agent import agent_worker, run_single
-from .approval import PlanApprover, StoreApprover
-from .calls import Output, Provenance, StepCall, WorkResult
-from .checks import Checker, CriteriaChecker
-from .engine import Approver, Engine, Run
-from .errors import (
+from planexec.team.agent import agent_worker, run_single
+from planexec.engine.approval import PlanApprover, StoreApprover
+from planexec.workers.io import Output, Provenance, StepCall, WorkResult
+from planexec.engine.criteria import Checker, CriteriaChecker
+from planexec.engine.engine import Approver, Engine, Run
+from planexec.errors import (
     CheckFailedError,
     ConfigError,
     ModelError,
@@ -39,7 +39,7 @@ from .errors import (
     ToolInputError,
     ToolOutputError,
 )
-from .events import (
+from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
@@ -67,8 +67,8 @@ from .events import (
     SubRunEvent,
     parse_event,
 )
-from .formats import parse_llmcompiler, parse_rewoo
-from .joiner import (
+from planexec.plan.formats import parse_llmcompiler, parse_rewoo
+from planexec.planning.joiner import (
     FunctionJoiner,
     JoinContext,
     JoinDecision,
@@ -76,15 +76,15 @@ from .joiner import (
     JoinerError,
     ModelJoiner,
 )
-from .library import TemplateError, instantiate, save_run_template
-from .mapping import PlanMapping, load_foreign_plan
-from .models.providers import resolve_model
-from .plan import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
-from .plan_diff import PlanDiff, diff_plans
-from .plan_stream import PlanStream
-from .planner import PlanDraft, Planner, Planning
-from .policies import Policy, PolicyVerdict, Review, policy, review_plan
-from .policy_rules import (
+from planexec.library.templates import TemplateError, instantiate, save_run_template
+from planexec.plan.vocabulary import PlanMapping, load_foreign_plan
+from planexec.models.providers import resolve_model
+from planexec.plan.model import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
+from planexec.plan.diff import PlanDiff, diff_plans
+from planexec.planning.stream import PlanStream
+from planexec.planning.planner import PlanDraft, Planner, Planning
+from planexec.governance.policies import Policy, PolicyVerdict, Review, policy, review_plan
+from planexec.governance.rules import (
     ForbidTools,
     MaxEstimatedCost,
     MaxSteps,
@@ -92,18 +92,18 @@ from .policy_rules import (
     RiskEscalation,
     ToolsNeedPerson,
 )
-from .policy_sets import PolicySet, load_policies
-from .pricing import Price, PriceTable
-from .recorder import DurableRunner, record_run
-from .registry import Registry
-from .replanning import (
+from planexec.governance.policy_sets import PolicySet, load_policies
+from planexec.models.pricing import Price, PriceTable
+from planexec.engine.recording import DurableRunner, record_run
+from planexec.workers.registry import Registry
+from planexec.planning.replanner import (
     FunctionReplanner,
     PlannerReplanner,
     ReplanContext,
     Replanner,
     Revision,
 )
-from .results import (
+from planexec.engine.results import (
     ErrorInfo,
     PlanVersion,
     ReplanRequest,
@@ -112,12 +112,12 @@ from .results import (
     StepRecord,
     StepState,
 )
-from .resume import ResumeError, resolve_step
-from .roles import builtin_roles
-from .router import Route, route
-from .runner import LocalRunner, Runner
-from .settings import ModelChoice, ModelSettings
-from .store import (
+from planexec.engine.resume import ResumeError, resolve_step
+from planexec.workers.roles import builtin_roles
+from planexec.planning.router import Route, route
+from planexec.engine.runner import LocalRunner, Runner
+from planexec.models.settings import ModelChoice, ModelSettings
+from planexec.store import (
     PostgresRunStore,
     RunNotFoundError,
     RunStore,
@@ -125,14 +125,14 @@ from .store import (
     StoreError,
     open_store,
 )
-from .subteam import SubTeam
-from .synthesis import FunctionSynthesizer, Synthesizer
-from .team import build_team
-from .toolkit import default_toolkit
-from .tools import Predicate, Tool, predicate, tool
-from .usage import Budget, Usage
-from .validation import check_plan, validate_plan
-from .workers import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
+from planexec.team.subteam import SubTeam
+from planexec.engine.synthesis import FunctionSynthesizer, Synthesizer
+from planexec.workers.builtin_team import build_team
+from planexec.workers.toolkit import default_toolkit
+from planexec.workers.tools import Predicate, Tool, predicate, tool
+from planexec.usage import Budget, Usage
+from planexec.plan.validation import check_plan, validate_plan
+from planexec.workers.worker import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
 
 __version__ = "0.1.0"
 

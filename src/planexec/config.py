@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ConfigError
+from planexec.errors import ConfigError
 
 __all__ = ["CONFIG_FILE", "Config", "ConfigError", "ProviderConfig", "load_config"]
 

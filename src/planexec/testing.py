@@ -16,10 +16,10 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-from .errors import PlanexecError
-from .models.base import ModelDelta, ModelRequest, ModelResponse, ToolCall
-from .tools import Tool
-from .usage import Usage
+from planexec.errors import PlanexecError
+from planexec.models.base import ModelDelta, ModelRequest, ModelResponse, ToolCall
+from planexec.workers.tools import Tool
+from planexec.usage import Usage
 
 __all__ = ["FunctionModel", "ScriptedModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"]
 

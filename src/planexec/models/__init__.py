@@ -1,7 +1,7 @@
 """Model providers and the protocol they implement (see `models.base`)."""
 
-from .anthropic import AnthropicModel
-from .base import (
+from planexec.models.anthropic import AnthropicModel
+from planexec.models.base import (
     Message,
     Model,
     ModelDelta,
@@ -14,8 +14,8 @@ from .base import (
     ensure_requests_allowed,
     stream_response,
 )
-from .local import LocalModel
-from .openai import OpenAIModel
+from planexec.models.local import LocalModel
+from planexec.models.openai import OpenAIModel
 
 __all__ = [
     "AnthropicModel",

@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ModelRequestsBlockedError
-from ..usage import Usage
+from planexec.errors import ModelRequestsBlockedError
+from planexec.usage import Usage
 
 __all__ = [
     "Message",

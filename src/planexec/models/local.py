@@ -32,9 +32,9 @@ from typing import Any
 
 import jsonschema
 
-from ..errors import ModelBadRequestError, ModelError, ModelServerError
-from ..usage import Usage
-from .base import Message, ModelDelta, ModelRequest, ModelResponse
+from planexec.errors import ModelBadRequestError, ModelError, ModelServerError
+from planexec.usage import Usage
+from planexec.models.base import Message, ModelDelta, ModelRequest, ModelResponse
 
 __all__ = ["DEFAULT_MODEL_FILE", "LocalModel", "default_model_path"]
 

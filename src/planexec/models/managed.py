@@ -17,10 +17,10 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from ..errors import ModelError, ModelTimeoutError
-from ..pricing import PriceTable
-from ..usage import record_usage
-from .base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
+from planexec.errors import ModelError, ModelTimeoutError
+from planexec.models.pricing import PriceTable
+from planexec.usage import record_usage
+from planexec.models.base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
 
 __all__ = ["ManagedModel"]
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import jsonschema
 
-from ..errors import (
+from planexec.errors import (
     ModelAuthError,
     ModelBadRequestError,
     ModelError,
@@ -49,8 +49,8 @@ from ..errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from ..usage import Usage
-from .base import (
+from planexec.usage import Usage
+from planexec.models.base import (
     Message,
     ModelDelta,
     ModelRequest,

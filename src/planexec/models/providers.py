@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..pricing import PriceTable
-from .base import Model
-from .managed import ManagedModel
+from planexec.errors import ConfigError
+from planexec.models.pricing import PriceTable
+from planexec.models.base import Model
+from planexec.models.managed import ManagedModel
 
 __all__ = ["ProviderOptions", "parse_model_name", "provider_names", "register_provider", "resolve_model"]
 
@@ -44,13 +44,13 @@ ProviderFactory = Callable[[str, ProviderOptions], Model]
 
 
 def _openai(model: str, options: ProviderOptions) -> Model:
-    from .openai import OpenAIModel
+    from planexec.models.openai import OpenAIModel
 
     return OpenAIModel(model, base_url=options.base_url, api_key=options.api_key, timeout=options.timeout or 600.0, max_retries=0)
 
 
 def _anthropic(model: str, options: ProviderOptions) -> Model:
-    from .anthropic import AnthropicModel  # type: ignore[import-not-found,unused-ignore]
+    from planexec.models.anthropic import AnthropicModel  # type: ignore[import-not-found,unused-ignore]
 
     return AnthropicModel(model, base_url=options.base_url, api_key=options.api_key, timeout=options.timeout or 600.0, max_retries=0)
 
@@ -60,7 +60,7 @@ _local_lock = threading.Lock()
 
 
 def _local(model: str, options: ProviderOptions) -> Model:
-    from .local import LocalModel
+    from planexec.models.local import LocalModel
 
     # one in-process model per file: loading twice would only cost memory, calls are serialised anyway
     path: Path | None = None if model in ("smollm2", "default") else Path(model).expanduser()

@@ -9,19 +9,19 @@ run into a store. The store imports only events, plan, results, records,
 errors and usage: never the engine.
 """
 
-from ..errors import (
+from planexec.errors import (
     ApprovalError,
     EventConflictError,
     RunNotFoundError,
     StoreError,
     TemplateNotFoundError,
 )
-from .base import Approval, ApprovalState, RunStore, RunSummary, Template
-from .location import DEFAULT_STORE, STORE_ENV, open_store, store_target
-from .postgres import PostgresRunStore
-from .replay import RunView, replay
-from .schema import SCHEMA_VERSION
-from .sqlite import SqliteRunStore
+from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
+from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, store_target
+from planexec.store.postgres import PostgresRunStore
+from planexec.engine.replay import RunView, replay
+from planexec.store.schema import SCHEMA_VERSION
+from planexec.store.sqlite import SqliteRunStore
 
 __all__ = [
     "DEFAULT_STORE",

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ApprovalError
-from .base import Approval, ApprovalState
-from .rows import from_timestamp, now
+from planexec.errors import ApprovalError
+from planexec.store.base import Approval, ApprovalState
+from planexec.store.rows import from_timestamp, now
 
 __all__ = ["Approvals"]
 

@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import StoreError
-from .rows import now
-from .schema import SCHEMA_VERSION, installed_version, migrate
-from .sql import SqlRunStore
+from planexec.errors import StoreError
+from planexec.store.rows import now
+from planexec.store.schema import SCHEMA_VERSION, installed_version, migrate
+from planexec.store.sql import SqlRunStore
 
 __all__ = ["PostgresRunStore"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StoreError
+from planexec.errors import StoreError
 
 __all__ = ["MARKER", "MIGRATIONS", "SCHEMA_VERSION", "SQLITE_APPLICATION_ID", "Migration", "installed_version", "migrate", "statements"]
 

@@ -22,16 +22,16 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
 
-from ..errors import EventConflictError, RunNotFoundError, StoreError
-from ..events import parse_event
-from ..plan import Plan
-from ..plan_diff import PlanDiff
-from ..results import PlanVersion, RunStatus
-from ..usage import Usage
-from .approvals import Approvals
-from .base import RunSummary
-from .rows import from_timestamp, timestamp
-from .templates import Templates
+from planexec.errors import EventConflictError, RunNotFoundError, StoreError
+from planexec.engine.events import parse_event
+from planexec.plan.model import Plan
+from planexec.plan.diff import PlanDiff
+from planexec.engine.results import PlanVersion, RunStatus
+from planexec.usage import Usage
+from planexec.store.approvals import Approvals
+from planexec.store.base import RunSummary
+from planexec.store.rows import from_timestamp, timestamp
+from planexec.store.templates import Templates
 
 __all__ = ["SqlRunStore"]
 

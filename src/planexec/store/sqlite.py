@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import StoreError
-from .rows import now
-from .schema import SCHEMA_VERSION, SQLITE_APPLICATION_ID, installed_version, migrate
-from .sql import SqlRunStore
+from planexec.errors import StoreError
+from planexec.store.rows import now
+from planexec.store.schema import SCHEMA_VERSION, SQLITE_APPLICATION_ID, installed_version, migrate
+from planexec.store.sql import SqlRunStore
 
 __all__ = ["SqliteRunStore"]
 

@@ -14,10 +14,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import TemplateNotFoundError
-from ..plan import Plan
-from .base import Template
-from .rows import from_timestamp, now
+from planexec.errors import TemplateNotFoundError
+from planexec.plan.model import Plan
+from planexec.store.base import Template
+from planexec.store.rows import from_timestamp, now
 
 __all__ = ["Templates"]
 

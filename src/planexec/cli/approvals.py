@@ -1,0 +1,379 @@
+"""Durable approvals on the command line: ``planexec approvals``, ``planexec approve``, and the approvers of run and resume.
+
+Owns listing the approvals kept in the run store (pending ones by
+default: the run, the step or plan version, what it is, when it was
+asked for), deciding one from any process (``approve RUN_ID [--step ID]
+[--deny]``), and the approvers ``planexec run`` and ``planexec resume``
+give the engine when the run is recorded (`run_approvers`,
+`resume_approvers`): every step decision goes into the store, by
+``--yes`` or the person at the terminal, and with neither a step waits,
+with the rest of the DAG going on, for ``planexec approve`` from another
+process (also after a restart). The reviewed plan version is approved by
+whoever reviewed it, frozen by its content hash; a revision is reviewed
+by the policies (against the last approved version), then approved by
+``--yes``, asked at the terminal with its diff, or waited for
+(`ReviewingPlanApprover`). Without a store the step approvers are those
+of `cli` (``--yes``, a prompt, else a denial). An unknown run, nothing
+pending, and a store that cannot be opened are `cli.UsageError`s (exit 2)
+that change nothing. Thin: the store, `approval` and `policies` do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+
+from planexec.cli import main as cli
+from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
+from planexec.cli.resume import STORE_HELP, _user, open_run_store
+from planexec.errors import ApprovalError, PolicyError, StoreError
+from planexec.plan.model import Plan, Step
+from planexec.plan.diff import PlanDiff
+from planexec.cli.plan_view import plan_table
+from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
+from planexec.governance.policy_sets import load_policies
+from planexec.models.pricing import PriceTable
+from planexec.cli.progress import EventLog, LiveProgress
+from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
+from planexec.store import Approval, ApprovalState, RunStore
+from planexec.workers.tools import in_thread
+
+__all__ = ["ReviewingPlanApprover", "add_approval_commands", "cmd_approvals", "cmd_approve", "resume_approvers", "run_approvers", "step_approver"]
+
+Display = LiveProgress | EventLog | None
+
+
+def add_approval_commands(sub: Any) -> None:
+    """Register ``approvals`` and ``approve`` on the CLI's subcommands."""
+    p = sub.add_parser("approvals", help="approvals kept in the run store: pending ones (steps and plan versions) by default")
+    p.add_argument("--run", metavar="RUN_ID", help="only this run's")
+    p.add_argument("--all", action="store_true", help="decided ones too")
+    p.add_argument("--json", action="store_true", help="print them as a JSON list")
+    p.add_argument("--store", metavar="STORE", help=STORE_HELP)
+    p.set_defaults(command=cmd_approvals)
+
+    p = sub.add_parser("approve", help="approve (or --deny) a pending step or plan version of a run, from any process")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--step", metavar="ID", help="the step (default: the plan's pending version)")
+    p.add_argument("--deny", action="store_true", help="deny it instead")
+    p.add_argument("--reason", metavar="TEXT", help="why (recorded)")
+    p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
+    p.add_argument("--store", metavar="STORE", help=STORE_HELP)
+    p.set_defaults(command=cmd_approve)
+
+
+# --- the commands -------------------------------------------------------------------
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    """``planexec approvals``: what waits for approval (with ``--all``, what was decided too)."""
+    store = open_run_store(args.store, cli._config(), create=False)
+    try:
+        found = store.approvals(args.run, pending_only=not args.all)
+        rows = [(a, _describe(store, a)) for a in found]
+    except StoreError as exc:
+        raise cli.UsageError(str(exc)) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([{**a.to_dict(), **what} for a, what in rows], indent=2, ensure_ascii=False))
+        return cli.EXIT_OK
+    out = cli._console()
+    if not rows:
+        whose = f" for run {args.run}" if args.run else ""
+        out.print(f"no {'' if args.all else 'pending '}approvals{whose} in {store.location}", markup=False, highlight=False)
+        return cli.EXIT_OK
+    table = Table(title=f"{'approvals' if args.all else 'pending approvals'} in {store.location}", title_justify="left")
+    for name in ("run", "what", "details", "requested (UTC)", *(("state", "by", "reason") if args.all else ())):
+        table.add_column(name, overflow="fold")
+    for a, what in rows:
+        decided = (a.state.value, a.by or "", a.reason or "") if args.all else ()
+        table.add_row(a.run_id, what["what"], what["details"], f"{a.requested_at:%Y-%m-%d %H:%M:%S}", *decided)
+    out.print(table)
+    pending = [a for a, _ in rows if a.state is ApprovalState.PENDING]
+    if pending:
+        a = pending[0]
+        out.print(f"decide with: planexec approve {a.run_id}{f' --step {a.step_id}' if a.step_id else ''} [--deny --reason TEXT]", markup=False, highlight=False)
+    return cli.EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """``planexec approve RUN_ID [--step ID] [--deny]``: decide the pending request; a waiting run goes on."""
+    store = open_run_store(args.store, cli._config(), create=False)
+    by = args.by or _user()
+    try:
+        store.run(args.run_id)
+        if args.step is not None:
+            known = {s.step_id for v in store.plan_versions(args.run_id) for s in v.plan.steps}
+            if args.step not in known:
+                raise cli.UsageError(f"run {args.run_id!r} has no step {args.step!r} (its steps: {', '.join(sorted(known)) or 'none'})")
+        decided = store.decide_approval(args.run_id, step_id=args.step, approved=not args.deny, by=by, reason=args.reason)
+        what = _describe(store, decided)["what"]
+    except StoreError as exc:  # an unknown run, nothing pending (ApprovalError): named in the message
+        raise cli.UsageError(str(exc)) from None
+    finally:
+        store.close()
+    verb = "denied" if args.deny else "approved"
+    why = f": {args.reason}" if args.reason else ""
+    cli._console().print(
+        f"{verb} {what} of run {args.run_id} (by {by}){why}; a run waiting for it goes on, a stopped one with: planexec resume {args.run_id}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return cli.EXIT_OK
+
+
+def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
+    """What an approval is about, for people (``what``, ``details``) and for JSON (the other keys)."""
+    versions = store.plan_versions(approval.run_id)
+    if approval.step_id is not None:
+        step = _find_step(versions, approval.step_id, approval.content_hash)
+        if step is None:
+            return {"kind": "step", "what": f"step {approval.step_id}", "details": "(not in the stored plan)"}
+        text = f"{step.worker}.{step.action}" + (f": {step.instruction}" if step.instruction else "")
+        return {"kind": "step", "what": f"step {step.step_id}", "details": text, "worker": step.worker, "action": step.action, "instruction": step.instruction}
+    for v in versions:
+        if v.plan.content_hash == approval.content_hash:
+            details = f"{len(v.plan.steps)} steps: {', '.join(v.plan.step_ids)}"
+            if v.diff is not None:
+                details += "\n" + v.diff.render()
+            diff = v.diff.to_dict() if v.diff is not None else None
+            return {"kind": "plan", "what": f"plan v{v.version}", "details": details, "plan_version": v.version, "steps": len(v.plan.steps), "diff": diff}
+    # a revision is stored once approved: until then the events say which version it is and why it was written
+    events = store.events(approval.run_id)
+    asked = [e for e in events if e.type == "approval_requested" and e.step_id is None and e.content_hash == approval.content_hash]
+    version = asked[-1].plan_version if asked else None
+    reasons = [e.reason for e in events if e.type == "replan_started"]
+    details = "a revision, stored once approved (its diff is printed by the waiting run)"
+    if reasons:
+        details += f"; replanned because: {reasons[-1]}"
+    return {"kind": "plan", "what": f"plan v{version}" if version else "the plan", "details": details, "plan_version": version, "steps": None, "diff": None}
+
+
+def _find_step(versions: Iterable[Any], step_id: str, content_hash: str) -> Step | None:
+    """The step as approved (its hash matches), else its latest definition."""
+    latest = None
+    for v in versions:
+        for s in v.plan.steps:
+            if s.step_id == step_id:
+                if step_hash(s) == content_hash:
+                    return s
+                latest = s
+    return latest
+
+
+# --- the approvers of run and resume ---------------------------------------------------
+
+
+def _say(display: Display, line: str) -> None:
+    """A line through the live display (above its table), else on stderr; at once, a person waits on it."""
+    if display is not None:
+        display.note(line)
+        sys.stdout.flush()
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _store_flag(store_option: str | None) -> str:
+    return f" --store {store_option}" if store_option else ""
+
+
+def step_approver(store: RunStore | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None) -> Approver:
+    """What decides a step with ``requires_approval``; with a store every decision is kept there.
+
+    ``--yes`` (by ``--yes``) or the terminal's prompt (by the user name)
+    decide here; with neither the step waits for ``planexec approve`` from
+    another process. Without a store: `cli`'s approver (with neither, a denial).
+    """
+    here = cli._approver(yes=yes, interactive=interactive, display=display)
+    if store is None:
+        return here
+    if yes:
+        return StoreApprover(store, ask=here, by="--yes")
+    if interactive:
+        return StoreApprover(store, ask=here, by=_user())
+    flag = _store_flag(store_option)
+
+    def waiting(run_id: str, step_id: str | None) -> None:
+        _say(display, f"step {step_id} of run {run_id} waits for approval: planexec approve {run_id} --step {step_id}{flag}")
+
+    return StoreApprover(store, on_wait=waiting)
+
+
+class ReviewingPlanApprover(PlanApprover):
+    """A `PlanApprover` for the CLI: decides a plan version here when it can, else waits for ``planexec approve``.
+
+    The version a person, a policy or ``--yes`` reviewed before the run
+    (`reviewed`, a content hash) is approved by `reviewed_by`. Any other
+    version (a revision; on resume, one never reviewed) is reviewed by the
+    `policies` with the last approved version as context (so only new or
+    changed steps escalate, unless a policy asks for the whole plan): a
+    reject denies it (by ``policy``); else ``--yes`` approves it; else the
+    person at `terminal` sees the diff and the verdicts and answers approve
+    or reject (a revision cannot be edited: the engine runs it as written);
+    else it waits for another process, printing the command and the diff.
+    A decision stored before (another process, before a restart) stands.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        *,
+        reviewed: str | None = None,
+        reviewed_by: str = "person",
+        policies: Iterable[Policy] = (),
+        context: PolicyContext | None = None,
+        yes: bool = False,
+        terminal: ReviewTerminal | None = None,
+        display: Display = None,
+        store_option: str | None = None,
+        poll: float = 0.5,
+    ) -> None:
+        super().__init__(store, ask=None, by=reviewed_by, poll=poll)
+        self.reviewed = reviewed
+        self.policies = list(policies)
+        self.context = context if context is not None else PolicyContext()
+        self.yes = yes
+        self.terminal = terminal
+        self.display = display
+        self.store_option = store_option
+
+    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool:
+        """True once this version is approved (here, or by another process); see the class docstring."""
+        request = await in_thread(self.store.request_approval, run_id, plan.content_hash)
+        if request.state is ApprovalState.PENDING:
+            verdict = await self._verdict(run_id, plan, diff)
+            if verdict is None:
+                self._waiting(run_id, plan, diff)
+            else:
+                approved, by, reason = verdict
+                with contextlib.suppress(ApprovalError):  # another process decided meanwhile: its decision stands
+                    await in_thread(
+                        self.store.decide_approval, run_id, approved=approved, by=by, reason=reason, content_hash=plan.content_hash
+                    )  # fmt: skip
+        return await super().approve_plan(run_id, plan, diff)  # the stored decision, or wait for one
+
+    async def _verdict(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> tuple[bool, str, str | None] | None:
+        """(approved, by, reason) decided here, or None: wait for another process."""
+        if diff is None and plan.content_hash == self.reviewed:
+            return True, self.by, None
+        previous = await in_thread(_previous, self.store, run_id, plan)
+        review = review_plan(plan, self.policies, dataclasses.replace(self.context, previous=previous))
+        if review.decision == "reject":
+            reason = "rejected by policy: " + "; ".join(review.reasons("reject"))
+            _say(self.display, f"plan v{plan.version} of run {run_id} was not approved: {reason}")
+            return False, "policy", reason
+        escalated = "; ".join(review.reasons("escalate"))
+        if self.yes:
+            return True, "--yes", f"escalation approved by --yes: {escalated}" if escalated else None
+        if self.terminal is not None:
+            return await self._ask_person(run_id, plan, diff, review)
+        return None
+
+    async def _ask_person(self, run_id: str, plan: Plan, diff: PlanDiff | None, review: Review) -> tuple[bool, str, str | None]:
+        terminal, by = self.terminal, _user()
+        assert terminal is not None
+
+        def ask() -> tuple[bool, str, str | None]:
+            if diff is not None:
+                terminal.say(f"run {run_id}: plan v{plan.version} revises v{diff.old_version}; changes:\n{diff.render()}")
+            else:
+                terminal.console.print(plan_table(plan))
+            if review.verdicts:
+                terminal.console.print(verdicts_table(review))
+            if review.decision == "escalate":
+                scope = f"the new or changed steps: {', '.join(review.steps)}" if review.scope == "changes" else "the whole plan"
+                terminal.say(f"policies ask a person to approve {scope}", "yellow")
+            while True:
+                try:
+                    key = terminal.answer(f"approve or reject plan v{plan.version}? [a/r] ").lower()
+                except EOFError:
+                    return False, by, "no answer (end of input)"
+                if key in ("a", "approve"):
+                    return True, by, None
+                if key in ("r", "reject"):
+                    try:
+                        why = terminal.answer("reason for rejecting: ")
+                    except EOFError:
+                        why = ""
+                    return False, by, why or "rejected by a person (no reason given)"
+                terminal.say("answer a (approve) or r (reject)")
+
+        if self.display is None:
+            return await in_thread(ask)
+        with self.display.paused():
+            return await in_thread(ask)
+
+    def _waiting(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> None:
+        line = f"plan v{plan.version} of run {run_id} waits for approval: planexec approve {run_id}{_store_flag(self.store_option)}"
+        _say(self.display, line + (f"\n{diff.render()}" if diff is not None else f" ({len(plan.steps)} steps)"))
+
+
+def _previous(store: RunStore, run_id: str, plan: Plan) -> Plan | None:
+    """The approved version `plan` revises (a revision is stored only once approved), or None."""
+    versions = [v for v in store.plan_versions(run_id) if v.version < plan.version]
+    wanted = [v for v in versions if v.version == plan.revises] or versions
+    return wanted[-1].plan if wanted else None
+
+
+def _context(registry: Any, config: Any) -> PolicyContext:
+    return PolicyContext(registry=registry, prices=PriceTable.default(config.prices))
+
+
+def _terminal(interactive: bool) -> ReviewTerminal | None:
+    return ReviewTerminal(cli._console(stderr=True), interactive=True) if interactive else None
+
+
+def run_approvers(
+    store: RunStore | None,
+    outcome: ReviewOutcome,
+    *,
+    registry: Any,
+    config: Any,
+    policies: Iterable[Policy],
+    yes: bool,
+    display: Display,
+    store_option: str | None = None,
+) -> dict[str, Any]:
+    """The engine options ``approver`` and (with a store) ``plan_approver`` for ``planexec run``, after the review `outcome`."""
+    interactive = sys.stdin.isatty()
+    options: dict[str, Any] = {"approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)}
+    if store is not None:
+        options["plan_approver"] = ReviewingPlanApprover(
+            store, reviewed=outcome.plan.content_hash if outcome.approved else None,
+            reviewed_by=_user() if outcome.by == "person" else outcome.by,
+            policies=policies, context=_context(registry, config), yes=yes, terminal=_terminal(interactive),
+            display=display, store_option=store_option,
+        )  # fmt: skip
+    return options
+
+
+def resume_approvers(store: RunStore, run_id: str, *, registry: Any, config: Any, yes: bool, display: Display, store_option: str | None = None) -> dict[str, Any]:
+    """The approvers for ``planexec resume``: the same as a run's, finding pending requests again.
+
+    A run started under plan approval stays under it (a version with no
+    decision is reviewed as a revision is: planexec.toml's policies, then
+    ``--yes``, the terminal, or another process); a run that was not
+    (streamed, or started from Python without one) resumes without.
+    """
+    interactive = sys.stdin.isatty()
+    options: dict[str, Any] = {"approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)}
+    try:
+        gated = any(a.step_id is None for a in store.approvals(run_id))
+        policies = load_policies(config.policies) if gated else []
+    except (StoreError, PolicyError) as exc:
+        raise cli.UsageError(str(exc)) from None
+    if gated:
+        options["plan_approver"] = ReviewingPlanApprover(
+            store, policies=policies, context=_context(registry, config), yes=yes, terminal=_terminal(interactive),
+            display=display, store_option=store_option,
+        )  # fmt: skip
+    return options

@@ -1,0 +1,119 @@
+"""The eval command of the CLI: ``planexec eval SUITE.yaml --modes single,plan,stream``.
+
+Owns what happens between the command line and `evaluation.run_suite`:
+reading the suites, choosing the model (the oracle with ``--scripted``, else
+the configured one, announced like ``planexec run`` does), a progress line
+per goal run, then the tables on the terminal with a closing note of the
+ratios ReAct / planexec, and the chart and JSON report in the output
+folder (`eval_report`). Reuses the plumbing of `cli`
+(consoles, usage errors, exit codes). Imports the evaluation modules and
+`settings`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from planexec.cli import main as cli
+from planexec.errors import ConfigError
+from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
+from planexec.eval.suite import SuiteError, load_suite
+from planexec.eval.harness import (
+    MODES,
+    EvalOptions,
+    EvalRecord,
+    configured_models,
+    parse_modes,
+    run_suite,
+    scripted_models,
+)
+from planexec.eval.oracle import LatencyModel
+from planexec.models.settings import ModelSettings
+
+__all__ = ["add_eval_options", "run_eval"]
+
+
+def add_eval_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``planexec eval``."""
+    p.add_argument("suites", nargs="+", metavar="SUITE.yaml", help="suite files (goals, checkers, reference solutions, tools)")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated modes from {', '.join(MODES)} (default: all)")
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="the model of every role (default: configured, else local:smollm2)")
+    p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server for openai: models")
+    p.add_argument("--scripted", action="store_true", help="the oracle plays every role from each goal's solution: exact, reproducible numbers")
+    p.add_argument(
+        "--latency", metavar="OVERHEAD,PER_IN,PER_OUT", help="with --scripted: seconds per call, per input token, per output token (e.g. 0.2,0.0005,0.02)"
+    )
+    p.add_argument("-o", "--output", default="eval-results", metavar="OUTDIR", help="folder for the chart and the JSON report (default ./eval-results)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="run every goal in every mode N times (default 1)")
+    p.add_argument("--goal", action="append", default=None, metavar="ID", help="only this goal (repeatable)")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS", help="bound on one goal run (default 900)")
+
+
+def _progress(record: EvalRecord) -> None:
+    mark = "ok" if record.success else f"FAIL ({record.stage}: {record.reason[:160]})"
+    line = f"{record.suite} {record.goal_id} [{record.mode}] {mark} · {record.usage.model_calls} calls · {record.wall_time:.2f} s"
+    cli._console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _latency(text: str) -> dict[str, float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3 or min(values) < 0:
+        raise cli.UsageError(f"--latency takes three numbers of 0 or more, OVERHEAD,PER_IN,PER_OUT (seconds), not {text!r}")
+    return dict(zip(("overhead", "per_input_token", "per_output_token"), values))
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Run each suite in each mode; print the tables; write the chart and the JSON report into ``--output``."""
+    try:
+        modes = parse_modes(args.modes)
+    except ValueError as exc:
+        raise cli.UsageError(str(exc)) from None
+    if args.repeat < 1:
+        raise cli.UsageError("--repeat must be at least 1")
+    try:
+        suites = [load_suite(path) for path in args.suites]
+    except SuiteError as exc:
+        raise cli.UsageError(str(exc)) from None
+    err, out = cli._console(stderr=True), cli._console()
+    options: dict[str, Any] = {"timeout": args.timeout}
+    latency = _latency(args.latency) if args.latency else None
+    if latency is not None and not args.scripted:
+        raise cli.UsageError("--latency sets the scripted model's latency: add --scripted")
+    described = LatencyModel.describe_values(**latency) if latency is not None else None
+    if args.scripted:
+        models, name = scripted_models(latency), "test:oracle (scripted from each goal's solution)"
+    else:
+        try:
+            settings = ModelSettings(cli._config(), planner=args.model, base_url=args.base_url, seed=0)
+        except ConfigError as exc:
+            raise cli.UsageError(str(exc)) from None
+        err.print(f"model: {settings.planner.name} ({settings.planner.reason})", markup=False, highlight=False)
+        models, name = configured_models(settings), settings.planner.name
+        if name.startswith("local:"):  # a small local model writes short plans faster and better, as in `planexec run`
+            options.update(max_steps=5, planner_max_tokens=640, max_turns=4)
+    if args.goal:  # with several suites, each goal id must be in one of them; each suite runs the ones it has
+        known = {c.goal_id for suite in suites for c in suite.goals}
+        unknown = [g for g in args.goal if g not in known]
+        if unknown:
+            names = ", ".join(repr(suite.name) for suite in suites)
+            raise cli.UsageError(f"no goal {', '.join(map(repr, unknown))} in suite(s) {names}")
+        suites = [suite for suite in suites if any(c.goal_id in args.goal for c in suite.goals)]
+    for suite in suites:
+        wanted = [g for g in args.goal if g in {c.goal_id for c in suite.goals}] if args.goal else None
+        report = run_suite(
+            suite, modes, models, repeat=args.repeat, options=EvalOptions(**options), goals=wanted,
+            model_name=name, scripted=args.scripted, latency=described, on_record=_progress,
+        )  # fmt: skip
+        for note in report.notes:
+            err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        out.print(summary_table(report))
+        out.print(goals_table(report))
+        for line in ratio_notes(report):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+        paths = write_report(report, args.output)
+        err.print(f"wrote {paths['json']} and {paths['png']}", markup=False, highlight=False)
+    return cli.EXIT_OK

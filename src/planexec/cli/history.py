@@ -1,0 +1,268 @@
+"""The history commands of the CLI: ``planexec runs``, ``planexec show RUN_ID`` and ``planexec logs RUN_ID``.
+
+Owns reading runs back from the run store for a person: the list of runs
+(status, goal, duration, cost), one run rebuilt from its stored events (its
+plan and versions with their diffs, each step's state, inputs, outputs,
+errors, usage, verdicts, approvals and timings), and its events as lines,
+followed from another process while the run goes on (``--follow`` polls the
+store and ends with `RunFinished`). The store is chosen by ``--store``,
+``PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
+these commands only read, and never create a store. A store that cannot be
+opened or read, or an unknown run id, is a `cli.UsageError` (exit 2).
+Reuses the plumbing of `cli` and the lines of `progress`; imports the store
+and records only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from planexec.cli import main as cli
+from planexec.errors import StoreError
+from planexec.cli.progress import describe_event
+from planexec.engine.results import RunStatus
+from planexec.store import RunStore, RunSummary, store_target
+from planexec.engine.replay import replay
+from planexec.store.location import sqlite_path
+
+__all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
+
+_STORE_HELP = "the run store: a file, sqlite:///path or postgresql://... (default: $PLANEXEC_STORE, planexec.toml, .planexec/runs.db)"
+
+
+def add_history_commands(sub: Any) -> None:
+    """Register ``runs``, ``show`` and ``logs`` on the CLI's subcommands."""
+    p = sub.add_parser("runs", help="list recorded runs: status, goal, duration, cost")
+    p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs with this status")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
+    p.add_argument("--json", action="store_true", help="print the runs as a JSON list")
+    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.set_defaults(command=cmd_runs)
+
+    p = sub.add_parser("show", help="one recorded run: plan, versions, each step's state, inputs, outputs, errors, usage, timings")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.set_defaults(command=cmd_show)
+
+    p = sub.add_parser("logs", help="a recorded run's events, one per line; --follow prints them as they happen")
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the run finishes")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+    p.add_argument("--poll", type=float, default=0.25, metavar="SECONDS", help="how often --follow reads the store (default 0.25)")
+    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.set_defaults(command=cmd_logs)
+
+
+def _open(args: argparse.Namespace, *, missing_ok: bool = False) -> RunStore | None:
+    """The store, opened to read; None when `missing_ok` and no SQLite store file exists yet."""
+    from planexec.cli.resume import open_run_store
+
+    config = cli._config()
+    if missing_ok:
+        try:
+            path = sqlite_path(store_target(args.store, config.store))
+        except StoreError as exc:
+            raise cli.UsageError(str(exc)) from None
+        if path is not None and not path.exists():
+            return None
+    return open_run_store(args.store, config, create=False)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``planexec runs``: the newest runs as a table (or JSON)."""
+    if args.limit < 1:
+        raise cli.UsageError("--limit must be at least 1")
+    store = _open(args, missing_ok=True)
+    if store is None:
+        print("[]" if args.json else "no runs recorded here yet (no run store file)")
+        return cli.EXIT_OK
+    try:
+        runs = store.runs(limit=args.limit, status=args.status)
+    except StoreError as exc:
+        raise cli.UsageError(str(exc)) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
+        return cli.EXIT_OK
+    out = cli._console()
+    if not runs:
+        out.print(f"no runs{' with status ' + args.status if args.status else ''} in {store.location}", markup=False, highlight=False)
+        return cli.EXIT_OK
+    table = Table(title=f"runs in {store.location}", title_justify="left")
+    for name, kw in (("run", {"no_wrap": True}), ("status", {"no_wrap": True}), ("goal", {"overflow": "fold"}),
+                     ("started (UTC)", {"no_wrap": True}), ("duration", {"justify": "right"}), ("steps", {"justify": "right"}),
+                     ("cost", {"justify": "right"})):  # fmt: skip
+        table.add_column(name, **kw)
+    for r in runs:
+        table.add_row(
+            r.run_id + (f"\n  (sub-run of {r.parent_run_id})" if r.parent_run_id else ""),
+            Text(r.status.value, style=_STYLE.get(r.status, "")),
+            r.goal[:120],
+            f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+            _duration(r),
+            str(r.step_count),
+            r.usage.describe_cost(),
+        )
+    out.print(table)
+    return cli.EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``planexec show RUN_ID``: the run rebuilt from its stored events."""
+    store = _open(args)
+    assert store is not None
+    try:
+        summary = store.run(args.run_id)
+        events = store.events(args.run_id)
+        versions = store.plan_versions(args.run_id)
+        approvals = store.approvals(args.run_id)
+    except StoreError as exc:
+        raise cli.UsageError(str(exc)) from None
+    finally:
+        store.close()
+    plan = versions[-1].plan if versions else None
+    view = replay(events, plan)
+    steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
+    if args.json:
+        data = {
+            "run": summary.to_dict(),
+            "versions": [v.model_dump(mode="json") for v in versions],
+            "steps": {sid: rec.model_dump(mode="json") for sid, rec in view.steps.items()},
+            "superseded": {sid: rec.model_dump(mode="json") for sid, rec in view.superseded.items()},
+            "in_flight": view.in_flight,
+            "approvals": [a.to_dict() for a in approvals],
+            "answer": view.to_dict()["answer"],
+            "events": len(events),
+        }
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return cli.EXIT_OK
+    out = cli._console()
+    say = lambda text: out.print(text, markup=False, highlight=False, soft_wrap=True)
+    say(f"run {summary.run_id}: {summary.goal}")
+    status = f"status {summary.status.value}" + (f" ({summary.reason})" if summary.reason else "")
+    say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary)} · {len(events)} events")
+    u = summary.usage
+    say(f"  usage: {u.input_tokens} tokens in, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
+    if summary.parent_run_id:
+        say(f"  sub-run of {summary.parent_run_id} (step {summary.parent_step_id})")
+    say(f"plan {summary.plan_id!r} · version {summary.plan_version} · {summary.content_hash}")
+    for v in versions:
+        diff = f": {v.diff.render().replace(chr(10), '; ')}" if v.diff is not None else ""
+        say(f"  v{v.version} ({len(v.plan.steps)} steps) · {v.reason}{diff}")
+    out.print(_steps_table(view, summary))
+    t0 = view.started_at
+    for sid, rec in view.steps.items():
+        step = steps.get(sid)
+        say(f"{sid} · {rec.state.value} · {rec.worker or (step.worker if step else '?')}.{rec.action or (step.action if step else '?')}")
+        if step is not None:
+            if step.dependencies:
+                say(f"  after: {', '.join(step.dependencies)}")
+            if step.instruction:
+                say(f"  instruction: {step.instruction}")
+            if step.parameters:
+                say(f"  inputs: {_short(step.parameters)}")
+        if rec.started_at is not None and t0 is not None:
+            ended = f", ended +{(rec.finished_at - t0).total_seconds():.3f}s" if rec.finished_at else ""
+            say(f"  started +{(rec.started_at - t0).total_seconds():.3f}s{ended}, {rec.wall_time:.3f}s working, {rec.attempts} attempt(s)")
+        if rec.output is not None:
+            say(f"  output: {_short(rec.output.value)}")
+        if rec.error is not None:
+            say(f"  error: {rec.error.render()}")
+        if rec.reason and rec.state.value != "succeeded":
+            say(f"  reason: {rec.reason}")
+        for v in rec.verdicts:
+            say(f"  verdict (attempt {v['attempt']}) by {v['critic']}: {'approved' if v['approved'] else 'rejected'}: {'; '.join(v['reasons'])}")
+        for inner in view.sub_events.get(sid, []):
+            say(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))
+    if view.in_flight:
+        say(f"in flight when the log ends (started, never ended): {', '.join(view.in_flight)}")
+    for a in approvals:
+        what = f"step {a.step_id}" if a.step_id else "the plan"
+        by = f" by {a.by}" if a.by else ""
+        say(f"approval #{a.approval_id} of {what}: {a.state.value}{by}" + (f" ({a.reason})" if a.reason else ""))
+    if summary.finished:
+        say("answer: " + (_short(view.answer, 2000) if view.answer is not None else "none"))
+    return cli.EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """``planexec logs RUN_ID [--follow]``: the run's events as lines, and new ones as they are stored."""
+    if args.poll <= 0:
+        raise cli.UsageError("--poll must be greater than 0")
+    store = _open(args)
+    assert store is not None
+    try:
+        store.run(args.run_id)
+        after, t0 = -1, None
+        while True:
+            batch = store.events(args.run_id, after_seq=after)
+            for ev in batch:
+                if args.json:
+                    line = ev.to_json()
+                else:
+                    t0 = t0 or ev.at
+                    line = f"[+{(ev.at - t0).total_seconds():7.2f}s] {describe_event(ev)}"
+                print(line)
+            sys.stdout.flush()
+            if batch:
+                after = batch[-1].seq
+            if not args.follow or any(ev.type == "run_finished" for ev in batch):
+                return cli.EXIT_OK
+            time.sleep(args.poll)
+    except StoreError as exc:
+        raise cli.UsageError(str(exc)) from None
+    finally:
+        store.close()
+
+
+_STYLE = {
+    RunStatus.SUCCEEDED: "green",
+    RunStatus.PARTIAL: "yellow",
+    RunStatus.ABORTED: "red",
+    RunStatus.FAILED: "red",
+    RunStatus.CANCELLED: "yellow",
+    RunStatus.REPLAN_REQUESTED: "magenta",
+    RunStatus.RUNNING: "blue",
+}
+
+
+def _steps_table(view: Any, summary: RunSummary) -> Table:
+    table = Table(title=f"steps of {summary.run_id}", title_justify="left")
+    for name, kw in (("step", {"no_wrap": True}), ("state", {"no_wrap": True}), ("attempts", {"justify": "right"}),
+                     ("worker", {}), ("wall", {"justify": "right"}), ("tokens in/out", {"justify": "right"}),
+                     ("cost", {"justify": "right"}), ("error / reason", {"overflow": "fold"})):  # fmt: skip
+        table.add_column(name, **kw)
+    for sid, rec in view.steps.items():
+        why = rec.error.render() if rec.error else (rec.reason or "")
+        table.add_row(
+            sid,
+            rec.state.value,
+            str(rec.attempts),
+            rec.worker,
+            f"{rec.wall_time:.3f}s",
+            f"{rec.usage.input_tokens}/{rec.usage.output_tokens}",
+            rec.usage.describe_cost() if rec.usage.model_calls else "",
+            why,
+        )
+    return table
+
+
+def _duration(r: RunSummary) -> str:
+    if r.wall_time is not None:
+        return f"{r.wall_time:.2f}s"
+    return f"running for {(datetime.now(UTC) - r.started_at).total_seconds():.1f}s"
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

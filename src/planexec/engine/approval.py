@@ -1,0 +1,117 @@
+"""Approvals: asking before a step marked `requires_approval` runs, and before a plan version runs.
+
+Owns the `Approver` type and `ask_approval`, which turns the approver's
+answer (or its absence, or its failure) into None or a typed refusal; a
+sync approver may block on a person, so it runs off the event loop. Also
+owns the durable approvals kept in a run store: `StoreApprover` (per step)
+and `PlanApprover` (per plan version, frozen by the version's content
+hash). A request is stored, keyed by run, step (none for the plan) and
+content hash, so a restart finds it again, already decided or still
+pending; it is decided by `ask` (a prompt, ``--yes``, a policy) or by a
+person from any other process (``planexec approve``), found by polling.
+Imports `plan`, `plan_diff`, `results`, `tools` and the store's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from planexec.plan.model import Plan, Step
+from planexec.plan.diff import PlanDiff
+from planexec.engine.results import ErrorInfo
+from planexec.workers.tools import in_thread
+
+__all__ = ["Approver", "PlanApprover", "StoreApprover", "ask_approval", "step_hash"]
+
+# Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
+Approver = Callable[[Step], "bool | Awaitable[bool]"]
+
+
+async def ask_approval(approver: Approver | None, step: Step, *, run_id: str = "") -> ErrorInfo | None:
+    """None when the step is approved; otherwise why it may not run (`approval_required` or `approval_denied`)."""
+    if approver is None:
+        return ErrorInfo(
+            rule="approval_required",
+            type="NotApproved",
+            message=f"step {step.step_id!r} requires approval and the engine has no approver",
+        )
+    try:
+        if isinstance(approver, StoreApprover):
+            verdict = await approver.approve_step(run_id, step)
+        else:
+            verdict = await _ask(approver, step)
+    except Exception as exc:  # a broken approver refuses; it never approves by accident
+        return ErrorInfo(rule="approval_required", type=type(exc).__name__, message=f"the approver failed: {exc}")
+    if verdict is True:
+        return None
+    return ErrorInfo(rule="approval_denied", type="NotApproved", message=f"approval for step {step.step_id!r} was denied")
+
+
+async def _ask(ask: Callable[..., Any], *args: Any) -> Any:
+    """Call an approver or a decision function, sync (off the loop: it may prompt) or async."""
+    if inspect.iscoroutinefunction(ask) or inspect.iscoroutinefunction(getattr(ask, "__call__", None)):
+        return await ask(*args)
+    verdict = await in_thread(ask, *args)
+    return await verdict if inspect.isawaitable(verdict) else verdict
+
+
+def step_hash(step: Step) -> str:
+    """sha256 of what the step does (its whole JSON form): an approval is for exactly this step."""
+    blob = json.dumps(step.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+
+class _Durable:
+    """A request kept in a run store, decided by `ask` or, without one, by a person from any process."""
+
+    def __init__(self, store: Any, *, ask: Callable[..., Any] | None = None, by: str = "person", poll: float = 0.5,
+                 on_wait: Callable[[str, str | None], None] | None = None) -> None:  # fmt: skip
+        self.store = store
+        self.ask = ask
+        self.by = by
+        self.poll = poll
+        self.on_wait = on_wait
+
+    async def _decide(self, run_id: str, content_hash: str, step_id: str | None, *args: Any) -> bool:
+        request = await in_thread(self.store.request_approval, run_id, content_hash, step_id=step_id)
+        if request.state.value != "pending":  # decided before (another process, or before a restart)
+            return bool(request.state.value == "approved")
+        if self.ask is not None:
+            verdict = await _ask(self.ask, *args)
+            approved = verdict is True
+            await in_thread(
+                self.store.decide_approval, run_id, step_id=step_id, approved=approved, by=self.by, content_hash=content_hash,
+                reason=None if approved else "refused when asked",
+            )  # fmt: skip
+            return approved
+        if self.on_wait is not None:
+            self.on_wait(run_id, step_id)
+        while True:  # a person decides from another process (planexec approve); no deadline
+            await asyncio.sleep(self.poll)
+            for a in await in_thread(self.store.approvals, run_id):
+                if a.approval_id == request.approval_id and a.state.value != "pending":
+                    return bool(a.state.value == "approved")
+
+
+class StoreApprover(_Durable):
+    """Per-step approvals kept in a run store (see the module docstring); the engine's `approver`."""
+
+    async def approve_step(self, run_id: str, step: Step) -> bool:
+        """True when the step, exactly as it is, is approved; waits for a person when nobody is asked here."""
+        return await self._decide(run_id, step_hash(step), step.step_id, step)
+
+
+class PlanApprover(_Durable):
+    """Approvals of whole plan versions, frozen by content hash (see the module docstring); `Engine(plan_approver=...)`.
+
+    `ask(plan, diff)` gets the diff against the version it revises (None for the first).
+    """
+
+    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool:
+        """True when this version (its content hash) is approved; waits for a person when nobody is asked here."""
+        return await self._decide(run_id, plan.content_hash, None, plan, diff)

@@ -1,0 +1,173 @@
+"""Recording a live run into a run store, event by event, as it happens.
+
+Owns `Recorder`, `record_run(run, store)` and `DurableRunner`. The recorder
+subscribes to a `Run` and appends its events to the store, batched: one
+transaction per turn of the event loop. The events a resume depends on are
+durable before the engine goes on past them: `RunStarted`, a step's failure
+(an approval refused among them), `PlanRevised`, `PlanCompleted` and
+`RunFinished` flush at once, inside the subscriber call. So does
+`StepStarted` (the engine calls the step's worker right after emitting it,
+so a crash in the worker finds the step recorded as started), unless the
+engine's runner is a `DurableRunner`: that runner waits for the step's
+`StepStarted` to be stored before it hands the call on, so the steps that
+start in the same turn share one commit (group commit) instead of one each.
+
+The first version of the plan is saved before `RunStarted` (a streamed
+plan when it is complete). If the store fails, the run is cancelled rather
+than going on unrecorded; the events not written stay queued and the next
+flush tries them again (appending is idempotent). Imports `calls`,
+`runner`, `errors` and the store's protocol; never the engine's internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from planexec.workers.io import StepCall, WorkResult
+from planexec.errors import StoreError
+from planexec.engine.runner import Runner
+from planexec.store.base import RunStore
+
+__all__ = ["DurableRunner", "Recorder", "record_run"]
+
+log = logging.getLogger("planexec.store")
+
+# flushed inside the subscriber call, before the engine goes on
+DURABLE_AT_ONCE = frozenset({"run_started", "step_started", "step_failed", "plan_revised", "plan_completed", "run_finished"})
+
+
+class Recorder:
+    """Appends a run's events to a store: batched per event-loop turn, at once for the ones resume needs.
+
+    Use `record_run`. `gated`: a `DurableRunner` waits on `durable()` before
+    each step, so `StepStarted` need not flush at once. `error` holds the
+    store's failure, if one happened; `flush()` writes what is queued now.
+    """
+
+    def __init__(self, run: Any, store: RunStore, *, gated: bool = False) -> None:
+        self.run = run
+        self.store = store
+        self.gated = gated
+        self.error: StoreError | None = None
+        self.flushes = 0
+        self._queue: list[Any] = []
+        self._scheduled = False
+        self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
+        parent = getattr(run, "parent", None)
+        self._parent: tuple[str, str] | None = (parent[0], parent[1]) if parent else None
+        self._plan_saved = False
+
+    def __call__(self, event: Any) -> None:
+        """Take one event (the run calls this as a subscriber)."""
+        self._queue.append(event)
+        kind = event.type
+        if kind == "plan_completed":
+            self._save_plan()  # the streamed plan is whole now: store it with its completion
+        if kind in DURABLE_AT_ONCE and not (self.gated and kind == "step_started"):
+            self.flush()
+        else:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: nothing to batch with
+            self.flush()
+            return
+        self._scheduled = True
+        loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Append every queued event in one transaction (durable when this returns, unless `error` is set)."""
+        waiters, self._waiters = self._waiters, []
+        error = None
+        if self._queue:
+            batch, self._queue = self._queue, []
+            try:
+                self.store.append(batch, parent=self._parent)
+                self.flushes += 1
+            except StoreError as exc:
+                self._queue = batch + self._queue  # tried again by the next flush; appending is idempotent
+                self._failed(exc)
+                error = exc
+        for waiter in waiters:
+            if not waiter.done():  # a step cancelled while it waited has its future cancelled
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
+
+    async def durable(self) -> None:
+        """Wait until every event taken so far is stored (the next batch's commit); `StoreError` if it failed."""
+        if not self._queue:
+            return
+        waiter = asyncio.get_running_loop().create_future()  # one per step: cancelling a step cancels only its own
+        self._waiters.append(waiter)
+        self._schedule()
+        await waiter
+
+    def _save_plan(self) -> None:
+        if self._plan_saved:
+            return
+        try:
+            self.store.save_plan(self.run.run_id, self.run.plan)
+            self._plan_saved = True
+        except StoreError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: StoreError) -> None:
+        first = self.error is None
+        self.error = exc
+        if first:
+            log.error("run %s: the run store failed, cancelling the run: %s", self.run.run_id, exc)
+            self.run.cancel(f"the run store failed: {exc}")
+
+
+class DurableRunner:
+    """A `Runner` that hands a step to `inner` only once the step's `StepStarted` is stored.
+
+    ``Engine(registry, runner=DurableRunner(LocalRunner(registry)))``, then
+    `record_run` for each run: the steps that start in the same turn of the
+    event loop then share one commit, and none runs before its start is durable.
+    """
+
+    def __init__(self, inner: Runner) -> None:
+        self.inner = inner
+        self.recorders: dict[str, Recorder] = {}
+
+    async def run(self, call: StepCall) -> WorkResult:
+        """Wait for the run's recorder to store what it has, then perform `call` on `inner`."""
+        recorder = self.recorders.get(call.run_id)
+        if recorder is not None:
+            await recorder.durable()
+        return await self.inner.run(call)
+
+
+def record_run(run: Any, store: RunStore) -> Recorder:
+    """Record `run` into `store` from now on, with the events it already has; returns the `Recorder`.
+
+    Call it right after `Engine.start` (before the run's task first runs),
+    so the plan is saved before `RunStarted`. A streamed run's plan is
+    saved when it is complete. With a `DurableRunner` as the engine's
+    runner, steps wait for their start to be stored (group commit).
+    """
+    runner = getattr(getattr(run, "engine", None), "runner", None)
+    gated = isinstance(runner, DurableRunner)
+    recorder = Recorder(run, store, gated=gated)
+    if run.plan.steps:  # a streamed run starts with an empty plan
+        recorder._save_plan()
+    recorder._queue.extend(run.history)
+    recorder.flush()
+    run.subscribe(recorder)
+    if gated:
+        runner.recorders[run.run_id] = recorder  # type: ignore[union-attr]
+        run.subscribe(lambda ev: runner.recorders.pop(run.run_id, None) if ev.type == "run_finished" else None)  # type: ignore[union-attr]
+    return recorder

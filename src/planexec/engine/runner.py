@@ -1,0 +1,37 @@
+"""Where a step runs: the `Runner` seam between deciding and executing.
+
+Owns the `Runner` protocol (one method: run a `StepCall`, return a
+`WorkResult`) and `LocalRunner`, which performs the call in this process on
+the registry's worker. The engine decides *what* runs and *when*; a runner
+only decides *where*, so a distributed backend can replace `LocalRunner`
+without touching the engine. Imports `calls` and `registry`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from planexec.workers.io import StepCall, WorkResult
+from planexec.workers.registry import Registry
+
+__all__ = ["LocalRunner", "Runner"]
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Performs one attempt of one step somewhere and returns its result."""
+
+    async def run(self, call: StepCall) -> WorkResult:
+        """Perform `call` on the worker it names."""
+        ...
+
+
+class LocalRunner:
+    """Runs steps in this process's event loop, on the registry's workers."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def run(self, call: StepCall) -> WorkResult:
+        """Look the worker up by name and let it perform the call."""
+        return await self.registry.worker(call.worker).perform(call)

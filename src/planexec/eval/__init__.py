@@ -1,0 +1,1 @@
+"""Evaluation: suites of goals, the harness that runs them in each mode, and its reports."""

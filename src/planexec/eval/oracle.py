@@ -1,0 +1,240 @@
+"""Scripted models for evaluation: an oracle that plays every role from a reference solution, and a latency model.
+
+Owns `OracleModel` (a `FunctionModel` that answers each request from a
+goal's reference solution, so evaluation numbers are exact and
+reproducible) and `LatencyModel` (any model, charged a stated latency per
+call: ``overhead + input_tokens * per_input_token + output_tokens *
+per_output_token`` seconds). The oracle tells roles apart by the request:
+
+* planner (its ``output_schema`` has a ``steps`` property): the solution as
+  a plan draft, worker ``tool``, one step per call, references as
+  ``${id}``; ids ``s1..sn`` when the schema fixes step ids (positional),
+  else the solution's own ids;
+* joiner (a property ``action`` whose enum holds ``finish``):
+  ``{"action": "finish", "answer": <the last step's output as text>}``;
+* ReAct agent (a request offering ``tools``, or a JSON-mode tool union):
+  the solution's calls one per turn, in order, with the values it reads
+  from the tool results so far, then the last result as its answer;
+* anything else (a synthesizer, a writer): the last result it can read.
+
+Token counts are `testing.count_tokens`'s, as `FunctionModel` counts them.
+Imports `testing`, `models.base`, `plan` (reference rules) and `eval_suite`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from planexec.eval.suite import SolutionCall, answer_text
+from planexec.models.base import (
+    Message,
+    Model,
+    ModelDelta,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    stream_response,
+)
+from planexec.plan.model import resolve_references
+from planexec.testing import FunctionModel
+
+__all__ = ["LatencyModel", "OracleModel"]
+
+_REF = re.compile(r"(?<!\$)\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
+_RESULT_LINE = re.compile(r"^- ([A-Za-z0-9_][A-Za-z0-9_\-]*): (.*)$")
+_TOOL_RESULT = "Result of tool "
+
+
+def _find_property(schema: Any, name: str) -> Any:
+    """The schema of the first property `name` anywhere in `schema` (properties, anyOf, $defs ...), or None."""
+    if isinstance(schema, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict) and name in props:
+            return props[name]
+        for value in schema.values():
+            found = _find_property(value, name)
+            if found is not None:
+                return found
+    elif isinstance(schema, list):
+        for value in schema:
+            found = _find_property(value, name)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_json_tool_union(schema: Any) -> bool:
+    """A JSON-mode turn (`toolcalls.json_mode_schema`) that offers at least one tool."""
+    branches = schema.get("anyOf") if isinstance(schema, dict) else None
+    return bool(branches) and any("tool" in (b.get("properties") or {}) for b in branches if isinstance(b, dict))
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return text
+
+
+class OracleModel(FunctionModel):
+    """A model that plays every role from a goal's reference `solution` (see the module docstring).
+
+    `requests` records every request, as `FunctionModel` does.
+    """
+
+    def __init__(self, solution: Sequence[SolutionCall], *, name: str = "test:oracle") -> None:
+        if not solution:
+            raise ValueError("an oracle needs at least one solution call")
+        self.solution = list(solution)
+        super().__init__(self.answer, name=name)
+
+    # --- the roles -----------------------------------------------------------------------------
+
+    def answer(self, request: ModelRequest) -> Any:
+        """The reply to one request: a plan draft, a join decision, a tool call or the last result."""
+        schema = request.output_schema or {}
+        if "steps" in (schema.get("properties") or {}):
+            return json.dumps(self.plan_draft(positional="step_1" in (schema.get("$defs") or {})))
+        results = self._tool_results(request.messages)
+        if request.tools or _is_json_tool_union(schema):
+            if len(results) < len(self.solution):
+                call = self.solution[len(results)]
+                outputs = {c.call_id: v for c, v in zip(self.solution, results)}
+                args = resolve_references(call.args, outputs)
+                if request.tools:
+                    return ToolCall(call_id=f"oracle_{len(results) + 1}", name=call.tool, arguments=args)
+                return json.dumps({"tool": call.tool, "arguments": args})
+            text = answer_text(results[-1]) if results else ""
+            return json.dumps({"answer": text}) if request.output_schema else text
+        action = (schema.get("properties") or {}).get("action") or _find_property(schema, "action")
+        if isinstance(action, dict) and "finish" in (action.get("enum") or []):
+            return json.dumps({"action": "finish", "answer": self._joined_answer(request.messages)})
+        last = answer_text(results[-1]) if results else self._last_result_text(request.messages)
+        if request.output_schema and _find_property(schema, "answer") is not None:  # a JSON-mode final turn
+            return json.dumps({"answer": last})
+        return last
+
+    def plan_draft(self, *, positional: bool) -> dict[str, Any]:
+        """The solution as a plan draft: worker ``tool``, action the tool, references ``${id}``."""
+        ids = {c.call_id: (f"s{k}" if positional else c.call_id) for k, c in enumerate(self.solution, 1)}
+
+        def rename(value: Any) -> Any:
+            if isinstance(value, str):
+                return _REF.sub(lambda m: f"${{{ids.get(m[1], m[1])}{m[2]}}}", value)
+            if isinstance(value, dict):
+                return {k: rename(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [rename(v) for v in value]
+            return value
+
+        steps = [
+            {
+                "id": ids[c.call_id],
+                "worker": "tool",
+                "action": c.tool,
+                "instruction": f"Call {c.tool}.",
+                "parameters": rename(c.args),
+                "depends_on": [ids[r] for r in c.references],
+            }
+            for c in self.solution
+        ]
+        return {"steps": steps}
+
+    # --- reading the conversation ---------------------------------------------------------------
+
+    @staticmethod
+    def _tool_results(messages: list[Message]) -> list[Any]:
+        """The tool results of a ReAct conversation so far, decoded: native ``tool`` messages or JSON mode's user messages."""
+        out: list[Any] = []
+        for m in messages:
+            if m.role == "tool":
+                out.append(_decode(m.content))
+            elif m.role == "user" and m.content.startswith(_TOOL_RESULT):
+                out.append(_decode(m.content.split("\n", 1)[1] if "\n" in m.content else ""))
+        return out
+
+    def _joined_answer(self, messages: list[Message]) -> str:
+        """The last step's output in a joiner's ``- <id>: <output>`` lines (the solution's last call, by either id)."""
+        lines: dict[str, str] = {}
+        for m in messages:
+            if m.role == "user":
+                for line in m.content.splitlines():
+                    found = _RESULT_LINE.match(line)
+                    if found:
+                        lines[found[1]] = found[2]
+        for sid in (self.solution[-1].call_id, f"s{len(self.solution)}"):
+            if sid in lines:
+                return answer_text(_decode(lines[sid]))
+        return answer_text(_decode(list(lines.values())[-1])) if lines else ""
+
+    @staticmethod
+    def _last_result_text(messages: list[Message]) -> str:
+        """The last result a synthesizer or writer can read: after the last ``Result of ...:`` in the messages."""
+        for m in reversed(messages):
+            if "Result of " in m.content:
+                tail = m.content.rsplit("Result of ", 1)[1]
+                return answer_text(_decode(tail.split("\n", 1)[1].strip() if "\n" in tail else ""))
+        return ""
+
+
+class LatencyModel:
+    """Any model, with a stated latency per call: ``overhead + input_tokens * per_input_token + output_tokens * per_output_token`` seconds.
+
+    `complete` waits the whole latency; `stream` waits ``overhead +
+    input_tokens * per_input_token`` before the first token (the prompt
+    read), then `per_output_token` before each token (a whitespace-separated
+    word, as `count_tokens` counts). Token counts are the inner response's.
+    Anything else (capabilities such as ``constrained_decoding``) is the inner model's.
+    """
+
+    def __init__(self, inner: Model, *, overhead: float = 0.2, per_input_token: float = 0.0005, per_output_token: float = 0.02) -> None:
+        if min(overhead, per_input_token, per_output_token) < 0:
+            raise ValueError("latencies must be 0 or more")
+        self.inner = inner
+        self.name = inner.name
+        self.overhead = overhead
+        self.per_input_token = per_input_token
+        self.per_output_token = per_output_token
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @staticmethod
+    def describe_values(overhead: float, per_input_token: float, per_output_token: float) -> str:
+        """A latency model in words, e.g. ``0.2 s + 0.0005 s x input tokens + 0.02 s x output tokens per call``."""
+        return f"{overhead:g} s + {per_input_token:g} s x input tokens + {per_output_token:g} s x output tokens per call"
+
+    def describe(self) -> str:
+        """This model's latency in words (see `describe_values`)."""
+        return self.describe_values(self.overhead, self.per_input_token, self.per_output_token)
+
+    def latency(self, response: ModelResponse) -> float:
+        """The seconds one call with this response's usage takes."""
+        u = response.usage
+        return self.overhead + u.input_tokens * self.per_input_token + u.output_tokens * self.per_output_token
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The inner model's response, after its latency."""
+        response = await self.inner.complete(request)
+        await asyncio.sleep(self.latency(response))
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+        """The inner model's response streamed a token at a time, each after its share of the latency."""
+        response: ModelResponse | None = None
+        async for item in stream_response(self.inner, request):
+            if isinstance(item, ModelResponse):
+                response = item
+        assert response is not None
+        await asyncio.sleep(self.overhead + response.usage.input_tokens * self.per_input_token)
+        pieces = re.findall(r"\s*\S+|\s+$", response.text)
+        for piece in pieces:
+            await asyncio.sleep(self.per_output_token)
+            yield ModelDelta(text=piece)
+        if not pieces:  # tool calls only: their tokens still take their time
+            await asyncio.sleep(response.usage.output_tokens * self.per_output_token)
+        yield response

@@ -1,0 +1,1 @@
+"""The plan library: plans kept as named, versioned templates, run again without a planner."""

@@ -1,0 +1,436 @@
+"""The plan: `Plan`, `Step`, failure actions, success criteria and references.
+
+Owns the typed plan and its stable JSON form, the JSON Schema export, the
+content hash, and references from a step's parameters to earlier outputs
+(``${step_id}`` or ``${step_id.items.0.name}``, whole or inside a string).
+Structural checks that need no registry live in `validation`. Imports only
+`errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from functools import cached_property
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_validator,
+)
+
+from planexec.errors import PlanParseError, Problem
+
+__all__ = [
+    "Criterion",
+    "FailureAction",
+    "JsonSchemaCriterion",
+    "NotEmptyCriterion",
+    "Plan",
+    "PredicateCriterion",
+    "RegexCriterion",
+    "RollbackPlan",
+    "Step",
+    "find_references",
+    "resolve_references",
+]
+
+STEP_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$"
+# ${step_id} or ${step_id.path.to.value}; "$${" escapes a literal "${".
+_REF = re.compile(r"(?<!\$)\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
+_REF_OR_ESCAPE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
+_WHOLE_REF = re.compile(r"^\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}$")
+
+RiskLevel = Literal["low", "medium", "high", "critical"]
+FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
+
+
+_CACHED = ("content_hash", "references", "dependencies")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy with `update` applied; derived values (hash, dependencies) are recomputed, never copied."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in _CACHED:
+            copy.__dict__.pop(name, None)
+        return copy
+
+
+# --- failure actions -------------------------------------------------------
+
+
+class FailureAction(_Record):
+    """What happens when a step fails.
+
+    ``abort`` cancels what runs and ends the run; ``retry`` tries again up to
+    `max_attempts` with exponential backoff and jitter, then applies `then`;
+    ``skip`` records the failure and skips dependents that do not accept
+    failed inputs; ``fallback`` re-runs the step on `worker`; ``replan`` ends
+    the run with a request for a new plan. A bare string is shorthand for
+    ``{"kind": ...}``.
+    """
+
+    kind: FailureKind = "abort"
+    max_attempts: int = Field(3, ge=1, le=100, description="attempts in all, for kind=retry")
+    backoff: float = Field(0.5, ge=0, description="seconds before the first retry")
+    backoff_multiplier: float = Field(2.0, ge=1)
+    backoff_max: float = Field(30.0, ge=0)
+    jitter: float = Field(0.1, ge=0, le=1, description="fraction of the delay drawn at random")
+    worker: str | None = Field(None, description="the worker to fall back to, for kind=fallback")
+    then: Literal["abort", "skip", "fallback", "replan"] = Field(
+        "abort", description="what to do once retries are exhausted"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"kind": data}
+        return data
+
+    def retry_delay(self, attempt: int, draw: float) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based); `draw` in [0, 1)."""
+        base = min(self.backoff_max, self.backoff * self.backoff_multiplier ** (attempt - 1))
+        return base * (1 - self.jitter * draw)
+
+    def next_action(self, attempt: int, *, retryable: bool, rerouted: bool) -> str:
+        """What follows failed attempt `attempt`: ``retry``, ``fallback``, ``skip``, ``replan`` or ``abort``."""
+        if self.kind == "retry" and attempt < self.max_attempts and retryable and not rerouted:
+            return "retry"
+        action = self.then if self.kind == "retry" else self.kind
+        if action == "fallback" and rerouted:
+            # the fallback failed too; for kind=fallback, `then` says what comes next
+            action = self.then if self.kind == "fallback" and self.then != "fallback" else "abort"
+        return action
+
+
+# --- success criteria ------------------------------------------------------
+
+
+class NotEmptyCriterion(_Record):
+    """The output is not None, not an empty string, list or mapping."""
+
+    kind: Literal["not_empty"] = "not_empty"
+
+
+class RegexCriterion(_Record):
+    """The output (or the value at `path` in it), as text, matches `pattern`."""
+
+    kind: Literal["regex"] = "regex"
+    pattern: str
+    path: str | None = None
+
+
+class JsonSchemaCriterion(_Record):
+    """The output validates against a JSON Schema."""
+
+    kind: Literal["json_schema"] = "json_schema"
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+
+class PredicateCriterion(_Record):
+    """A named predicate function, registered like a tool, returns true."""
+
+    kind: Literal["predicate"] = "predicate"
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class CriticCriterion(_Record):
+    """A critic worker judges the output against `criteria` (the step's instruction when empty).
+
+    The critic must check with a tool (run the code, re-read the file,
+    recompute) before approving; an approval without a tool call is no
+    judgement, and the check fails. Its verdict and reasons are recorded.
+    """
+
+    kind: Literal["critic"] = "critic"
+    worker: str = "critic"
+    criteria: str = ""
+
+
+Criterion = Annotated[
+    Union[NotEmptyCriterion, RegexCriterion, JsonSchemaCriterion, PredicateCriterion, CriticCriterion],
+    Field(discriminator="kind"),
+]
+
+
+def _criteria_shorthand(value: Any) -> Any:
+    # "all_tests_pass" -> a predicate; "not_empty" -> the built-in check.
+    if value is None:
+        return []
+    if isinstance(value, (str, dict)):
+        value = [value]
+    out = []
+    for item in value:
+        if item == "not_empty":
+            out.append({"kind": "not_empty"})
+        elif isinstance(item, str):
+            out.append({"kind": "predicate", "name": item})
+        else:
+            out.append(item)
+    return out
+
+
+def criterion_label(criterion: Criterion) -> str:
+    """A short human name for a criterion, used in errors and events."""
+    if isinstance(criterion, PredicateCriterion):
+        return f"predicate {criterion.name!r}"
+    if isinstance(criterion, RegexCriterion):
+        return f"regex {criterion.pattern!r}"
+    if isinstance(criterion, CriticCriterion):
+        return f"critic {criterion.worker!r}"
+    return criterion.kind
+
+
+# --- durations -------------------------------------------------------------
+
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$")
+
+
+def _parse_duration(value: Any) -> Any:
+    # Accept "15 minutes", "2h", "30 s" besides ISO 8601 and plain seconds.
+    if isinstance(value, str):
+        m = _DURATION.match(value.lower())
+        if m and m.group(2) in _UNITS:
+            return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    return value
+
+
+# --- steps and plans -------------------------------------------------------
+
+
+class Step(_Record):
+    """One unit of work: which worker performs which action with which parameters."""
+
+    step_id: str = Field(alias="id", pattern=STEP_ID_PATTERN, max_length=64, description="unique within the plan")
+    action: str = Field(description="the tool or task name the worker performs")
+    worker: str = Field("tool", description="the role that performs the step; 'tool' calls the action directly")
+    instruction: str = Field("", description="the narrow natural-language task; may reference outputs like parameters")
+    parameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="arguments; a string '${step_id}' or '${step_id.path}' references an earlier output",
+    )
+    depends_on: list[str] = Field(default_factory=list)
+    success_criteria: list[Criterion] = Field(default_factory=list)
+    failure_action: FailureAction = Field(default_factory=FailureAction)
+    timeout: float | None = Field(None, gt=0, description="seconds; the engine default when absent")
+    requires_approval: bool = False
+    accepts_failed_inputs: bool = Field(False, description="run even when a dependency failed or was skipped")
+
+    @field_validator("success_criteria", mode="before")
+    @classmethod
+    def _criteria(cls, value: Any) -> Any:
+        return _criteria_shorthand(value)
+
+    @field_validator("failure_action", mode="before")
+    @classmethod
+    def _failure(cls, value: Any) -> Any:
+        return FailureAction() if value is None else value
+
+    @cached_property
+    def references(self) -> set[str]:
+        """Step ids this step's parameters and instruction refer to."""
+        return {ref for ref, _ in find_references([self.parameters, self.instruction])}
+
+    @cached_property
+    def dependencies(self) -> list[str]:
+        """Declared dependencies plus those implied by references, in a stable order."""
+        deps = list(dict.fromkeys(self.depends_on))
+        deps += sorted(self.references - set(deps))
+        return deps
+
+
+class RollbackPlan(_Record):
+    """Steps that undo what a plan did (validated with the plan; running them on abort comes with durable runs)."""
+
+    goal: str = ""
+    steps: list[Step] = Field(default_factory=list)
+
+
+class Plan(_Record):
+    """A typed DAG of steps toward a goal, with a stable JSON form and a content hash."""
+
+    plan_id: str = Field(min_length=1, max_length=200)
+    goal: str
+    steps: list[Step] = Field(min_length=1)
+    rollback_plan: RollbackPlan | str | None = Field(None, description="inline steps or the name of a saved plan")
+    estimated_duration: timedelta | None = None
+    risk_level: RiskLevel = "low"
+    answer_step: str | None = Field(None, description="the step whose output is the run's answer")
+    version: int = Field(1, ge=1)
+    revises: int | None = Field(None, ge=1, description="the version this one revises")
+
+    @field_validator("estimated_duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _parse_duration(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_hash(cls, data: Any) -> Any:
+        # content_hash is derived; a dumped plan carries it and must load back.
+        if isinstance(data, dict) and "content_hash" in data:
+            data = {k: v for k, v in data.items() if k != "content_hash"}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version."""
+        content = self.model_dump(
+            mode="json", by_alias=True, include={"goal", "steps", "rollback_plan", "risk_level", "answer_step"}
+        )
+        blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+
+    def step(self, step_id: str) -> Step:
+        """The step with this id; KeyError naming it when absent."""
+        for s in self.steps:
+            if s.step_id == step_id:
+                return s
+        raise KeyError(f"plan {self.plan_id!r} has no step {step_id!r}")
+
+    @property
+    def step_ids(self) -> list[str]:
+        """Step ids in plan order."""
+        return [s.step_id for s in self.steps]
+
+    def sinks(self) -> list[str]:
+        """Steps no other step depends on, in plan order."""
+        used = {d for s in self.steps for d in s.dependencies}
+        return [s.step_id for s in self.steps if s.step_id not in used]
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The stable JSON form (aliases, content hash included)."""
+        return self.model_dump_json(by_alias=True, indent=indent, exclude_none=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Plan:
+        """Parse a plan from JSON text; `PlanParseError` lists every shape problem."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanParseError(
+                [Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]
+            ) from None
+        except (ValueError, RecursionError) as exc:  # not UTF-8, or nested too deeply to read
+            raise PlanParseError([Problem("malformed_json", f"{type(exc).__name__}: {exc}")]) from None
+        return cls.from_data(data)
+
+    @classmethod
+    def from_data(cls, data: Any) -> Plan:
+        """Validate a decoded JSON object as a plan; `PlanParseError` lists every problem."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise PlanParseError(_shape_problems(exc, data), plan_id=_plan_id_of(data)) from None
+
+
+def _plan_id_of(data: Any) -> str | None:
+    return data.get("plan_id") if isinstance(data, dict) and isinstance(data.get("plan_id"), str) else None
+
+
+def _shape_problems(exc: ValidationError, data: Any) -> list[Problem]:
+    """Turn pydantic errors into Problems that name the step and field."""
+    problems = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        step_id = None
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            try:
+                raw = data["steps"][loc[1]]
+                step_id = raw.get("id") or raw.get("step_id") if isinstance(raw, dict) else None
+            except (KeyError, IndexError, TypeError):
+                step_id = None
+            step_id = step_id if isinstance(step_id, str) else f"#{loc[1]}"
+            loc = loc[2:]
+        # drop discriminator tags pydantic puts in the location
+        field = ".".join(str(p) for p in loc if not (isinstance(p, str) and p.endswith("Criterion")))
+        rule = {"missing": "missing_field", "extra_forbidden": "unknown_field"}.get(err["type"], err["type"])
+        problems.append(Problem(rule, err["msg"], step_id=step_id, field=field or None))
+    return problems
+
+
+# --- references ------------------------------------------------------------
+
+
+def find_references(value: Any) -> list[tuple[str, str]]:
+    """Every (step_id, path) referenced anywhere inside a parameter value."""
+    found: list[tuple[str, str]] = []
+    if isinstance(value, str):
+        found += [(m.group(1), m.group(2).lstrip(".")) for m in _REF.finditer(value)]
+    elif isinstance(value, dict):
+        for v in value.values():
+            found += find_references(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            found += find_references(v)
+    return found
+
+
+def lookup(value: Any, path: str) -> Any:
+    """Follow a dotted path (`items.0.name`) into nested mappings and lists."""
+    if not path:
+        return value
+    for part in path.split("."):
+        if isinstance(value, dict):
+            if part not in value:
+                raise LookupError(f"no key {part!r} (keys: {', '.join(map(str, list(value)[:10]))})")
+            value = value[part]
+        elif isinstance(value, (list, tuple)):
+            try:
+                value = value[int(part)]
+            except (ValueError, IndexError):
+                raise LookupError(f"no index {part!r} in a list of {len(value)}") from None
+        else:  # outputs are JSON data: mappings, lists and scalars only
+            raise LookupError(f"cannot index {type(value).__name__} with {part!r}")
+    return value
+
+
+def resolve_references(value: Any, outputs: dict[str, Any], missing: frozenset[str] = frozenset()) -> Any:
+    """Replace references with outputs: a whole-string reference keeps the output's type,
+    a reference inside a template is formatted as text (JSON for structures). References
+    to steps in `missing` (failed inputs a tolerant step accepts) resolve to None."""
+
+    def get(m: re.Match[str]) -> Any:
+        if m.group(1) in missing:
+            return None
+        return lookup(outputs[m.group(1)], m.group(2).lstrip("."))
+
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+        whole = _WHOLE_REF.match(value)
+        if whole:
+            return get(whole)
+
+        def text(m: re.Match[str]) -> str:
+            if m.group(1) is None:  # "$${": a literal "${", in the same pass so outputs are never unescaped
+                return "${"
+            v = get(m)
+            return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+
+        return _REF_OR_ESCAPE.sub(text, value)
+    if isinstance(value, dict):
+        return {k: resolve_references(v, outputs, missing) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_references(v, outputs, missing) for v in value]
+    return value
+
+
+def is_whole_reference(value: Any) -> bool:
+    """True when the value is exactly one reference (its type is the output's)."""
+    return isinstance(value, str) and _WHOLE_REF.match(value) is not None

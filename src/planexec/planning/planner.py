@@ -1,0 +1,278 @@
+"""The planner: a goal and the registry's catalog -> a validated `Plan`, with repair.
+
+Owns `Planner`, `Planning` (the plan and how it was reached) and `PlanDraft`
+(one attempt: what the model wrote, its problems, its usage). The model
+writes in the restricted schema of `plan_schema` (workers and actions are
+enums, so even a small model cannot name a tool that does not exist); a
+draft that fails to parse or validate goes back to the model with its
+problems, up to `max_repairs` times; then `PlanningError` shows the last
+draft and its problems. Requests carry a seed and temperature 0 by default,
+so a provider that honours them plans deterministically.
+`Planner.stream` (in `plan_stream`) hands out steps while the model writes.
+Prompts are files under ``prompts/planner/``. Imports `plan`,
+`plan_schema`, `validation`, `registry`, `records`, `usage`, `errors`, `toolcalls` (its prompt loader) and
+`models.base`; never the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planexec.errors import ModelOutputError, PlanningError, PlanParseError, Problem
+from planexec.models.base import Message, Model, ModelRequest
+from planexec.plan.model import Plan
+from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
+from planexec.records import Record
+from planexec.workers.registry import Registry
+from planexec.workers.tool_calls import prompt_file
+from planexec.usage import Usage
+from planexec.plan.validation import validate_plan
+
+__all__ = ["PlanDraft", "Planner", "Planning", "load_prompt", "render_catalog"]
+
+
+def load_prompt(name: str) -> str:
+    """The text of ``prompts/<name>`` shipped in the package (markers not filled)."""
+    return prompt_file(*name.split("/"))
+
+
+def _type_of(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " | ".join(_type_of(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_type_of(schema.get('items') or {})}"
+    return str(kind)
+
+
+def render_catalog(catalog: list[dict[str, Any]]) -> str:
+    """The registry's catalog as the short text a planner reads: one line per (worker, action)."""
+    lines = []
+    for worker in catalog:
+        lines.append(f"- worker {worker['name']}: {worker['description']}")
+        for action in worker["actions"]:
+            params = action["parameters"]
+            props = params.get("properties")
+            if props is None:
+                signature = "input: string (optional): the text the task works on; may quote earlier results"
+            else:
+                required = set(params.get("required", []))
+                signature = ", ".join(f"{name}: {_type_of(p)}{'' if name in required else ' (optional)'}" for name, p in props.items())
+            about = f" - {action['description']}" if action["description"] else ""
+            lines.append(f"    action {action['name']}({signature}){about}")
+    return "\n".join(lines)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _overlap(a: str, b: str) -> int:
+    return len(set(_WORD.findall(a.lower())) & set(_WORD.findall(b.lower())))
+
+
+def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str) -> tuple[str, list[Message]]:
+    """Few-shot examples: those whose actions all exist become earlier turns of the conversation
+    (small models imitate turns best), the one most like the goal last, since a small model copies
+    the nearest; when none fits, the others are shown in the system prompt as examples with other tools."""
+    fitting = sorted((ex for ex in examples if set(ex["uses"]) <= pairs), key=lambda ex: _overlap(ex["goal"], goal))
+    if fitting:
+        turns = []
+        for ex in fitting:
+            turns.append(Message(role="user", content=f"Goal: {ex['goal']}"))
+            turns.append(Message(role="assistant", content=json.dumps(ex["plan"], ensure_ascii=False)))
+        return "", turns
+    shown = [
+        f"Tools: {ex['catalog']}\nGoal: {ex['goal']}\nPlan: {json.dumps(ex['plan'], ensure_ascii=False)}"
+        for ex in examples
+        if "catalog" in ex
+    ]
+    return "\nExamples (they use other tools than yours):\n" + "\n\n".join(shown) + "\n", []
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanDraft(Record):
+    """One attempt of the planner: the text the model wrote and what was wrong with it (nothing, if accepted)."""
+
+    attempt: int
+    model: str
+    text: str
+    problems: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    wall_time: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        """True when this draft became the plan."""
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planning(Record):
+    """A plan and how it was reached: every draft, and the usage of all of them."""
+
+    plan: Plan
+    drafts: list[PlanDraft]
+    usage: Usage
+
+    @property
+    def repairs(self) -> int:
+        """Drafts sent back for repair."""
+        return len(self.drafts) - 1
+
+
+class Planner:
+    """Turns goals into validated plans over a registry's workers.
+
+    `max_steps` bounds a plan; `max_repairs` how many times problems go back
+    to the model; `examples` replace the shipped few-shot examples (an
+    example is shown as an earlier turn when every action it uses exists); `positional` picks the schema shape (default: positional
+    when the model decodes under a grammar, see `plan_schema`); `workers`
+    restricts which workers it may use.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        registry: Registry,
+        *,
+        max_steps: int = 8,
+        max_repairs: int = 2,
+        seed: int | None = 0,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = 2048,
+        positional: bool | None = None,
+        workers: list[str] | None = None,
+        examples: list[dict[str, Any]] | None = None,
+    ) -> None:
+        if max_repairs < 0:
+            raise ValueError("max_repairs must be 0 or more")
+        self.model = model
+        self.registry = registry
+        self.max_steps = max_steps
+        self.max_repairs = max_repairs
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.positional = bool(getattr(model, "constrained_decoding", False)) if positional is None else positional
+        self.workers = workers
+        # few-shot examples: {"uses": ["worker.action", ...], "goal", "plan", "catalog"?}; shipped ones by default
+        self.examples = examples if examples is not None else json.loads(load_prompt("planner/examples.json"))
+        self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers)
+
+    def __repr__(self) -> str:
+        return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
+
+    def messages(self, goal: str) -> list[Message]:
+        """The opening conversation: the system prompt (catalog, rules), few-shot examples, and the goal."""
+        catalog = []
+        for w in self.registry.catalog():
+            if self.workers is None or w["name"] in self.workers:
+                allowed = set(planning_actions(self.registry.workers[w["name"]]))
+                catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
+        pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
+        shown, turns = _example_turns(self.examples, pairs, goal)
+        system = prompt_file("planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
+        return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
+
+    def request(self, messages: list[Message]) -> ModelRequest:
+        """One planning call: the conversation so far, the draft schema, the seed."""
+        return ModelRequest(
+            messages=messages,
+            output_schema=self.schema,
+            temperature=self.temperature,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+        )
+
+    def check(self, text: str, goal: str, plan_id: str) -> tuple[Plan | None, list[Problem]]:
+        """Read a draft: the plan when it parses and validates, else its problems."""
+        try:
+            draft = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]
+        try:
+            plan = Plan.from_data(draft_to_plan_data(draft, goal, plan_id=plan_id))
+        except PlanParseError as exc:
+            return None, exc.problems
+        problems = validate_plan(plan, self.registry)
+        return (None, problems) if problems else (plan, [])
+
+    async def draft(self, goal: str, *, plan_id: str | None = None) -> Planning:
+        """Plan `goal`, repairing as needed; the plan with every draft, or `PlanningError`."""
+        plan_id = plan_id or plan_id_for(goal)
+        return await self.attempts(self.messages(goal), lambda text: self.check(text, goal, plan_id), goal=goal)
+
+    async def attempts(
+        self,
+        messages: list[Message],
+        check: Callable[[str], tuple[Plan | None, list[Problem]]],
+        *,
+        goal: str,
+        schema: dict[str, Any] | None = None,
+    ) -> Planning:
+        """The repair loop: ask, `check` the text, send its problems back, up to `max_repairs` times.
+
+        `schema` replaces the draft schema (a revision's, see `replanning`).
+        Returns the accepted plan with every draft, or raises `PlanningError`.
+        """
+        drafts: list[PlanDraft] = []
+        usage = Usage()
+        for attempt in range(1, self.max_repairs + 2):
+            t0 = time.perf_counter()
+            try:
+                request = self.request(messages)
+                if schema is not None:
+                    request = request.model_copy(update={"output_schema": schema})
+                response = await self.model.complete(request)
+                text, cost = response.text, response.usage
+            except ModelOutputError as exc:  # it answered, off-schema: a draft to repair, not a dead end
+                text, cost = exc.text, exc.usage if isinstance(exc.usage, Usage) else Usage(model_calls=1)
+                problems: list[Problem] = [Problem("schema_mismatch", str(exc))]
+                plan = None
+                if text:
+                    plan, problems = check(text)
+                    problems = problems or [Problem("schema_mismatch", str(exc))]
+            else:
+                plan, problems = check(text)
+                if plan is None and response.finish_reason == "length":
+                    # a cut-off draft is not worth repairing line by line: ask for a shorter plan
+                    problems = [Problem("cut_off", f"the plan was cut off at {self.max_tokens} tokens; write a shorter plan: fewer steps, shorter texts")]
+            usage = usage + cost
+            drafts.append(
+                PlanDraft(
+                    attempt=attempt,
+                    model=self.model.name,
+                    text=text,
+                    problems=[p.render() for p in problems],
+                    usage=cost,
+                    wall_time=time.perf_counter() - t0,
+                )
+            )
+            if plan is not None and not problems:
+                return Planning(plan=plan, drafts=drafts, usage=usage)
+            shown = text if not (problems and problems[0].rule == "cut_off") else text[:400] + " …(cut off)"
+            messages = [
+                *messages,
+                Message(role="assistant", content=shown),
+                Message(role="user", content=prompt_file("planner", "repair.md", problems="\n".join(f"- {p.render()}" for p in problems))),
+            ]
+        raise PlanningError(
+            f"planner {self.model.name} wrote no valid plan for {goal!r} in {len(drafts)} attempt(s)",
+            model=self.model.name,
+            attempts=len(drafts),
+            problems=problems,
+            last_text=text,
+            usage=usage,
+        )
+
+    async def plan(self, goal: str, *, plan_id: str | None = None) -> Plan:
+        """The validated plan for `goal` (see `draft` for the attempts)."""
+        return (await self.draft(goal, plan_id=plan_id)).plan
+

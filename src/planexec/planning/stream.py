@@ -1,0 +1,196 @@
+"""Plans streamed into execution: steps handed out while the planner model is still writing.
+
+Owns `PlanStream` (an async iterator of the plan's steps, each yielded as
+soon as the model has written it completely and it is valid on its own),
+`StreamingRun` (a `Run` that takes steps while it runs) and `follow` (the
+task that feeds a `StreamingRun` from a `PlanStream`).
+The model's text is read with pydantic-core's partial JSON mode: a step is
+complete once the next one has begun, or the plan has ended. A step that is
+invalid on its own, or a whole plan that fails validation at the end, ends
+the stream with `PlanningError`, and `follow` stops the run cleanly. A
+streamed plan is not repaired: the steps already running came from it.
+Imports `planner`, `plan`, `validation`, `execution`, `events`, `results`,
+`errors`, `usage` and `models.base`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pydantic_core
+from pydantic import ValidationError
+
+from planexec.errors import ModelError, PlanningError, Problem
+from planexec.engine.events import PlanCompleted, PlanStepParsed
+from planexec.engine.run import Run
+from planexec.models.base import ModelDelta, ModelResponse, stream_response
+from planexec.plan.model import Plan, Step
+from planexec.planning.draft_schema import plan_id_for
+from planexec.planning.planner import PlanDraft, Planner
+from planexec.engine.results import RunStatus, StepRecord
+from planexec.usage import Usage
+from planexec.plan.validation import validate_plan
+
+__all__ = ["PlanStream", "StreamingRun", "follow"]
+
+log = logging.getLogger("planexec.planner")
+
+
+def _partial_steps(text: str) -> list[Any]:
+    """The steps readable so far from a partly written ``{"steps": [...`` (the last may be incomplete)."""
+    start = text.find("{")
+    if start < 0:
+        return []
+    try:
+        data = pydantic_core.from_json(text[start:], allow_partial=True)
+    except ValueError:
+        return []
+    steps = data.get("steps") if isinstance(data, dict) else None
+    return steps if isinstance(steps, list) else []
+
+
+class PlanStream:
+    """The steps of one plan as the model writes them; `plan` and `draft` are set once it ended.
+
+    `parsed_at` maps each step id to the `time.perf_counter()` at which it
+    was handed out, and `finished_at` is when the whole plan was read.
+    """
+
+    def __init__(self, planner: Planner, goal: str, *, plan_id: str | None = None) -> None:
+        self.planner = planner
+        self.goal = goal
+        self.plan_id = plan_id or plan_id_for(goal)
+        self.plan: Plan | None = None
+        self.draft: PlanDraft | None = None
+        self.usage = Usage()
+        self.started_at = 0.0
+        self.parsed_at: dict[str, float] = {}
+        self.finished_at: float | None = None
+        self._steps: list[Step] = []
+
+    def _fail(self, text: str, problems: list[Problem], usage: Usage, t0: float) -> PlanningError:
+        self.draft = PlanDraft(
+            attempt=1, model=self.planner.model.name, text=text, problems=[p.render() for p in problems], usage=usage, wall_time=time.perf_counter() - t0
+        )
+        return PlanningError(
+            f"planner {self.planner.model.name} streamed a plan for {self.goal!r} that cannot run",
+            model=self.planner.model.name,
+            attempts=1,
+            problems=problems,
+            last_text=text,
+            usage=usage,
+        )
+
+    def _accept(self, data: Any, text: str, t0: float) -> Step:
+        """A complete step, checked on its own against the steps before it."""
+        try:
+            step = Step.model_validate(data)
+        except ValidationError as exc:
+            where = data.get("id") if isinstance(data, dict) else None
+            problems = [Problem("invalid_step", f"{'.'.join(map(str, e['loc']))}: {e['msg']}", step_id=where) for e in exc.errors()]
+            raise self._fail(text, problems, Usage(model_calls=1), t0) from None  # tokens of a cut stream are unknown
+        partial = Plan(plan_id=self.plan_id, goal=self.goal, steps=[*self._steps, step])
+        problems = [p for p in validate_plan(partial, self.planner.registry) if p.step_id in (step.step_id, None)]
+        if problems:
+            raise self._fail(text, problems, Usage(model_calls=1), t0)
+        self._steps.append(step)
+        self.parsed_at[step.step_id] = time.perf_counter()
+        return step
+
+    async def __aiter__(self) -> AsyncIterator[Step]:
+        planner = self.planner
+        request = planner.request(planner.messages(self.goal))
+        t0 = self.started_at = time.perf_counter()
+        text = ""
+        response: ModelResponse | None = None
+        stream = stream_response(planner.model, request)
+        try:
+            async for item in stream:
+                if isinstance(item, ModelDelta):
+                    text += item.text
+                    if "}" not in item.text and "{" not in item.text:
+                        continue  # a step is complete once the next one opens ("{") or the list closes
+                    written = _partial_steps(text)
+                    while len(self._steps) < len(written) - 1:
+                        yield self._accept(written[len(self._steps)], text, t0)
+                else:
+                    response = item
+        finally:
+            await stream.aclose()  # stops the model when the consumer stops early
+        assert response is not None
+        self.usage = response.usage
+        plan, problems = planner.check(response.text, self.goal, self.plan_id)
+        if plan is None:
+            raise self._fail(response.text, problems, response.usage, t0)
+        if [s.model_dump() for s in plan.steps[: len(self._steps)]] != [s.model_dump() for s in self._steps]:
+            raise self._fail(response.text, [Problem("stream_mismatch", "the final text differs from the steps streamed")], response.usage, t0)
+        for step in plan.steps[len(self._steps) :]:
+            self._steps.append(step)
+            self.parsed_at[step.step_id] = time.perf_counter()
+            yield step
+        self.finished_at = time.perf_counter()
+        self.draft = PlanDraft(
+            attempt=1, model=planner.model.name, text=response.text, usage=response.usage, wall_time=self.finished_at - t0
+        )
+        self.plan = plan
+
+
+class StreamingRun(Run):
+    """A `Run` whose steps arrive while it runs: `extend` adds one, `close` ends the plan, `fail` stops it."""
+
+    def extend(self, step: Step) -> None:
+        """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
+        if not self._open:
+            raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
+        sid = step.step_id
+        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
+        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=Usage())
+        self._steps[sid], self._deps[sid] = step, step.dependencies
+        if not step.references and "$${" not in repr((step.parameters, step.instruction)):
+            self._verbatim.add(sid)
+        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
+        self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
+        self._launch_ready()
+
+    def close(self, plan: Plan) -> None:
+        """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
+        if not self._open:
+            return
+        if plan.step_ids != self.plan.step_ids:
+            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
+            return
+        self._open = False
+        self.plan = plan
+        self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
+        if not self._sched.is_active():
+            self._done.set()
+
+    def fail(self, reason: str) -> None:
+        """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
+        self._end(RunStatus.FAILED, reason)
+
+
+async def follow(run: StreamingRun, stream: PlanStream) -> None:
+    """Feed `run` the steps of `stream` as they come; close it with the whole plan, or fail it cleanly."""
+    try:
+        async for step in stream:
+            run.extend(step)
+        assert stream.plan is not None
+        run.close(stream.plan)
+    except asyncio.CancelledError:
+        raise  # the run ended (cancel, abort) while the plan was still being written
+    except PlanningError as exc:
+        run.fail(f"the streamed plan cannot run: {exc}")
+    except ModelError as exc:
+        run.fail(f"the planner's model failed: {exc}")
+    except Exception as exc:  # whatever it is, the run must not be left waiting for steps that never come
+        log.exception("run %s: streaming the plan failed", run.run_id)
+        run.fail(f"streaming the plan failed: {type(exc).__name__}: {exc}")
+    finally:
+        if stream.draft is not None:
+            d = stream.draft
+            run.record_draft(attempt=d.attempt, model=d.model, problems=d.problems, usage=d.usage, wall_time=d.wall_time)

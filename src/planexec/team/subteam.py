@@ -1,0 +1,128 @@
+"""Hierarchical teams: a step handed to a sub-team that plans, runs and replans its own chunk.
+
+Owns `SubTeam`, a worker whose task (``delegate``) is done by a team of its
+own: a sub-planner with its own registry of workers plans the step as a
+goal, an engine runs it (replanning locally on failure, bounded by
+`max_replans`, and within a `Budget`), and the sub-run's answer is the
+step's output. The sub-run is a run of its own (id ``<parent>/<step>``)
+one level below the parent: its events are relayed into the parent's
+stream as `SubRunEvent`s, its `RunResult` is kept in the parent step's
+record (`StepRecord.subrun`), and `RunResult.calls_by_level()` reports how
+many model calls each level made. Sub-teams nest to `max_depth` levels
+below the top run (default 2); deeper is refused.
+Imports `engine`, `execution` (the current step), `planner`, `replanning`,
+`calls`, `results`, `usage`, `errors` and `workers`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from planexec.engine.attempt import CURRENT_STEP
+from planexec.workers.io import StepCall, WorkResult
+from planexec.engine.engine import Engine
+from planexec.errors import PlanningError
+from planexec.planning.joiner import Joiner
+from planexec.planning.planner import Planner
+from planexec.planning.replanner import PlannerReplanner
+from planexec.engine.results import RunStatus
+from planexec.engine.synthesis import Synthesizer
+from planexec.usage import Budget
+from planexec.workers.worker import WorkerError
+
+__all__ = ["SubTeam"]
+
+
+class SubTeam:
+    """A worker that hands its step to a team of its own (see the module docstring).
+
+    `planner` plans over the sub-team's own registry (`planner.registry`);
+    `budget` bounds the sub-run (planning, steps, replans, joiner);
+    `engine_options` go to the sub-run's `Engine` (limits, timeouts, a
+    synthesizer or joiner of its own).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        planner: Planner,
+        description: str,
+        tasks: Iterable[str] = ("delegate",),
+        max_depth: int = 2,
+        max_replans: int = 1,
+        budget: Budget | None = None,
+        synthesizer: Synthesizer | None = None,
+        joiner: Joiner | None = None,
+        engine_options: Mapping[str, Any] | None = None,
+        max_concurrency: int | None = None,
+    ) -> None:
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
+        self.name = name
+        self.planner = planner
+        self.description = description
+        self.tasks = set(tasks)
+        self.max_depth = max_depth
+        self.max_replans = max_replans
+        self.budget = budget
+        self.synthesizer = synthesizer
+        self.joiner = joiner
+        self.engine_options = dict(engine_options or {})
+        self.max_concurrency = max_concurrency
+
+    def __repr__(self) -> str:
+        return f"SubTeam({self.name!r}, planner={self.planner.model.name!r}, workers={sorted(self.planner.registry.workers)})"
+
+    @property
+    def actions(self) -> set[str]:
+        """Its tasks: free-form chunks of work."""
+        return set(self.tasks)
+
+    def input_model(self, action: str) -> type[BaseModel] | None:
+        """Free-form parameters."""
+        return None
+
+    def goal_for(self, call: StepCall) -> str:
+        """The sub-team's goal: the step's instruction, its parameters and the results it depends on."""
+        parts = [call.instruction or call.step.instruction or call.action]
+        if call.parameters:
+            parts.append("Parameters: " + json.dumps(call.parameters, ensure_ascii=False, default=str))
+        for step_id, out in call.context.items():
+            parts.append(f"Result of {step_id}: " + json.dumps(out.value, ensure_ascii=False, default=str)[:1000])
+        if call.goal:
+            parts.append(f"(This is part of the larger goal: {call.goal})")
+        return "\n".join(parts)
+
+    async def perform(self, call: StepCall) -> WorkResult:
+        """Plan the step as a goal, run it one level down, and return its answer with the sub-run."""
+        parent = CURRENT_STEP.get()
+        depth = parent[0].depth + 1 if parent is not None else 1
+        if depth > self.max_depth:
+            raise WorkerError(f"sub-team {self.name!r} would run at level {depth}, below its max_depth of {self.max_depth}; refused")
+        goal = self.goal_for(call)
+        try:
+            planning = await self.planner.draft(goal)
+        except PlanningError as exc:
+            raise WorkerError(f"sub-team {self.name!r} could not plan its task: {exc}", usage=exc.usage) from exc
+        engine = Engine(
+            self.planner.registry,
+            replanner=PlannerReplanner(self.planner),
+            max_replans=self.max_replans,
+            synthesizer=self.synthesizer,
+            joiner=self.joiner,
+            budget=self.budget,
+            **self.engine_options,
+        )
+        run = engine.start(planning.plan, planning=planning, run_id=f"{call.run_id}/{call.step_id}")
+        if parent is not None:
+            run.subscribe(lambda ev: parent[0].relay(call.step_id, depth, ev))
+        result = await run.result()
+        if result.status not in (RunStatus.SUCCEEDED, RunStatus.PARTIAL):
+            why = result.error.render() if result.error is not None else (result.reason or result.status.value)
+            raise WorkerError(f"sub-team {self.name!r} run {result.run_id} {result.status.value}: {why}", usage=result.usage)
+        return WorkResult(output=result.answer, usage=result.usage, subrun=result)

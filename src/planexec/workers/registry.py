@@ -1,0 +1,187 @@
+"""The registry: which tools, workers and predicates a plan may name.
+
+Owns name lookup and loading. Tools, workers and predicates are registered
+in code (`Registry.tool`, `add_worker`, `predicate`), from Python modules
+(`load_module`: a module's `register(registry)` function and its module-level
+`Tool`, `Predicate` and worker objects), and from the ``planexec.plugins``
+entry-point group, through which planexec's own built-ins register too.
+Every tool is reachable through the catch-all worker ``tool``; a tool
+registered with ``worker="name"`` also belongs to that role.
+Imports `tools`, `workers` and `errors`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from planexec.errors import RegistryError
+from planexec.workers.tools import Predicate, Tool
+from planexec.workers.worker import ToolWorker, Worker
+
+__all__ = ["ENTRY_POINT_GROUP", "Registry", "import_spec"]
+
+ENTRY_POINT_GROUP = "planexec.plugins"
+TOOL_WORKER = "tool"
+
+
+class Registry:
+    """Named tools, workers and predicates."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, Tool] = {}
+        self.predicates: dict[str, Predicate] = {}
+        self.workers: dict[str, Worker] = {
+            TOOL_WORKER: ToolWorker(TOOL_WORKER, self.tools, description="calls any registered tool directly")
+        }
+        self.loaded: list[str] = []
+
+    @classmethod
+    def default(cls, *modules: str) -> Registry:
+        """A registry with the entry-point plugins (built-ins included) and the given modules loaded."""
+        registry = cls()
+        registry.load_entry_points()
+        for module in modules:
+            registry.load_module(module)
+        return registry
+
+    # --- registration ---------------------------------------------------
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        worker: str | None = None,
+        description: str | None = None,
+        idempotent: bool = False,
+    ) -> Any:
+        """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
+
+        def wrap(f: Callable[..., Any]) -> Tool:
+            t = f if isinstance(f, Tool) else Tool(f, name=name, description=description, worker=worker, idempotent=idempotent)
+            self.add_tool(t)
+            return t
+
+        return wrap(fn) if fn is not None else wrap
+
+    def add_tool(self, tool: Tool, *, worker: str | None = None) -> Tool:
+        """Register a `Tool`; with a worker name (or `tool.worker`) it joins that role's `ToolWorker`."""
+        if tool.name in self.tools and self.tools[tool.name] is not tool:
+            raise RegistryError(f"a tool named {tool.name!r} is already registered", name=tool.name)
+        self.tools[tool.name] = tool
+        role = worker or tool.worker
+        if role and role != TOOL_WORKER:
+            existing = self.workers.get(role)
+            if existing is None:
+                self.workers[role] = ToolWorker(role, [tool])
+            elif isinstance(existing, ToolWorker):
+                existing.add(tool)
+            else:
+                raise RegistryError(f"worker {role!r} is not a tool worker; give the tool to it when you build it", name=role)
+        return tool
+
+    def add_worker(self, worker: Worker, *, replace: bool = False) -> Worker:
+        """Register a worker under its name."""
+        if not isinstance(worker, Worker):
+            raise RegistryError(f"{worker!r} does not implement the Worker protocol", name=getattr(worker, "name", None))
+        if worker.name in self.workers and not replace and self.workers[worker.name] is not worker:
+            raise RegistryError(f"a worker named {worker.name!r} is already registered", name=worker.name)
+        self.workers[worker.name] = worker
+        return worker
+
+    def predicate(self, fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+        """Register a predicate for success criteria (decorator, bare or with a name)."""
+
+        def wrap(f: Callable[..., Any]) -> Predicate:
+            p = f if isinstance(f, Predicate) else Predicate(f, name=name)
+            if p.name in self.predicates and self.predicates[p.name] is not p:
+                raise RegistryError(f"a predicate named {p.name!r} is already registered", name=p.name)
+            self.predicates[p.name] = p
+            return p
+
+        return wrap(fn) if fn is not None else wrap
+
+    # --- lookup ----------------------------------------------------------
+
+    def worker(self, name: str) -> Worker:
+        """The worker with this name; `RegistryError` listing the known ones otherwise."""
+        try:
+            return self.workers[name]
+        except KeyError:
+            raise RegistryError(f"no worker {name!r}; known: {', '.join(sorted(self.workers))}", name=name) from None
+
+    def catalog(self) -> list[dict[str, Any]]:
+        """What a planner reads: each worker with its description and actions (tools with schemas)."""
+        out = []
+        for name, w in sorted(self.workers.items()):
+            actions = []
+            for action in sorted(w.actions):
+                model = w.input_model(action)
+                t = self.tools.get(action)
+                actions.append(
+                    {
+                        "name": action,
+                        "description": t.description if t else "",
+                        "parameters": model.model_json_schema() if model else {"type": "object"},
+                    }
+                )
+            out.append({"name": name, "description": w.description, "actions": actions})
+        return out
+
+    # --- loading ---------------------------------------------------------
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
+        """Call every ``register(registry)`` hook installed under the entry-point group."""
+        for ep in sorted(entry_points(group=group), key=lambda e: (e.name != "builtin", e.name)):
+            hook = ep.load()
+            hook(self)
+            self.loaded.append(f"entry point {ep.name} ({ep.value})")
+
+    def load_module(self, spec: str) -> None:
+        """Load tools from a module name (``pkg.tools``) or a ``.py`` file path.
+
+        The module's ``register(registry)`` is called if it has one; its
+        module-level `Tool`, `Predicate` and worker objects are registered.
+        """
+        module = import_spec(spec)
+        hook = getattr(module, "register", None)
+        if callable(hook) and not isinstance(hook, (Tool, Predicate)):
+            hook(self)
+        for value in list(vars(module).values()):
+            if isinstance(value, Tool) and self.tools.get(value.name) is not value:
+                self.add_tool(value)
+            elif isinstance(value, Predicate) and self.predicates.get(value.name) is not value:
+                self.predicate(value)
+            elif not isinstance(value, type) and isinstance(value, Worker) and self.workers.get(value.name) is not value:
+                self.add_worker(value)
+        self.loaded.append(f"module {spec}")
+
+
+def import_spec(spec: str, *, what: str = "tools") -> Any:
+    """Import a module by dotted name or ``.py`` path; `RegistryError` names the `what` file or module that fails."""
+    path = Path(spec)
+    if spec.endswith(".py"):
+        if not path.is_file():
+            raise RegistryError(f"{what} file {spec!r} does not exist", name=spec)
+        name = f"planexec_user_{path.stem}_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise RegistryError(f"cannot load {what} file {spec!r}", name=spec)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:  # a SyntaxError, sys.exit(), whatever the module raises: name the file
+            sys.modules.pop(name, None)
+            raise RegistryError(f"cannot load {what} file {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc
+        return module
+    try:
+        return importlib.import_module(spec)
+    except (Exception, SystemExit) as exc:  # ImportError, or an error raised while the module runs
+        raise RegistryError(f"cannot import {what} module {spec!r}: {type(exc).__name__}: {exc}", name=spec) from exc

@@ -1,0 +1,48 @@
+"""Built-in tools for role workers: workspace files, a sandboxed Python runner, a calculator.
+
+Owns `default_toolkit`, which gathers them, and re-exports the pieces:
+`file_tools` (``read_file``, ``list_files``, ``search_files``, ``write_file``),
+`python_tool` (``run_python``) and `calculator`. Every tool that touches the
+disk is bound to one workspace directory. Imports `planexec.workers.tools`,
+`planexec.errors`, the stdlib and pydantic only (through its modules).
+
+    worker = RoleWorker("analyst", model=model, description="...", system_prompt="...",
+                        tools=default_toolkit("work"))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planexec.workers.tools import Tool
+from planexec.workers.toolkit.calculator import calculator
+from planexec.workers.toolkit.files import (
+    FileEntry,
+    FileListing,
+    FileText,
+    FileWritten,
+    SearchMatch,
+    SearchResults,
+    file_tools,
+)
+from planexec.workers.toolkit.sandbox import PythonRun, namespace_available, python_tool
+
+__all__ = [
+    "FileEntry",
+    "FileListing",
+    "FileText",
+    "FileWritten",
+    "PythonRun",
+    "SearchMatch",
+    "SearchResults",
+    "calculator",
+    "default_toolkit",
+    "file_tools",
+    "namespace_available",
+    "python_tool",
+]
+
+
+def default_toolkit(workspace: str | Path) -> list[Tool]:
+    """Every built-in tool with default limits: the file tools and `run_python` bound to `workspace`, and `calculator`."""
+    return [*file_tools(workspace), python_tool(workspace), calculator]

@@ -1,0 +1,392 @@
+"""Workers: the roles that perform steps.
+
+Owns the `Worker` protocol and its kinds: `ToolWorker` (performs an action
+by calling one of its tools with the step's parameters), `RoleWorker` (a
+role with a description the planner reads, a system prompt, a set of tools
+and a model; it works the step in a bounded tool-calling loop, natively or
+in JSON mode) and `CriticWorker` (a role whose answer is a `Verdict`, and
+whose approvals count only after a tool check). Imports `calls`, `tools`,
+`toolcalls`, `usage`, `errors` and `models.base`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field
+
+from planexec.workers.io import StepCall, WorkResult
+from planexec.errors import (
+    ModelOutputError,
+    PlanexecError,
+    RegistryError,
+    ToolError,
+    ToolInputError,
+)
+from planexec.models.base import Message, Model, ToolCall
+from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file
+from planexec.workers.tools import Tool
+from planexec.usage import Usage
+
+__all__ = ["CriticWorker", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
+
+
+class WorkerError(PlanexecError):
+    """A worker could not perform a step (unknown action, a failed model call, a model that never finished).
+
+    `usage` is what the attempt consumed before it failed, so the step's accounting stays exact.
+    """
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        self.usage = usage if usage is not None else Usage()
+        super().__init__(message)
+
+
+@runtime_checkable
+class Worker(Protocol):
+    """Something that performs a plan step.
+
+    `actions` are the action names it accepts; `input_model(action)` gives the
+    argument schema the validator checks parameters against (None when the
+    action takes free-form parameters); `max_concurrency` caps how many of
+    its steps run at once (None: only the global limit).
+    """
+
+    name: str
+    description: str
+    max_concurrency: int | None
+
+    @property
+    def actions(self) -> set[str]: ...
+
+    def input_model(self, action: str) -> type[BaseModel] | None: ...
+
+    async def perform(self, call: StepCall) -> WorkResult: ...
+
+
+class ToolWorker:
+    """A deterministic worker: the step's action names one of its tools, which it calls."""
+
+    def __init__(
+        self,
+        name: str,
+        tools: Iterable[Tool] | Mapping[str, Tool] = (),
+        *,
+        description: str = "",
+        max_concurrency: int | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description or f"calls its tools directly: {name}"
+        self.max_concurrency = max_concurrency
+        # A Mapping is shared, not copied: the registry's catch-all 'tool' worker sees tools added later.
+        self.tools: dict[str, Tool] = tools if isinstance(tools, dict) else {t.name: t for t in tools}
+
+    def __repr__(self) -> str:
+        return f"ToolWorker({self.name!r}, tools={sorted(self.tools)})"
+
+    def add(self, tool: Tool) -> None:
+        """Give this worker another tool."""
+        self.tools[tool.name] = tool
+
+    @property
+    def actions(self) -> set[str]:
+        """The names of its tools."""
+        return set(self.tools)
+
+    def input_model(self, action: str) -> type[BaseModel] | None:
+        """The tool's argument model."""
+        return self.tools[action].input_model if action in self.tools else None
+
+    async def perform(self, call: StepCall) -> WorkResult:
+        """Call the tool named by the action with the resolved parameters."""
+        found = self.tools.get(call.action)
+        if found is None:
+            raise WorkerError(f"worker {self.name!r} has no tool {call.action!r} (it has: {', '.join(sorted(self.tools))})")
+        output = await found.invoke(call.parameters, call)
+        return WorkResult(output=output, tools=[found.name])
+
+
+class RoleWorker:
+    """A role-specialised LLM worker: researcher, coder, critic, writer, ...
+
+    It receives the step's instruction, resolved parameters and dependency
+    outputs, may call its tools (arguments checked before they run; a tool
+    error goes back to the model as the tool's result), and answers with
+    text, or JSON when the reply parses as JSON. Its actions are its `tasks`
+    (free-form, worked by the model) plus its tools' names (called directly
+    with the step's parameters, no model involved).
+
+    Tool calling is native when the model supports it, else JSON mode
+    (`tool_calling="auto"` reads the model's ``supports_tools``, default
+    True; "native" and "json" force one): see `planexec.workers.tool_calls`. With an
+    `answer_schema` (a pydantic model or a JSON Schema) the final answer must
+    be JSON matching it. A reply that cannot be used (not JSON in JSON mode,
+    an answer off the schema) is fed back to the model with the problem; it
+    costs a turn. After `max_turns` turns without an answer the step fails
+    with `WorkerError`, whose `usage` is every turn's usage.
+
+    A tool declared `requires_approval` runs inside the loop only when the
+    step itself required (and so received) approval; otherwise the model is
+    told it did not run.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: Model,
+        description: str,
+        system_prompt: str,
+        tools: Iterable[Tool] = (),
+        tasks: Iterable[str] = ("respond",),
+        max_turns: int = 8,
+        max_concurrency: int | None = None,
+        temperature: float | None = None,
+        answer_schema: type[BaseModel] | dict[str, Any] | None = None,
+        tool_calling: Literal["auto", "native", "json"] = "auto",
+        max_tokens: int | None = 1024,
+    ) -> None:
+        if not isinstance(model, Model):
+            raise RegistryError(f"role worker {name!r}: model must implement planexec.models.Model", name=name)
+        if tool_calling not in ("auto", "native", "json"):
+            raise RegistryError(f"role worker {name!r}: tool_calling must be auto, native or json, not {tool_calling!r}", name=name)
+        self.name = name
+        self.model = model
+        self.description = description
+        self.system_prompt = system_prompt
+        self.tools = {t.name: t for t in tools}
+        self.tasks = set(tasks)
+        self.max_turns = max_turns
+        self.max_concurrency = max_concurrency
+        self.temperature = temperature
+        self.max_tokens = max_tokens  # per turn: a small model under a grammar can otherwise write until its context is full
+        self.tool_calling = tool_calling
+        self.answer_schema = _schema_of(name, answer_schema)
+        self._answer_validator = (
+            jsonschema.validators.validator_for(self.answer_schema)(self.answer_schema) if self.answer_schema is not None else None
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, model={self.model.name!r})"
+
+    @property
+    def actions(self) -> set[str]:
+        """Its free-form tasks and its tools' names."""
+        return self.tasks | set(self.tools)
+
+    @property
+    def json_mode(self) -> bool:
+        """True when tool calls go through JSON replies (the model has no native tool calling)."""
+        if self.tool_calling == "auto":
+            return not getattr(self.model, "supports_tools", True)
+        return self.tool_calling == "json"
+
+    def input_model(self, action: str) -> type[BaseModel] | None:
+        """Free-form parameters for tasks; a tool's model when the action is a tool."""
+        return self.tools[action].input_model if action in self.tools and action not in self.tasks else None
+
+    def protocol(self) -> NativeToolCalls | JsonToolCalls:
+        """How this worker's turns ask for tool calls (JSON mode only matters when it has tools)."""
+        definitions = [t.definition() for t in self.tools.values()]
+        if definitions and self.json_mode:
+            return JsonToolCalls(definitions, self.answer_schema)
+        return NativeToolCalls(definitions, self.answer_schema)
+
+    def render_task(self, call: StepCall) -> str:
+        """The user message: the goal, the instruction, parameters and upstream outputs."""
+        parts = [f"Overall goal: {call.goal}"] if call.goal else []
+        parts.append(f"Your task ({call.action}): {call.instruction or call.step.instruction or call.action}")
+        if call.parameters:
+            parts.append("Parameters:\n" + json.dumps(call.parameters, indent=2, ensure_ascii=False, default=str))
+        for step_id, out in call.context.items():
+            parts.append(f"Result of step {step_id}:\n" + json.dumps(out.value, ensure_ascii=False, default=str))
+        for step_id, err in call.failed_inputs.items():
+            parts.append(f"Step {step_id} failed: {err}")
+        return "\n\n".join(parts)
+
+    def finish(self, answer: Any, tools_ran: list[str]) -> Any:
+        """The step's output from the model's accepted answer (`tools_ran`: tools that ran, in order)."""
+        return answer
+
+    async def perform(self, call: StepCall) -> WorkResult:
+        """A tool action: call the tool. A task: run the tool-calling loop until the model answers."""
+        if call.action in self.tools and call.action not in self.tasks:
+            found = self.tools[call.action]
+            return WorkResult(output=await found.invoke(call.parameters, call), tools=[found.name])
+        protocol = self.protocol()
+        messages = [
+            Message(role="system", content=protocol.system_prompt(self.system_prompt)),
+            Message(role="user", content=self.render_task(call)),
+        ]
+        usage = Usage()
+        used: list[str] = []
+        ran: list[str] = []
+        problem: str | None = None
+        for turn in range(self.max_turns):
+            try:
+                # the last turn offers no tools: a model that keeps calling them must answer with what it has
+                request = protocol.request(messages, self.temperature, final=turn == self.max_turns - 1)
+                if self.max_tokens is not None:
+                    request = request.model_copy(update={"max_tokens": self.max_tokens})
+                response = await self.model.complete(request)
+            except ModelOutputError as exc:  # the provider found the reply off-schema: fed back like ours
+                usage = usage + exc.usage if isinstance(exc.usage, Usage) else usage
+                problem = str(exc)
+                messages += self._retry(exc.text, problem)
+                continue
+            except PlanexecError as exc:  # a model error: keep what the earlier turns cost
+                raise WorkerError(f"worker {self.name!r}: {type(exc).__name__}: {exc}", usage=usage) from exc
+            usage = usage + response.usage
+            reply = protocol.read(response, turn)
+            if not reply.calls:
+                problem = reply.problem or self._answer_problem(reply.answer)
+                if problem is None:
+                    return WorkResult(output=self.finish(reply.answer, ran), usage=usage, tools=used)
+                messages += self._retry(response.text, problem)
+                continue
+            problem = None
+            messages.append(protocol.assistant_message(response, reply))
+            for tc in reply.calls:
+                used.append(tc.name)
+                content, did_run = await self._run_tool(tc, call)
+                if did_run:
+                    ran.append(tc.name)
+                messages.append(protocol.result_message(tc, content))
+        if problem is not None:
+            raise WorkerError(
+                f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage
+            )
+        raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
+
+    @staticmethod
+    def _retry(text: str, problem: str) -> list[Message]:
+        """The unusable reply and the message that says why, so the model can try again."""
+        retry = prompt_file("toolcalls", "retry.md", problem=problem)
+        return [Message(role="assistant", content=text), Message(role="user", content=retry)]
+
+    def _answer_problem(self, answer: Any) -> str | None:
+        if self._answer_validator is None:
+            return None
+        error = jsonschema.exceptions.best_match(self._answer_validator.iter_errors(answer))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"the answer does not match its schema{f' at {where}' if where else ''}: {error.message}"
+
+    async def _run_tool(self, tc: ToolCall, call: StepCall) -> tuple[str, bool]:
+        """The result the model reads, and whether the tool actually ran."""
+        found = self.tools.get(tc.name)
+        if found is None:
+            return f"error: no tool {tc.name!r}; available: {', '.join(sorted(self.tools)) or 'none'}", False
+        if found.requires_approval and not call.step.requires_approval:
+            return (
+                f"error: tool {tc.name!r} requires approval and this step was not approved for it; it did not run",
+                False,
+            )
+        try:
+            result = await found.invoke(tc.arguments, call)
+        except ToolInputError as exc:  # refused before it ran
+            return f"error: {exc}", False
+        except ToolError as exc:
+            return f"error: {exc}", True
+        except Exception as exc:  # the model sees the failure and may try again
+            return f"error: {type(exc).__name__}: {exc}", True
+        return json.dumps(result, ensure_ascii=False), True
+
+
+def _schema_of(name: str, schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:
+    if schema is None:
+        return None
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        schema = schema.model_json_schema()
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise RegistryError(f"role worker {name!r}: answer_schema is not a valid JSON Schema: {exc.message}", name=name) from None
+    return schema
+
+
+# What a critic's model answers; `Verdict` adds what the worker knows (judged, tools_used).
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["approved", "reasons"],
+    "additionalProperties": False,
+}
+
+UNJUDGED = "not judged: the critic approved without calling any tool, and an approval counts only after a check"
+
+
+class Verdict(BaseModel):
+    """A critic's verdict, the output of its review steps (as JSON).
+
+    `approved` is True only for a judged approval. `judged` is False when the
+    critic's model approved without any tool having run in that step: such an
+    approval is recorded as ``approved: false, judged: false`` and its first
+    reason says so. A rejection is always judged. `tools_used` are the tools
+    that ran (an unknown tool or refused arguments is not a check).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approved: bool
+    reasons: list[str] = Field(default_factory=list)
+    judged: bool = True
+    tools_used: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def judge(cls, approved: bool, reasons: list[str], tools_ran: list[str]) -> Verdict:
+        """The verdict the critic rule gives a model's answer, knowing which tools ran."""
+        used = list(dict.fromkeys(tools_ran))
+        if approved and not used:
+            return cls(approved=False, reasons=[UNJUDGED, *reasons], judged=False, tools_used=[])
+        return cls(approved=approved, reasons=reasons, judged=True, tools_used=used)
+
+
+class CriticWorker(RoleWorker):
+    """A role worker that reviews work and answers with a `Verdict`.
+
+    The critic rule: an approval given without any tool call in that step is
+    not an approval. The model's final answer must be ``{"approved": bool,
+    "reasons": [str]}`` (structured output); when it approves and none of its
+    tools ran during the step (a tool it does not have, or arguments the tool
+    refused, do not count), the step's output is an unjudged verdict:
+    ``{"approved": false, "judged": false, "reasons": ["not judged: ...",
+    ...], "tools_used": []}``. A rejection is a valid verdict either way. So
+    a critic needs at least one tool; one without tools is refused.
+    """
+
+    def __init__(
+        self,
+        name: str = "critic",
+        *,
+        model: Model,
+        description: str,
+        system_prompt: str,
+        tools: Iterable[Tool],
+        tasks: Iterable[str] = ("review", "respond"),
+        **options: Any,
+    ) -> None:
+        tools = list(tools)
+        if not tools:
+            raise RegistryError(f"critic {name!r} has no tools, so it could never approve (approvals need a tool check)", name=name)
+        super().__init__(
+            name,
+            model=model,
+            description=description,
+            system_prompt=system_prompt,
+            tools=tools,
+            tasks=tasks,
+            answer_schema=VERDICT_SCHEMA,
+            **options,
+        )
+
+    def finish(self, answer: Any, tools_ran: list[str]) -> Any:
+        """The verdict, judged by the critic rule, as JSON."""
+        return Verdict.judge(answer["approved"], list(answer["reasons"]), tools_ran).model_dump(mode="json")
