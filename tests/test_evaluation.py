@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from rich.console import Console
 
 from planexec.cli.main import main
 from planexec.eval.report import goals_table, ratio_notes, react_ratios, summary_table, write_report
-from planexec.eval.suite import Checker, GoalCase, SolutionCall, SuiteError, answer_text, load_suite, run_solution
+from planexec.eval.suite import Checker, SolutionCall, SuiteError, answer_text, load_suite, run_solution
 from planexec.eval.harness import EvalOptions, parse_modes, run_goal, run_suite, scripted_models
 from planexec.models.base import ModelRequest, ModelResponse
 from planexec.eval.oracle import LatencyModel, OracleModel

@@ -13,10 +13,8 @@ import importlib
 import json
 import logging
 import socket
-import subprocess
 import sys
 import time
-import urllib.request
 
 import jsonschema
 import pytest

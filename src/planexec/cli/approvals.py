@@ -36,7 +36,7 @@ from planexec.cli.resume import STORE_HELP, _user, open_run_store
 from planexec.errors import ApprovalError, PolicyError, StoreError
 from planexec.plan.model import Plan, Step
 from planexec.plan.diff import PlanDiff
-from planexec.cli.plan_view import plan_table
+from planexec.plan.view import plan_table
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.governance.policy_sets import load_policies
 from planexec.models.pricing import PriceTable

@@ -28,7 +28,8 @@ from planexec.planning.joiner import ModelJoiner
 from planexec.plan.model import Step
 from planexec.planning.stream import PlanStream
 from planexec.planning.planner import Planner, Planning
-from planexec.cli.plan_view import plan_graph, plan_table, usage_table
+from planexec.plan.view import plan_graph, plan_table
+from planexec.cli.progress import usage_table
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.planning.replanner import PlannerReplanner

@@ -35,7 +35,7 @@ from planexec.library.templates import (
 )
 from planexec.library.export import export_templates, import_templates
 from planexec.plan.model import Plan
-from planexec.cli.plan_view import plan_table
+from planexec.plan.view import plan_table
 from planexec.store import RunStore, Template, open_store, store_target
 
 __all__ = ["add_library_commands", "add_template_options", "check_template_args", "template_plan"]

@@ -39,6 +39,7 @@ from planexec import (
     StepStarted,
     StepSucceeded,
 )
+from planexec.usage import Usage
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -57,7 +58,7 @@ from planexec.engine.events import (
     parse_event,
 )
 
-__all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary"]
+__all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary", "usage_table"]
 
 # display state -> (icon, rich style); "retrying" is a display state between attempts
 _LOOK = {
@@ -394,3 +395,21 @@ def print_summary(console: Console, result: RunResult) -> None:
     else:
         console.print("answer:", markup=False, highlight=False)
         console.print_json(data=answer)
+
+
+def usage_table(result: RunResult) -> Table:
+    """Tokens, model calls and cost per role (planner, each worker, synthesizer) and in total."""
+    table = Table(title="usage by role", title_justify="left", show_footer=True)
+    total = result.usage
+    for name, footer in (
+        ("role", "total"),
+        ("model calls", str(total.model_calls)),
+        ("tokens in", str(total.input_tokens)),
+        ("tokens out", str(total.output_tokens)),
+        ("cost", total.describe_cost()),
+    ):
+        table.add_column(name, footer=footer, justify="left" if name == "role" else "right")
+    roles: dict[str, Usage] = result.usage_by_role()
+    for role, usage in roles.items():
+        table.add_row(role, str(usage.model_calls), str(usage.input_tokens), str(usage.output_tokens), usage.describe_cost())
+    return table

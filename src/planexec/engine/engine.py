@@ -18,17 +18,16 @@ from datetime import datetime
 from planexec.engine.approval import Approver, PlanApprover
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.run import Run, Subscriber
-from planexec.planning.joiner import Joiner
+from planexec.engine.join import Joiner
 from planexec.plan.model import Plan, Step
-from planexec.planning.stream import PlanStream, StreamingRun, follow
-from planexec.planning.planner import Planning
-from planexec.engine.recording import DurableRunner, record_run
+from planexec.engine.streaming import StepStream, StreamingRun, follow
+from planexec.plan.drafts import Planning
+from planexec.engine.recording import DurableRunner, RunLog, record_run
 from planexec.workers.registry import Registry
-from planexec.planning.replanner import Replanner
+from planexec.engine.replan import Replanner
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
 from planexec.engine.runner import LocalRunner, Runner
-from planexec.store.base import RunStore
 from planexec.engine.synthesis import Synthesizer
 from planexec.usage import Budget, Usage
 from planexec.plan.validation import check_plan
@@ -85,7 +84,7 @@ class Engine:
         joiner: Joiner | None = None,
         replan_failed_checks: bool = True,
         budget: Budget | None = None,
-        store: RunStore | None = None,
+        store: RunLog | None = None,
         plan_approver: PlanApprover | None = None,
     ) -> None:
         if max_concurrency < 1:
@@ -166,7 +165,7 @@ class Engine:
         if self.store is not None:
             record_run(run, self.store)
 
-    def start_streaming(self, stream: PlanStream, *, run_id: str | None = None) -> Run:
+    def start_streaming(self, stream: StepStream, *, run_id: str | None = None) -> Run:
         """Start a run whose steps arrive from a `PlanStream`: each starts once it is parsed and its dependencies end.
 
         Each step is checked on its own before it joins; the whole plan is

@@ -31,10 +31,10 @@ from planexec.engine.events import (
     RollbackFinished,
     RollbackStarted,
 )
-from planexec.planning.joiner import JoinContext, JoinDecision, JoinerError
+from planexec.engine.join import JoinContext, JoinDecision, JoinerError
 from planexec.plan.model import Plan
 from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
-from planexec.planning.replanner import ReplanContext, Revision, revised_plan
+from planexec.engine.replan import ReplanContext, Revision, revised_plan
 from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunStatus, StepState
 from planexec.usage import Usage
 from planexec.plan.validation import check_plan

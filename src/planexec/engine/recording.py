@@ -15,24 +15,58 @@ start in the same turn share one commit (group commit) instead of one each.
 The first version of the plan is saved before `RunStarted` (a streamed
 plan when it is complete). If the store fails, the run is cancelled rather
 than going on unrecorded; the events not written stay queued and the next
-flush tries them again (appending is idempotent). Imports `calls`,
-`runner`, `errors` and the store's protocol; never the engine's internals.
+flush tries them again (appending is idempotent). `RunLog` is what the
+engine asks of a store (`store.RunStore` is one, by its shape): the engine
+never imports the store's package. Imports `workers.io`, `engine.runner`,
+`engine.results`, `plan` and `errors`; never the engine's internals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from planexec.workers.io import StepCall, WorkResult
 from planexec.errors import StoreError
 from planexec.engine.runner import Runner
-from planexec.store.base import RunStore
+from planexec.engine.results import PlanVersion
+from planexec.plan.model import Plan
 
-__all__ = ["DurableRunner", "Recorder", "record_run"]
+__all__ = ["DurableRunner", "Recorder", "RunLog", "record_run"]
 
 log = logging.getLogger("planexec.store")
+
+
+
+class RunLog(Protocol):
+    """What the engine reads and writes in a run store: events, plan versions, saved plans, a run's summary."""
+
+    def append(self, events: Iterable[Any], *, parent: tuple[str, str] | None = None) -> int:
+        """Store events, idempotent on (run_id, seq); returns how many were new."""
+        ...
+
+    def events(self, run_id: str, after_seq: int = -1, limit: int | None = None) -> list[Any]:
+        """The run's events after `after_seq`, in order."""
+        ...
+
+    def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
+        """Store a version of the run's plan."""
+        ...
+
+    def plan_versions(self, run_id: str) -> list[PlanVersion]:
+        """Every stored version of the run's plan, the first first."""
+        ...
+
+    def template(self, name: str, version: int | None = None) -> Any:
+        """A saved plan of the library (it has a `.plan`); the rollback plan may name one."""
+        ...
+
+    def run(self, run_id: str) -> Any:
+        """One run's summary (it has a `.status`)."""
+        ...
+
 
 # flushed inside the subscriber call, before the engine goes on
 DURABLE_AT_ONCE = frozenset({"run_started", "step_started", "step_failed", "plan_revised", "plan_completed", "run_finished"})
@@ -46,7 +80,7 @@ class Recorder:
     store's failure, if one happened; `flush()` writes what is queued now.
     """
 
-    def __init__(self, run: Any, store: RunStore, *, gated: bool = False) -> None:
+    def __init__(self, run: Any, store: RunLog, *, gated: bool = False) -> None:
         self.run = run
         self.store = store
         self.gated = gated
@@ -151,7 +185,7 @@ class DurableRunner:
         return await self.inner.run(call)
 
 
-def record_run(run: Any, store: RunStore) -> Recorder:
+def record_run(run: Any, store: RunLog) -> Recorder:
     """Record `run` into `store` from now on, with the events it already has; returns the `Recorder`.
 
     Call it right after `Engine.start` (before the run's task first runs),

@@ -16,7 +16,7 @@ input: reject without running. A policy's reject always wins: such a plan
 can be edited or rejected, not approved. Without a terminal, ``--yes``
 approves what no policy rejects (an escalation is then approved by
 ``--yes``, and recorded so). Imports `plan`, `policies`, `validation`,
-`planview`, `plan_diff`, `records` and `errors`; never the engine.
+`plan.view`, `plan_diff`, `records` and `errors`; never the engine.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from rich.text import Text
 from planexec.errors import PlanValidationError
 from planexec.plan.model import Plan
 from planexec.plan.diff import diff_plans
-from planexec.cli.plan_view import plan_graph, plan_table
+from planexec.plan.view import plan_graph, plan_table
 from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, review_plan
 from planexec.records import Record
 from planexec.plan.validation import check_plan

@@ -7,7 +7,7 @@ dependencies follow from them as in any plan. Every bad line is reported at
 once in one `PlanParseError` whose `Problem`s name the line (``field="line
 3"``) and the rule, and quote the line. Arguments are read with `ast`, never
 evaluated. A registry only names parameters here; checking the plan against
-it stays with `validation`. Imports `plan` and `errors` (`registry` for types).
+it stays with `validation`. Imports `plan` and `errors` (`validation.Catalog` for types).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from planexec.plan.model import Plan, find_references
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from planexec.workers.registry import Registry
+    from planexec.plan.validation import Catalog
 
 __all__ = ["parse_llmcompiler", "parse_rewoo"]
 
@@ -63,7 +63,7 @@ def parse_llmcompiler(
     *,
     goal: str,
     plan_id: str | None = None,
-    registry: Registry | None = None,
+    registry: Catalog | None = None,
     worker: str = "tool",
     step_prefix: str = "",
 ) -> Plan:
@@ -132,7 +132,7 @@ def parse_rewoo(
     *,
     goal: str,
     plan_id: str | None = None,
-    registry: Registry | None = None,
+    registry: Catalog | None = None,
     worker: str = "tool",
     parameter: str = "input",
 ) -> Plan:
@@ -308,13 +308,13 @@ def _plain(value: Any, what: str) -> Any:
     raise ValueError(f"{what} holds a {kind} value with no JSON form (use str, finite numbers, booleans, None, lists, dicts with str keys)")
 
 
-def _input_model(registry: Registry | None, worker: str, action: str) -> type[BaseModel] | None:
+def _input_model(registry: Catalog | None, worker: str, action: str) -> type[BaseModel] | None:
     if registry is None:
         return None
     w = registry.workers.get(worker)
-    model = w.input_model(action) if w is not None else None
-    if model is None and action in registry.tools:
-        model = registry.tools[action].input_model
+    model = w.input_model(action) if w is not None and action in w.actions else None
+    if model is None:  # the tool under another worker: any worker that performs it knows its parameters
+        model = next((o.input_model(action) for o in registry.workers.values() if action in o.actions), None)
     return model
 
 

@@ -6,15 +6,17 @@ workers and actions, parameters that fit the tool's input schema (missing,
 extra, wrong type; values that are references are checked when they
 resolve), usable failure actions and success criteria. All problems are
 collected and raised together as one `PlanValidationError`.
-Imports `plan`, `dag`, `registry`, `tools` and `errors`.
+Checks against workers through the `Catalog` protocol (what a
+`workers.Registry` offers: workers with their actions and input models,
+and predicates), so this module imports only `plan` and `errors`.
 """
 
 from __future__ import annotations
 
 import graphlib
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Protocol
 
 import jsonschema
 from pydantic import ValidationError
@@ -31,13 +33,49 @@ from planexec.plan.model import (
     find_references,
     is_whole_reference,
 )
-from planexec.workers.registry import Registry
-from planexec.workers.tools import input_problems
 
-__all__ = ["check_plan", "validate_plan"]
+__all__ = ["Catalog", "check_plan", "input_problems", "validate_plan"]
 
 
-def check_plan(plan: Plan, registry: Registry | None = None) -> Plan:
+class CatalogWorker(Protocol):
+    """What validation reads of a worker: the actions it performs and the input model of each."""
+
+    @property
+    def actions(self) -> Collection[str]: ...
+
+    def input_model(self, action: str) -> Any: ...
+
+
+class CatalogPredicate(Protocol):
+    """What validation reads of a predicate: the model its arguments must fit."""
+
+    @property
+    def args_model(self) -> Any: ...
+
+
+class Catalog(Protocol):
+    """The workers and predicates a plan may name; `workers.Registry` is one."""
+
+    @property
+    def workers(self) -> Mapping[str, CatalogWorker]: ...
+
+    @property
+    def predicates(self) -> Mapping[str, CatalogPredicate]: ...
+
+
+def input_problems(exc: ValidationError, *, step_id: str | None = None, prefix: str = "parameters") -> list[Problem]:
+    """Pydantic errors on a tool's arguments as Problems (missing, extra, wrong type)."""
+    rules = {"missing": "missing_parameter", "extra_forbidden": "unknown_parameter"}
+    out = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        rule = rules.get(err["type"], "wrong_type")
+        msg = err["msg"] if rule != "wrong_type" else f"{err['msg']} (got {err.get('input')!r:.60})"
+        out.append(Problem(rule, msg, step_id=step_id, field=f"{prefix}.{field}" if field else prefix))
+    return out
+
+
+def check_plan(plan: Plan, registry: Catalog | None = None) -> Plan:
     """Return the plan when it keeps every rule; raise `PlanValidationError` listing all problems."""
     problems = validate_plan(plan, registry)
     if problems:
@@ -45,7 +83,7 @@ def check_plan(plan: Plan, registry: Registry | None = None) -> Plan:
     return plan
 
 
-def validate_plan(plan: Plan, registry: Registry | None = None) -> list[Problem]:
+def validate_plan(plan: Plan, registry: Catalog | None = None) -> list[Problem]:
     """Every problem with the plan; checks against the registry when one is given."""
     problems = _graph_problems(plan.steps)
     ids = set(plan.step_ids)
@@ -135,7 +173,7 @@ def _cycles(graph: dict[str, list[str]]) -> tuple[list[list[str]], dict[str, lis
     return found, graph
 
 
-def _criteria_problems(step: Step, registry: Registry | None) -> list[Problem]:
+def _criteria_problems(step: Step, registry: Catalog | None) -> list[Problem]:
     problems = []
     for i, crit in enumerate(step.success_criteria):
         where = f"success_criteria.{i}"
@@ -168,7 +206,7 @@ def _criteria_problems(step: Step, registry: Registry | None) -> list[Problem]:
     return problems
 
 
-def _registry_problems(step: Step, registry: Registry) -> list[Problem]:
+def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
     problems = []
     worker = registry.workers.get(step.worker)
     if worker is None:

@@ -20,14 +20,13 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from planexec.errors import ModelOutputError, PlanningError, PlanParseError, Problem
 from planexec.models.base import Message, Model, ModelRequest
+from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
-from planexec.records import Record
 from planexec.workers.registry import Registry
 from planexec.workers.tool_calls import prompt_file
 from planexec.usage import Usage
@@ -94,37 +93,6 @@ def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str) -
         if "catalog" in ex
     ]
     return "\nExamples (they use other tools than yours):\n" + "\n\n".join(shown) + "\n", []
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanDraft(Record):
-    """One attempt of the planner: the text the model wrote and what was wrong with it (nothing, if accepted)."""
-
-    attempt: int
-    model: str
-    text: str
-    problems: list[str] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    wall_time: float = 0.0
-
-    @property
-    def valid(self) -> bool:
-        """True when this draft became the plan."""
-        return not self.problems
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Planning(Record):
-    """A plan and how it was reached: every draft, and the usage of all of them."""
-
-    plan: Plan
-    drafts: list[PlanDraft]
-    usage: Usage
-
-    @property
-    def repairs(self) -> int:
-        """Drafts sent back for repair."""
-        return len(self.drafts) - 1
 
 
 class Planner:

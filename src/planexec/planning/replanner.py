@@ -1,122 +1,28 @@
 """Replanning: a revised plan that keeps what is done and replaces what is not.
 
-Owns `ReplanContext` (what the replanner is told: the goal, the current plan,
-the finished steps with size-bounded outputs, the failure), `Revision` (the
-steps still to do, and what writing them cost), the `Replanner` protocol,
-`PlannerReplanner` (the planner's model writes the revision, with the
-planner's repair loop) and `FunctionReplanner` (your function writes it),
-and `revised_plan`, which composes the next version: the finished steps,
-unchanged, then the new ones. Finished steps are never given back to run:
-the engine (`monitor`) starts the new version with them settled.
-Imports `plan`, `plan_schema`, `planner`, `validation`, `records`,
-`results`, `usage`, `errors`, `toolcalls` and `models.base`; never the engine.
+Owns `PlannerReplanner` (the planner's model writes the revision, with the
+planner's repair loop). What a replanner is told and answers
+(`ReplanContext`, `Revision`, the `Replanner` protocol, `FunctionReplanner`,
+`revised_plan`) belongs to the engine (`engine.replan`) and is re-exported
+here. Imports `engine.replan`, `plan`, `planning.planner`,
+`planning.draft_schema`, `usage`, `errors`, `workers.tool_calls` and `models.base`.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from planexec.errors import PlanParseError, Problem
 from planexec.models.base import Message
 from planexec.plan.model import Plan, Step
 from planexec.planning.draft_schema import draft_schema, draft_to_plan_data
-from planexec.planning.planner import PlanDraft, Planner
-from planexec.records import Record
-from planexec.engine.results import ReplanRequest
+from planexec.planning.planner import Planner
+from planexec.engine.replan import FunctionReplanner, ReplanContext, Replanner, Revision, revised_plan
 from planexec.workers.tool_calls import prompt_file
-from planexec.usage import Usage
 from planexec.plan.validation import validate_plan
 
 __all__ = ["FunctionReplanner", "PlannerReplanner", "ReplanContext", "Replanner", "Revision", "revised_plan"]
-
-OUTPUT_CHARS = 600  # per finished step's output shown to the replanner
-CONTEXT_CHARS = 6000  # all finished outputs together
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplanContext(Record):
-    """What a replanner is given: the goal, the plan so far, what is done, and what went wrong.
-
-    `done` maps each finished step to its output; `failures` maps the steps
-    that failed (or were skipped) to why; `request` is the trigger (a failure
-    action, a failed check, or the joiner); `attempt` counts replans, from 1.
-    """
-
-    goal: str
-    plan: Plan
-    done: dict[str, Any]
-    failures: dict[str, str]
-    request: ReplanRequest
-    attempt: int = 1
-
-    def outputs_text(self, *, per_step: int = OUTPUT_CHARS, total: int = CONTEXT_CHARS) -> str:
-        """The finished steps' outputs as bounded text: each cut at `per_step` characters, all at `total`."""
-        lines: list[str] = []
-        used = 0
-        items = list(self.done.items())
-        for i, (sid, value) in enumerate(items):
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-            if len(text) > per_step:
-                text = text[:per_step] + f"... ({len(text) - per_step} more characters)"
-            if used + len(text) > total:
-                left = ", ".join(s for s, _ in items[i:])
-                lines.append(f"- (outputs of {left} omitted: the context is full; refer to them as ${{id}})")
-                break
-            used += len(text)
-            lines.append(f"- {sid}: {text}")
-        return "\n".join(lines) or "(none)"
-
-    def plan_text(self) -> str:
-        """The current plan, one line per step, each marked done, failed or not run."""
-        lines = []
-        for s in self.plan.steps:
-            state = "done" if s.step_id in self.done else ("FAILED: " + self.failures[s.step_id] if s.step_id in self.failures else "not run")
-            params = json.dumps(s.parameters, ensure_ascii=False, default=str)
-            deps = f" after {', '.join(s.dependencies)}" if s.dependencies else ""
-            lines.append(f"- {s.step_id} [{s.worker}.{s.action}] {s.instruction} {params}{deps} -- {state}")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Revision(Record):
-    """The steps still to do (new or changed; never the finished ones), with the drafts and usage it took."""
-
-    steps: list[Step]
-    usage: Usage = field(default_factory=Usage)
-    drafts: list[PlanDraft] = field(default_factory=list)
-
-
-@runtime_checkable
-class Replanner(Protocol):
-    """Writes the rest of a plan after a failure; raises `PlanningError` when it cannot."""
-
-    async def replan(self, context: ReplanContext) -> Revision:
-        """The steps still needed to reach the goal."""
-        ...
-
-
-def revised_plan(plan: Plan, steps: list[Step], done: list[str]) -> Plan:
-    """The next version of `plan`: its `done` steps unchanged, then `steps`; the last new step is the answer.
-
-    Raises `PlanParseError` when a new step takes the id of a finished one.
-    """
-    kept = [s for s in plan.steps if s.step_id in set(done)]
-    clash = [s.step_id for s in steps if s.step_id in set(done)]
-    if clash:
-        raise PlanParseError(
-            [Problem("finished_step", f"step {sid!r} is finished and kept as it is; give new steps new ids", step_id=sid) for sid in clash],
-            plan_id=plan.plan_id,
-        )
-    if not steps:
-        raise PlanParseError([Problem("empty_revision", "a revision must add at least one step")], plan_id=plan.plan_id)
-    return plan.model_copy(
-        update={"steps": kept + list(steps), "version": plan.version + 1, "revises": plan.version, "answer_step": steps[-1].step_id}
-    )
-
 
 def _steps_of(data: Any, plan: Plan) -> list[Step]:
     return Plan.from_data(draft_to_plan_data(data, plan.goal, plan_id=plan.plan_id)).steps
@@ -186,22 +92,3 @@ class PlannerReplanner:
 
         planning = await self.planner.attempts(self.messages(context, first), check, goal=context.goal, schema=schema)
         return Revision(steps=found["steps"], usage=planning.usage, drafts=planning.drafts)
-
-
-class FunctionReplanner:
-    """A replanner backed by ``fn(context) -> steps`` (sync or async): `Step`s, step dicts, or a `Revision`."""
-
-    def __init__(self, fn: Callable[[ReplanContext], Any]) -> None:
-        self.fn = fn
-        self.contexts: list[ReplanContext] = []
-
-    async def replan(self, context: ReplanContext) -> Revision:
-        """Call the function and read its steps."""
-        self.contexts.append(context)
-        out = self.fn(context)
-        if inspect.isawaitable(out):
-            out = await out
-        if isinstance(out, Revision):
-            return out
-        steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in out]
-        return Revision(steps=steps)

@@ -15,8 +15,6 @@ Imports `planner`, `plan`, `validation`, `execution`, `events`, `results`,
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,20 +22,17 @@ from typing import Any
 import pydantic_core
 from pydantic import ValidationError
 
-from planexec.errors import ModelError, PlanningError, Problem
-from planexec.engine.events import PlanCompleted, PlanStepParsed
-from planexec.engine.run import Run
+from planexec.errors import PlanningError, Problem
+from planexec.engine.streaming import StreamingRun, follow
 from planexec.models.base import ModelDelta, ModelResponse, stream_response
 from planexec.plan.model import Plan, Step
 from planexec.planning.draft_schema import plan_id_for
 from planexec.planning.planner import PlanDraft, Planner
-from planexec.engine.results import RunStatus, StepRecord
 from planexec.usage import Usage
 from planexec.plan.validation import validate_plan
 
 __all__ = ["PlanStream", "StreamingRun", "follow"]
 
-log = logging.getLogger("planexec.planner")
 
 
 def _partial_steps(text: str) -> list[Any]:
@@ -137,60 +132,3 @@ class PlanStream:
             attempt=1, model=planner.model.name, text=response.text, usage=response.usage, wall_time=self.finished_at - t0
         )
         self.plan = plan
-
-
-class StreamingRun(Run):
-    """A `Run` whose steps arrive while it runs: `extend` adds one, `close` ends the plan, `fail` stops it."""
-
-    def extend(self, step: Step) -> None:
-        """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
-        if not self._open:
-            raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
-        sid = step.step_id
-        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
-        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=Usage())
-        self._steps[sid], self._deps[sid] = step, step.dependencies
-        if not step.references and "$${" not in repr((step.parameters, step.instruction)):
-            self._verbatim.add(sid)
-        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
-        self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
-        self._launch_ready()
-
-    def close(self, plan: Plan) -> None:
-        """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
-        if not self._open:
-            return
-        if plan.step_ids != self.plan.step_ids:
-            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
-            return
-        self._open = False
-        self.plan = plan
-        self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
-        if not self._sched.is_active():
-            self._done.set()
-
-    def fail(self, reason: str) -> None:
-        """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
-        self._end(RunStatus.FAILED, reason)
-
-
-async def follow(run: StreamingRun, stream: PlanStream) -> None:
-    """Feed `run` the steps of `stream` as they come; close it with the whole plan, or fail it cleanly."""
-    try:
-        async for step in stream:
-            run.extend(step)
-        assert stream.plan is not None
-        run.close(stream.plan)
-    except asyncio.CancelledError:
-        raise  # the run ended (cancel, abort) while the plan was still being written
-    except PlanningError as exc:
-        run.fail(f"the streamed plan cannot run: {exc}")
-    except ModelError as exc:
-        run.fail(f"the planner's model failed: {exc}")
-    except Exception as exc:  # whatever it is, the run must not be left waiting for steps that never come
-        log.exception("run %s: streaming the plan failed", run.run_id)
-        run.fail(f"streaming the plan failed: {type(exc).__name__}: {exc}")
-    finally:
-        if stream.draft is not None:
-            d = stream.draft
-            run.record_draft(attempt=d.attempt, model=d.model, problems=d.problems, usage=d.usage, wall_time=d.wall_time)

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create
 from pydantic_core import PydanticSerializationError
 
 from planexec.workers.io import StepCall
-from planexec.errors import Problem, RegistryError, ToolInputError, ToolOutputError
+from planexec.errors import RegistryError, ToolInputError, ToolOutputError
 from planexec.models.base import ToolDefinition
+from planexec.plan.validation import input_problems
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
 
@@ -72,18 +73,6 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 def _first_line(doc: str | None) -> str:
     return inspect.cleandoc(doc).strip() if doc else ""
-
-
-def input_problems(exc: ValidationError, *, step_id: str | None = None, prefix: str = "parameters") -> list[Problem]:
-    """Pydantic errors on a tool's arguments as Problems (missing, extra, wrong type)."""
-    rules = {"missing": "missing_parameter", "extra_forbidden": "unknown_parameter"}
-    out = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"])
-        rule = rules.get(err["type"], "wrong_type")
-        msg = err["msg"] if rule != "wrong_type" else f"{err['msg']} (got {err.get('input')!r:.60})"
-        out.append(Problem(rule, msg, step_id=step_id, field=f"{prefix}.{field}" if field else prefix))
-    return out
 
 
 class Tool:

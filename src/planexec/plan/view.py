@@ -1,8 +1,7 @@
 """How a plan looks in a terminal: a table of its steps and a text drawing of its DAG.
 
-Owns `plan_table` and `plan_graph` (both return rich renderables) and
-`usage_table` (usage and cost per role). Imports `plan`, `results` and
-`usage`; rich for the output.
+Owns `plan_table` and `plan_graph` (both return rich renderables), read
+by the terminal review and by the CLI. Imports `plan`; rich for the output.
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from planexec.plan.model import Plan
-from planexec.engine.results import RunResult
-from planexec.usage import Usage
 
-__all__ = ["plan_graph", "plan_table", "usage_table"]
+__all__ = ["plan_graph", "plan_table"]
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -60,21 +57,3 @@ def plan_graph(plan: Plan) -> Tree:
         parent = nodes.get(deps[-1], root) if deps else root
         nodes[s.step_id] = parent.add(label)
     return root
-
-
-def usage_table(result: RunResult) -> Table:
-    """Tokens, model calls and cost per role (planner, each worker, synthesizer) and in total."""
-    table = Table(title="usage by role", title_justify="left", show_footer=True)
-    total = result.usage
-    for name, footer in (
-        ("role", "total"),
-        ("model calls", str(total.model_calls)),
-        ("tokens in", str(total.input_tokens)),
-        ("tokens out", str(total.output_tokens)),
-        ("cost", total.describe_cost()),
-    ):
-        table.add_column(name, footer=footer, justify="left" if name == "role" else "right")
-    roles: dict[str, Usage] = result.usage_by_role()
-    for role, usage in roles.items():
-        table.add_row(role, str(usage.model_calls), str(usage.input_tokens), str(usage.output_tokens), usage.describe_cost())
-    return table
