@@ -340,10 +340,7 @@ def _row(label: str, runs: dict[str, Any], steps: int) -> str:
     sps = steps / wall["median"]
     cpu = f"{runs['cpu_us_per_step']['median']:10.1f}" if "cpu_us_per_step" in runs else f"{'-':>10}"
     gc_ms = f"{runs['gc_s']['median'] * 1e3:9.0f}" if "gc_s" in runs else f"{'-':>9}"
-    return (
-        f"{label:<37}{wall['median']:9.3f}{wall['min']:9.3f}{wall['max']:9.3f}"
-        f"{sps:11,.0f}{us['median']:10.1f}{cpu}{gc_ms}"
-    )
+    return f"{label:<37}{wall['median']:9.3f}{wall['min']:9.3f}{wall['max']:9.3f}{sps:11,.0f}{us['median']:10.1f}{cpu}{gc_ms}"
 
 
 def report(r: dict[str, Any]) -> str:

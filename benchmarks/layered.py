@@ -19,7 +19,7 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from planexec import Plan
@@ -64,7 +64,9 @@ def add_dag_arguments(parser: argparse.ArgumentParser, *, layers: int, width: in
     parser.add_argument("--min-deps", type=int, default=1, help="fewest dependencies per step after layer 0 (default 1)")
     parser.add_argument("--max-deps", type=int, default=3, help="most dependencies per step after layer 0 (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the DAG and anything else drawn at random (default 0)")
-    parser.add_argument("--repeats", type=int, default=repeats, help=f"repetitions of each timing; the median is reported (default {repeats})")
+    parser.add_argument(
+        "--repeats", type=int, default=repeats, help=f"repetitions of each timing; the median is reported (default {repeats})"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 
@@ -108,11 +110,12 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def machine() -> dict[str, Any]:
     """Where and when a figure was measured."""
-    import planexec
     import pydantic
 
+    import planexec
+
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),

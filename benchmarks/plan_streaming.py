@@ -78,11 +78,11 @@ from typing import Any
 from layered import machine, median, print_result, spread
 
 from planexec import Engine, Registry, RunStatus
-from planexec.errors import ModelError, PlanningError
 from planexec.engine.events import PlanCompleted, PlanStepParsed, RunFinished, StepStarted
+from planexec.errors import ModelError, PlanningError
 from planexec.models import ModelDelta, stream_response
-from planexec.planning.stream import PlanStream
 from planexec.planning.planner import Planner
+from planexec.planning.stream import PlanStream
 from planexec.testing import ScriptedModel, count_tokens
 
 SETUPS = ("scripted", "local")
@@ -135,7 +135,13 @@ def scripted_steps() -> list[dict[str, Any]]:
     rest = [f"s{i}" for i in range(5, 9)]
     steps.append(_step("s9", "concat", "Join the first four values.", {"parts": [f"${{{s}}}" for s in first], "separator": ", "}, first))
     steps.append(
-        _step("s10", "concat", "Join the first four with the other four values.", {"parts": ["${s9}", *(f"${{{s}}}" for s in rest)], "separator": "; "}, ["s9", *rest])
+        _step(
+            "s10",
+            "concat",
+            "Join the first four with the other four values.",
+            {"parts": ["${s9}", *(f"${{{s}}}" for s in rest)], "separator": "; "},
+            ["s9", *rest],
+        )
     )
     return steps
 
@@ -393,7 +399,14 @@ def local_goal(args: argparse.Namespace, model: Any, registry: Registry, goal: s
             continue  # the planner's default is a shape already measured
 
         def make_planner(setting: bool | None = setting) -> Planner:
-            return Planner(TimedModel(model), registry, max_steps=args.local_max_steps, max_repairs=0, max_tokens=args.local_max_tokens, positional=setting)
+            return Planner(
+                TimedModel(model),
+                registry,
+                max_steps=args.local_max_steps,
+                max_repairs=0,
+                max_tokens=args.local_max_tokens,
+                positional=setting,
+            )
 
         r: dict[str, Any] = {"non_streamed": [], "streamed": []}
         for _ in range(args.local_repeats):
@@ -408,7 +421,9 @@ def local_goal(args: argparse.Namespace, model: Any, registry: Registry, goal: s
         timed = [t for t in r["streamed"] if t.arrivals]
         if timed:
             one["first_token_s"] = median([t.arrivals[0] for t in timed])
-            rates = [t.output_tokens / (t.arrivals[-1] - t.arrivals[0]) for t in timed if t.output_tokens and t.arrivals[-1] > t.arrivals[0]]
+            rates = [
+                t.output_tokens / (t.arrivals[-1] - t.arrivals[0]) for t in timed if t.output_tokens and t.arrivals[-1] > t.arrivals[0]
+            ]
             one["output_tokens_per_s_after_first"] = median(rates) if rates else None
         timed_lags = [t.lags for t in r["streamed"] if t.lags]
         if timed_lags:
@@ -459,7 +474,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--local-repeats", type=int, default=3, help="repeats of the local set-up (default 3; each is two model calls)")
     p.add_argument("--local-goal", default=LOCAL_GOAL, help="the goal the local model plans (in every --positional shape)")
     p.add_argument(
-        "--no-spelled", dest="local_spelled", action="store_false", help="local: skip the second goal, the same plan spelled out step by step"
+        "--no-spelled",
+        dest="local_spelled",
+        action="store_false",
+        help="local: skip the second goal, the same plan spelled out step by step",
     )
     p.add_argument("--local-max-steps", type=int, default=10, help="local: the planner's max_steps (default 10)")
     p.add_argument("--local-max-tokens", type=int, default=1024, help="local: the planner's max_tokens (default 1024)")
@@ -488,7 +506,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     r: dict[str, Any] = {
         "benchmark": "plan_streaming",
         "machine": machine(),
-        "config": {k: getattr(args, k) for k in ("setups", "repeats", "token_delay", "call_delay", "tool_ms", "local_repeats", "local_max_steps", "local_max_tokens", "positional")},
+        "config": {
+            k: getattr(args, k)
+            for k in (
+                "setups",
+                "repeats",
+                "token_delay",
+                "call_delay",
+                "tool_ms",
+                "local_repeats",
+                "local_max_steps",
+                "local_max_tokens",
+                "positional",
+            )
+        },
     }
     if "scripted" in args.setups:
         r["scripted"] = run_scripted(args)
@@ -564,7 +595,9 @@ def report(r: dict[str, Any]) -> str:
                 ]
                 if one.get("first_token_s") is not None:
                     rate = one.get("output_tokens_per_s_after_first")
-                    lines.append(f"  streamed: first token after {one['first_token_s']:.1f} s (reading the prompt), then {rate or 0:.1f} output tokens/s")
+                    lines.append(
+                        f"  streamed: first token after {one['first_token_s']:.1f} s (reading the prompt), then {rate or 0:.1f} output tokens/s"
+                    )
                 lines += _table(one)
                 if one.get("handout_lag_s"):
                     lines.append(

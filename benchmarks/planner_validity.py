@@ -66,21 +66,49 @@ GOALS: list[tuple[str, str, dict[str, int]]] = [
     ("single lookup", "Look up the key 'user_42_email'.", {"lookup": 1}),
     ("single lookup", "Search for the author of the novel Dune.", {"search": 1}),
     ("parallel+combine", "Look up the keys 'city_a' and 'city_b' and join the two values with ' and '.", {"lookup": 2, "concat": 1}),
-    ("parallel+combine", "Search for the population of Norway and the population of Sweden, then put both results into one text.", {"search": 2, "concat": 1}),
-    ("parallel+combine", "Look up the keys 'first_name', 'last_name' and 'title', and join the three values with spaces.", {"lookup": 3, "concat": 1}),
-    ("parallel+combine", "Search for the weather in Paris, in London and in Rome, and combine the three results into one text.", {"search": 3, "concat": 1}),
-    ("multi-hop", "Look up the key 'manager_of_alice', then look up the value stored under the key that the first lookup returned.", {"lookup": 2}),
+    (
+        "parallel+combine",
+        "Search for the population of Norway and the population of Sweden, then put both results into one text.",
+        {"search": 2, "concat": 1},
+    ),
+    (
+        "parallel+combine",
+        "Look up the keys 'first_name', 'last_name' and 'title', and join the three values with spaces.",
+        {"lookup": 3, "concat": 1},
+    ),
+    (
+        "parallel+combine",
+        "Search for the weather in Paris, in London and in Rome, and combine the three results into one text.",
+        {"search": 3, "concat": 1},
+    ),
+    (
+        "multi-hop",
+        "Look up the key 'manager_of_alice', then look up the value stored under the key that the first lookup returned.",
+        {"lookup": 2},
+    ),
     ("multi-hop", "Search for the director of the film Alien, then search for the films made by that director.", {"search": 2}),
     ("multi-hop", "Look up the key 'config_path', then search for the text it returns.", {"lookup": 1, "search": 1}),
-    ("multi-hop", "Search for the capital of Australia, then search for the population of that city, then write a note with the result.", {"search": 2, "write_note": 1}),
+    (
+        "multi-hop",
+        "Search for the capital of Australia, then search for the population of that city, then write a note with the result.",
+        {"search": 2, "write_note": 1},
+    ),
     ("arithmetic", "Add 17 and 25.", {"add": 1}),
     ("arithmetic", "Multiply 12 by 7, then add 5 to the result.", {"multiply": 1, "add": 1}),
     ("arithmetic", "Compute (3 + 4) * (5 + 6).", {"add": 2, "multiply": 1}),
     ("arithmetic", "Add 2.5 and 4, then multiply the sum by 10.", {"add": 1, "multiply": 1}),
     ("text assembly", "Write a note that says 'Meeting moved to 3pm'.", {"write_note": 1}),
     ("text assembly", "Join the words 'alpha', 'beta' and 'gamma' with commas.", {"concat": 1}),
-    ("text assembly", "Search for the release year of Python 3.0, then write a note that contains the search result.", {"search": 1, "write_note": 1}),
-    ("text assembly", "Look up the keys 'greeting' and 'name', join the two values with a space, and save the result as a note.", {"lookup": 2, "concat": 1, "write_note": 1}),
+    (
+        "text assembly",
+        "Search for the release year of Python 3.0, then write a note that contains the search result.",
+        {"search": 1, "write_note": 1},
+    ),
+    (
+        "text assembly",
+        "Look up the keys 'greeting' and 'name', join the two values with a space, and save the result as a note.",
+        {"lookup": 2, "concat": 1, "write_note": 1},
+    ),
 ]
 QUICK = [0, 4, 8, 12, 16]
 MODES = ("true", "false")
@@ -182,16 +210,27 @@ class GoalResult:
         return self.attempts - 1
 
 
-async def plan_one(model: LocalModel, registry: Registry, index: int, kind: str, goal: str, args: argparse.Namespace, positional: bool) -> GoalResult:
+async def plan_one(
+    model: LocalModel, registry: Registry, index: int, kind: str, goal: str, args: argparse.Namespace, positional: bool
+) -> GoalResult:
     """Draft one goal (with repair), then run the plan if it is valid."""
     recorder = RecordingModel(model)
-    planner = RecordingPlanner(recorder, registry, max_steps=args.max_steps, max_repairs=args.max_repairs, max_tokens=args.max_tokens, positional=positional)
+    planner = RecordingPlanner(
+        recorder, registry, max_steps=args.max_steps, max_repairs=args.max_repairs, max_tokens=args.max_tokens, positional=positional
+    )
     t0 = time.perf_counter()
     try:
         planning = await planner.draft(goal)
     except PlanningError as exc:
         return GoalResult(
-            index, kind, goal, "failed", exc.attempts, exc.usage.input_tokens, exc.usage.output_tokens, time.perf_counter() - t0,
+            index,
+            kind,
+            goal,
+            "failed",
+            exc.attempts,
+            exc.usage.input_tokens,
+            exc.usage.output_tokens,
+            time.perf_counter() - t0,
             problems=[[p.rule for p in ps] for ps in planner.seen if ps],
             cut=recorder.finish_reasons.count("length"),
             detail="; ".join(p.render() for p in exc.problems)[:300],
@@ -199,7 +238,14 @@ async def plan_one(model: LocalModel, registry: Registry, index: int, kind: str,
         )
     except ModelError as exc:
         return GoalResult(
-            index, kind, goal, "error", len(planner.seen) + 1, 0, 0, time.perf_counter() - t0,
+            index,
+            kind,
+            goal,
+            "error",
+            len(planner.seen) + 1,
+            0,
+            0,
+            time.perf_counter() - t0,
             problems=[[p.rule for p in ps] for ps in planner.seen if ps],
             cut=recorder.finish_reasons.count("length"),
             detail=f"{type(exc).__name__}: {exc}"[:300],
@@ -209,9 +255,17 @@ async def plan_one(model: LocalModel, registry: Registry, index: int, kind: str,
     result = await Engine(registry, seed=0, default_timeout=10).run(plan)
     ran = result.status.value if result.ok else f"{result.status.value}: {(result.reason or '')[:120]}"
     return GoalResult(
-        index, kind, goal, "first try" if planning.repairs == 0 else "repaired", len(planning.drafts),
-        planning.usage.input_tokens, planning.usage.output_tokens, wall,
-        steps=len(plan.steps), actions=[s.action for s in plan.steps], ran=ran,
+        index,
+        kind,
+        goal,
+        "first try" if planning.repairs == 0 else "repaired",
+        len(planning.drafts),
+        planning.usage.input_tokens,
+        planning.usage.output_tokens,
+        wall,
+        steps=len(plan.steps),
+        actions=[s.action for s in plan.steps],
+        ran=ran,
         covers=not (Counter(GOALS[index - 1][2]) - Counter(s.action for s in plan.steps)),
         problems=[[p.rule for p in ps] for ps in planner.seen if ps],
         cut=recorder.finish_reasons.count("length"),
@@ -246,10 +300,17 @@ def summarise(results: list[GoalResult]) -> dict[str, Any]:
         "valid_plans_that_cover_the_goal": sum(1 for r in valid if r.covers),
         "tokens_per_plan": {"mean": _mean(total), "median": _median(total)},
         "output_tokens_per_plan": {"mean": _mean(out), "median": _median(out)},
-        "tokens_per_valid_plan": {"mean": _mean([r.input_tokens + r.output_tokens for r in valid]), "median": _median([r.input_tokens + r.output_tokens for r in valid])},
+        "tokens_per_valid_plan": {
+            "mean": _mean([r.input_tokens + r.output_tokens for r in valid]),
+            "median": _median([r.input_tokens + r.output_tokens for r in valid]),
+        },
         "drafts": sum(r.attempts for r in results),
         "drafts_cut_for_length": sum(r.cut for r in results),
-        "wall_s": {"mean": _mean([r.wall_s for r in results]), "median": _median([r.wall_s for r in results]), "total": sum(r.wall_s for r in results)},
+        "wall_s": {
+            "mean": _mean([r.wall_s for r in results]),
+            "median": _median([r.wall_s for r in results]),
+            "total": sum(r.wall_s for r in results),
+        },
         "output_tokens_per_s": sum(r.output_tokens for r in results) / max(1e-9, sum(r.wall_s for r in results)),
         "rejected_draft_rules": dict(rules.most_common()),
         "steps_of_valid_plans": dict(sorted(Counter(r.steps for r in valid).items())),
@@ -349,7 +410,8 @@ def report(r: dict[str, Any]) -> str:
         lines += [
             f"  valid first try {s['valid_first_try']}/{n}; valid after repair {s['valid_after_repair']}/{n}"
             + (" (" + ", ".join(f"{k} repair{'s' if k > 1 else ''}: {v}" for k, v in sorted(repairs.items())) + ")" if repairs else "")
-            + f"; failed {s['failed']}/{n}" + (f"; model errors {s['errors']}/{n}" if s["errors"] else ""),
+            + f"; failed {s['failed']}/{n}"
+            + (f"; model errors {s['errors']}/{n}" if s["errors"] else ""),
             f"  of the valid plans: {s['valid_plans_that_ran']}/{s['valid_first_try'] + s['valid_after_repair']} ran to success, "
             f"{s['valid_plans_that_cover_the_goal']}/{s['valid_first_try'] + s['valid_after_repair']} have every action the goal needs "
             f"(validity is not adequacy); steps of valid plans: {s['steps_of_valid_plans']}",

@@ -55,10 +55,10 @@ from typing import Any
 
 from layered import machine
 
-from planexec.eval.report import ANCHORS, react_ratios
-from planexec.eval.suite import load_suite
 from planexec.eval.harness import EvalReport, run_suite, scripted_models
 from planexec.eval.oracle import LatencyModel
+from planexec.eval.report import ANCHORS, react_ratios
+from planexec.eval.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = (ROOT / "examples" / "eval" / "parallel.yaml", ROOT / "examples" / "eval" / "multihop.yaml")

@@ -207,7 +207,10 @@ def report(r: dict[str, Any]) -> str:
         lines.append(f"postgres: skipped ({r['postgres_skipped']})")
     if "target" in r:
         t = r["target"]
-        lines += ["", f"target: SQLite store < {t['sqlite_slowdown_below']:.0f}x the in-memory run: {'MET' if t['met'] else 'MISSED'} at {t['measured']:.2f}x"]
+        lines += [
+            "",
+            f"target: SQLite store < {t['sqlite_slowdown_below']:.0f}x the in-memory run: {'MET' if t['met'] else 'MISSED'} at {t['measured']:.2f}x",
+        ]
     return "\n".join(lines)
 
 

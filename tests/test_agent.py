@@ -8,11 +8,11 @@ import json
 import pytest
 
 from planexec import Registry, RunStatus, Tool, Usage
-from planexec.team.agent import AGENT_WORKER, agent_worker, run_single, single_plan
 from planexec.models import ModelResponse
+from planexec.plan.validation import validate_plan
+from planexec.team.agent import AGENT_WORKER, agent_worker, run_single, single_plan
 from planexec.testing import ScriptedModel, tool_call
 from planexec.workers.tool_calls import prompt_file
-from planexec.plan.validation import validate_plan
 
 POPULATION = {"oslo": 709_000, "bergen": 291_000}
 

@@ -136,7 +136,11 @@ def test_text_reply_has_exact_usage_with_cache_tokens_and_the_served_model(allow
     assert "sk-test" in request.headers.get("x-api-key", "") + request.headers.get("authorization", "")
     body = json.loads(request.content)
     # no sampling parameters: the API version the SDK speaks rejects them
-    assert body == {"model": "claude-test", "max_tokens": 4096, "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi."}]}]}
+    assert body == {
+        "model": "claude-test",
+        "max_tokens": 4096,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi."}]}],
+    }
 
 
 def test_system_tool_calls_and_merged_tool_results_on_the_wire(allow_requests):

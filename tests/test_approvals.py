@@ -99,7 +99,7 @@ def test_a_pending_approval_survives_a_restart(reg, stores):
         return await run.result()
 
     assert asyncio.run(first()).status is RunStatus.CANCELLED
-    (pending,) = store.approvals("r1", pending_only=True)
+    (_pending,) = store.approvals("r1", pending_only=True)
     store.decide_approval("r1", step_id="ship", approved=True, by="ada")  # decided while no process ran
     reg.calls.clear()
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
-from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.cli.approvals import ReviewingPlanApprover, step_approver
 from planexec.cli.main import main
+from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.governance.policies import PolicyContext, policy
-from planexec.planning.replanner import FunctionReplanner
 from planexec.governance.review import ReviewTerminal
+from planexec.planning.replanner import FunctionReplanner
 from planexec.store import RunNotFoundError, SqliteRunStore, open_store
 
 TOOLS = textwrap.dedent(
@@ -337,7 +337,9 @@ def test_the_reviewed_version_is_approved_by_its_reviewer_and_a_revision_by_yes_
         return "escalate", "a person looks at new steps"
 
     plan = Plan.model_validate(REPLANNED)
-    approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, reviewed_by="ada", policies=[watch], context=PolicyContext(registry=reg), yes=True)
+    approver = ReviewingPlanApprover(
+        store, reviewed=plan.content_hash, reviewed_by="ada", policies=[watch], context=PolicyContext(registry=reg), yes=True
+    )
     result = replanning_engine(reg, store, approver).run_sync(plan, run_id="r1")
     assert result.status is RunStatus.SUCCEEDED and result.plan.version == 2
     assert seen == [(2, 1, ["c"])]  # the reviewed v1 is not reviewed again; v2 against v1: only the new step

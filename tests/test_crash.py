@@ -125,7 +125,9 @@ def test_kill_9_at_random_points_loses_no_event_and_reruns_no_finished_step(tmp_
             if summary is not None and summary.status.value == "needs_decision":
                 view_steps = [e for e in store.events(run_id) if e.type == "run_resumed"][-1].held
                 for sid in view_steps:
-                    done = subprocess.run([sys.executable, "-m", "planexec", "resolve", run_id, sid, "--retry"], cwd=tmp_path, env=env, capture_output=True)
+                    done = subprocess.run(
+                        [sys.executable, "-m", "planexec", "resolve", run_id, sid, "--retry"], cwd=tmp_path, env=env, capture_output=True
+                    )
                     assert done.returncode == 0, done.stderr.decode()[-3000:]
                     retried.add((run_id, sid))
             if summary is not None and summary.status.value == "succeeded":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,7 +105,7 @@ def test_a_cycle_raises_cycle_error_carrying_the_cycle():
     assert cycle[0] == cycle[-1]
     assert set(cycle[:-1]) == {"a", "b", "c"}  # d depends on the cycle but is not part of it
     graph = {"a": ["c"], "b": ["a"], "c": ["b"]}
-    for before, after in zip(cycle, cycle[1:]):
+    for before, after in itertools.pairwise(cycle):
         assert before in graph[after]  # each node is listed before the node that depends on it
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -74,7 +75,12 @@ def test_outputs_flow_as_resolved_parameters_context_and_provenance(reg):
     plan = mkplan(
         {"id": "x", "action": "work", "parameters": {"name": "x", "value": {"items": [{"n": 4}, {"n": 5}]}}},
         {"id": "sum", "action": "add", "parameters": {"a": "${x.items.0.n}", "b": "${x.items.1.n}"}},
-        {"id": "out", "action": "report", "worker": "reporter", "parameters": {"total": "${sum}", "label": "total of ${x.items.0.n}+${x.items.1.n}"}},
+        {
+            "id": "out",
+            "action": "report",
+            "worker": "reporter",
+            "parameters": {"total": "${sum}", "label": "total of ${x.items.0.n}+${x.items.1.n}"},
+        },
     )
     _, result = run(Engine(reg), plan)
     assert result.status is RunStatus.SUCCEEDED
@@ -232,7 +238,10 @@ def test_abort_cancels_running_steps_and_records_everything(reg):
 
 def test_replan_ends_the_run_cleanly_with_a_typed_signal(reg):
     reg.add_tool(scripted_tool("bad", [RuntimeError("world changed")]))
-    plan = mkplan({"id": "bad", "action": "bad", "failure_action": "replan"}, {"id": "x", "action": "work", "parameters": {"name": "x"}, "depends_on": ["bad"]})
+    plan = mkplan(
+        {"id": "bad", "action": "bad", "failure_action": "replan"},
+        {"id": "x", "action": "work", "parameters": {"name": "x"}, "depends_on": ["bad"]},
+    )
     r, result = run(Engine(reg), plan)
     assert result.status is RunStatus.REPLAN_REQUESTED
     assert result.replan.step_id == "bad" and "world changed" in result.replan.reason
@@ -304,7 +313,12 @@ def test_tool_failures_of_every_kind_are_recorded_not_raised(reg):
         *[{"id": n, "action": n, "failure_action": "skip"} for n in ("raises", "wrong_type", "garbage", "exits")],
         {"id": "badref", "action": "work", "parameters": {"name": "${ok.nope}"}, "failure_action": "skip"},
         {"id": "ok", "action": "work", "parameters": {"name": "ok", "value": {"a": 1}}},
-        {"id": "badarg", "action": "add", "parameters": {"a": "${ok}", "b": 1}, "failure_action": {"kind": "retry", "max_attempts": 3, "then": "skip"}},
+        {
+            "id": "badarg",
+            "action": "add",
+            "parameters": {"a": "${ok}", "b": 1},
+            "failure_action": {"kind": "retry", "max_attempts": 3, "then": "skip"},
+        },
     )
     _, result = run(Engine(reg), plan)
     errors = {k: (v.error.rule, v.error.type) for k, v in result.steps.items() if v.error}
@@ -336,7 +350,7 @@ def test_success_criteria_fail_the_step(reg):
         [{"kind": "predicate", "name": "is_even", "args": {"strict": True}}],
     ]
     steps = [{"id": f"s{i}", "action": "gen", "success_criteria": c, "failure_action": "skip"} for i, c in enumerate(crit)]
-    for prev, s in zip(steps, steps[1:]):
+    for _prev, s in itertools.pairwise(steps):
         s["depends_on"] = []
     # run them one after another so the script order is deterministic
     results = []
@@ -386,7 +400,7 @@ def test_usage_is_recorded_per_step_and_summed(reg):
     _, result = run(Engine(reg), plan)
     a, b, c = (result.steps[s].usage for s in "abc")
     assert (a.model_calls, b.model_calls, c.model_calls) == (2, 1, 0)
-    assert a.output_tokens == len("add({'a': 1, 'b': 2})".split()) + 1
+    assert a.output_tokens == len(["add({'a':", "1,", "'b':", "2})"]) + 1
     assert result.usage.input_tokens == a.input_tokens + b.input_tokens
     assert result.usage.model_calls == 3
     assert "check three" in model.requests[2].messages[1].content
@@ -398,7 +412,10 @@ def test_events_are_delivered_to_subscribers_and_iterators_and_round_trip(reg):
     def broken_subscriber(ev):
         raise RuntimeError("subscriber bug")
 
-    plan = mkplan({"id": "a", "action": "work", "parameters": {"name": "a"}}, {"id": "b", "action": "add", "parameters": {"a": 1, "b": 2}, "depends_on": ["a"]})
+    plan = mkplan(
+        {"id": "a", "action": "work", "parameters": {"name": "a"}},
+        {"id": "b", "action": "add", "parameters": {"a": 1, "b": 2}, "depends_on": ["a"]},
+    )
 
     async def go():
         r = Engine(reg, on_event=broken_subscriber).start(plan)
@@ -460,7 +477,18 @@ def test_hot_path_records_are_validated_when_read_back():
         Provenance.from_dict({**prov.to_dict(), "plan_version": "not a number"})
     with pytest.raises(Exception, match="colour"):
         Provenance.from_dict({**prov.to_dict(), "colour": "red"})
-    data = json.loads(StepSucceeded(run_id="r", seq=3, at=__import__("datetime").datetime(2026, 1, 1), step_id="s", attempt=1, wall_time=0.5, usage=__import__("planexec").Usage(), output=out).to_json())
+    data = json.loads(
+        StepSucceeded(
+            run_id="r",
+            seq=3,
+            at=__import__("datetime").datetime(2026, 1, 1),
+            step_id="s",
+            attempt=1,
+            wall_time=0.5,
+            usage=__import__("planexec").Usage(),
+            output=out,
+        ).to_json()
+    )
     assert data["type"] == "step_succeeded" and data["output"]["provenance"]["step_id"] == "s"
     assert parse_event(data).output == out
 
@@ -486,7 +514,10 @@ def test_timeouts_and_outside_cancellation_are_told_apart(reg):
 
     result = asyncio.run(go())
     assert result.status is RunStatus.CANCELLED and result.steps["w"].state is StepState.CANCELLED
-    _, timed = run(Engine(reg, default_timeout=0.05), mkplan({"id": "w", "action": "work", "parameters": {"name": "w", "seconds": 5}, "failure_action": "skip"}))
+    _, timed = run(
+        Engine(reg, default_timeout=0.05),
+        mkplan({"id": "w", "action": "work", "parameters": {"name": "w", "seconds": 5}, "failure_action": "skip"}),
+    )
     assert timed.steps["w"].error.rule == "timeout" and "0.05s" in timed.steps["w"].error.message
 
 
@@ -510,7 +541,13 @@ def test_engine_edge_cases_found_in_review(reg):
         t.cancel()
         return await t
 
-    _, r1 = run(Engine(reg), mkplan({"id": "a", "action": "inner_cancelled", "failure_action": "skip"}, {"id": "b", "action": "work", "parameters": {"name": "b"}, "depends_on": ["a"]}))
+    _, r1 = run(
+        Engine(reg),
+        mkplan(
+            {"id": "a", "action": "inner_cancelled", "failure_action": "skip"},
+            {"id": "b", "action": "work", "parameters": {"name": "b"}, "depends_on": ["a"]},
+        ),
+    )
     assert (r1.steps["a"].error.rule, r1.steps["a"].error.type) == ("exception", "CancelledError")
     assert r1.steps["b"].state is StepState.SKIPPED
 
@@ -523,7 +560,9 @@ def test_engine_edge_cases_found_in_review(reg):
             holder["run"].cancel("stop now")
 
     async def go():
-        r = holder["run"] = Engine(reg, on_event=on).start(mkplan({"id": "f", "action": "flaky2", "failure_action": {"kind": "retry", "max_attempts": 5, "backoff": 0.01}}))
+        r = holder["run"] = Engine(reg, on_event=on).start(
+            mkplan({"id": "f", "action": "flaky2", "failure_action": {"kind": "retry", "max_attempts": 5, "backoff": 0.01}})
+        )
         return await r.result()
 
     r2 = asyncio.run(go())
@@ -628,7 +667,9 @@ def test_a_tool_declared_requires_approval_waits_for_the_approver(registry):
         return text
 
     registry.add_tool(Tool(write_note, requires_approval=True))
-    plan = Plan.from_data({"plan_id": "p", "goal": "g", "steps": [{"id": "w", "worker": "tool", "action": "write_note", "parameters": {"text": "hi"}}]})
+    plan = Plan.from_data(
+        {"plan_id": "p", "goal": "g", "steps": [{"id": "w", "worker": "tool", "action": "write_note", "parameters": {"text": "hi"}}]}
+    )
     refused = Engine(registry).run_sync(plan)
     assert refused.steps["w"].state == "failed" and ran == []
     asked = []

@@ -10,11 +10,11 @@ import pytest
 from rich.console import Console
 
 from planexec.cli.main import main
+from planexec.eval.harness import EvalOptions, parse_modes, run_goal, run_suite, scripted_models
+from planexec.eval.oracle import LatencyModel, OracleModel
 from planexec.eval.report import goals_table, ratio_notes, react_ratios, summary_table, write_report
 from planexec.eval.suite import Checker, SolutionCall, SuiteError, answer_text, load_suite, run_solution
-from planexec.eval.harness import EvalOptions, parse_modes, run_goal, run_suite, scripted_models
 from planexec.models.base import ModelRequest, ModelResponse
-from planexec.eval.oracle import LatencyModel, OracleModel
 from planexec.testing import FunctionModel
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "eval"
@@ -43,7 +43,7 @@ def broken(key: str) -> int:
     raise ToolError(f"broken: cannot look up {key}", tool="broken")
 '''
 
-CHECKS = '''
+CHECKS = """
 def is_five(answer):
     return str(answer).strip() == "5"
 
@@ -52,7 +52,7 @@ def near(answer, goal):
 
 def crashes(answer):
     raise RuntimeError("checker bug")
-'''
+"""
 
 GOOD_GOAL = {
     "id": "sum",
@@ -116,7 +116,12 @@ BAD_GOALS = [
     ({**GOOD_GOAL, "solution": [{"id": "x", "tool": "lookpu", "args": {"key": "a"}}]}, "sum", "solution[0].tool", "no tool 'lookpu'"),
     ({**GOOD_GOAL, "solution": [{"id": "x", "tool": "lookup", "args": {"name": "a"}}]}, "sum", "solution[0].args", "no argument 'name'"),
     ({**GOOD_GOAL, "solution": [{"id": "x", "tool": "lookup", "args": {}}]}, "sum", "solution[0].args", "needs key"),
-    ({**GOOD_GOAL, "solution": [{"id": "x", "tool": "calculator", "args": {"expression": "${y} + 1"}}]}, "sum", "solution[0].args", "${y} names no earlier call"),
+    (
+        {**GOOD_GOAL, "solution": [{"id": "x", "tool": "calculator", "args": {"expression": "${y} + 1"}}]},
+        "sum",
+        "solution[0].args",
+        "${y} names no earlier call",
+    ),
     ({**GOOD_GOAL, "solution": [{"id": "x y", "tool": "lookup", "args": {"key": "a"}}]}, "sum", "solution[0].id", "not a step id"),
     ({**GOOD_GOAL, "solution": [GOOD_GOAL["solution"][0], GOOD_GOAL["solution"][0]]}, "sum", "solution[1].id", "used by an earlier call"),
     ({**GOOD_GOAL, "solution": [{"id": "x", "tool": "lookup", "args": {"key": "a"}, "note": 1}]}, "sum", None, "unknown key(s) note"),
@@ -269,7 +274,12 @@ def test_scripted_runs_succeed_in_every_mode_with_exact_reproducible_counts(path
 def test_a_repeated_evaluation_records_every_repeat():
     suite = load_suite(SUITES[1])
     report = run_suite(suite, ["plan"], scripted_models(), repeat=2, goals=["capital-mayor", "mayor-age"])
-    assert [(r.goal_id, r.repeat) for r in report.records] == [("capital-mayor", 1), ("mayor-age", 1), ("capital-mayor", 2), ("mayor-age", 2)]
+    assert [(r.goal_id, r.repeat) for r in report.records] == [
+        ("capital-mayor", 1),
+        ("mayor-age", 1),
+        ("capital-mayor", 2),
+        ("mayor-age", 2),
+    ]
     assert report.summary("plan").runs == 4
 
 
@@ -320,7 +330,13 @@ def test_a_planner_that_writes_garbage_is_a_planner_failure(tmp_path):
 
 
 def test_a_tool_that_raises_is_a_worker_failure(tmp_path):
-    goal = {**GOOD_GOAL, "solution": [{"id": "x", "tool": "broken", "args": {"key": "a"}}, {"id": "total", "tool": "calculator", "args": {"expression": "${x} + 1"}}]}
+    goal = {
+        **GOOD_GOAL,
+        "solution": [
+            {"id": "x", "tool": "broken", "args": {"key": "a"}},
+            {"id": "total", "tool": "calculator", "args": {"expression": "${x} + 1"}},
+        ],
+    }
     suite = load_suite(write_suite(tmp_path, [goal]))
     case = suite.goals[0]
     for mode in ("plan", "stream"):
@@ -358,7 +374,14 @@ def _always_replanning(oracle: OracleModel, *, fresh_steps: bool) -> FunctionMod
             return json.dumps({"action": "replan", "reason": "I am never satisfied"})
         if "steps" in (schema.get("properties") or {}) and "has to be revised" in request.messages[-1].content and fresh_steps:
             n = next(revisions)
-            step = {"id": f"again{n}", "worker": "tool", "action": "calculator", "instruction": "Add again.", "parameters": {"expression": f"{n} + 5"}, "depends_on": []}
+            step = {
+                "id": f"again{n}",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "Add again.",
+                "parameters": {"expression": f"{n} + 5"},
+                "depends_on": [],
+            }
             return json.dumps({"steps": [step]})
         return oracle.answer(request)
 

@@ -13,14 +13,46 @@ from planexec.testing import ScriptedModel, tool_call
 PLAN = json.dumps(
     {
         "steps": [
-            {"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []},
-            {"id": "s2", "worker": "tool", "action": "calculator", "instruction": "add", "parameters": {"expression": "4 + 1"}, "depends_on": []},
-            {"id": "s3", "worker": "tool", "action": "concat", "instruction": "join", "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "}, "depends_on": ["s1", "s2"]},
+            {
+                "id": "s1",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "multiply",
+                "parameters": {"expression": "17 * 23"},
+                "depends_on": [],
+            },
+            {
+                "id": "s2",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "add",
+                "parameters": {"expression": "4 + 1"},
+                "depends_on": [],
+            },
+            {
+                "id": "s3",
+                "worker": "tool",
+                "action": "concat",
+                "instruction": "join",
+                "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "},
+                "depends_on": ["s1", "s2"],
+            },
         ]
     }
 )
 ONE_STEP = json.dumps(
-    {"steps": [{"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []}]}
+    {
+        "steps": [
+            {
+                "id": "s1",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "multiply",
+                "parameters": {"expression": "17 * 23"},
+                "depends_on": [],
+            }
+        ]
+    }
 )
 ROUTE_PLAN = json.dumps({"decompose": True, "reason": "two sums, then a join"})
 ROUTE_SINGLE = json.dumps({"decompose": False, "reason": "one multiplication"})
@@ -97,7 +129,9 @@ def test_a_recorded_plan_waits_for_approval_from_another_process(scripted, capsy
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
     codes = []
     runner = threading.Thread(
-        target=lambda: codes.append(main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan", "--run-id", "r9", "--json"]))
+        target=lambda: codes.append(
+            main(["run", "two sums joined", "--model", "script:planner", "--mode", "plan", "--run-id", "r9", "--json"])
+        )
     )
     runner.start()
     other = open_store(str(tmp_path / "planexec-runs.db"))  # the autouse store; another connection, as another process
@@ -169,7 +203,13 @@ def test_mode_auto_goes_to_a_single_agent_when_the_router_says_so(scripted, caps
 
 
 def test_mode_auto_runs_a_one_step_plan_directly_as_a_single_agent(scripted, capsys):
-    research = json.dumps({"steps": [{"id": "s1", "worker": "researcher", "action": "research", "instruction": "compute it", "parameters": {}, "depends_on": []}]})
+    research = json.dumps(
+        {
+            "steps": [
+                {"id": "s1", "worker": "researcher", "action": "research", "instruction": "compute it", "parameters": {}, "depends_on": []}
+            ]
+        }
+    )
     scripted.extend([ROUTE_PLAN, research, tool_call("calculator", expression="17 * 23"), "It is 391."])
     code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--json"])
     out, err = capsys.readouterr()
@@ -198,7 +238,9 @@ def test_mode_auto_runs_a_one_step_tool_call_as_planned(scripted, capsys):
 
 
 def test_a_one_step_plan_for_a_role_runs_directly_with_that_roles_tools(scripted, capsys):
-    writer_plan = json.dumps({"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "a poem", "parameters": {}, "depends_on": []}]})
+    writer_plan = json.dumps(
+        {"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "a poem", "parameters": {}, "depends_on": []}]}
+    )
     scripts = {"planner": [ROUTE_PLAN, writer_plan], "worker": ["The sea is wide, the sea is deep."]}
     made: dict[str, ScriptedModel] = {}
 
@@ -239,17 +281,53 @@ def test_stream_implies_plan_mode_and_cannot_run_a_single_agent(scripted, capsys
 FAILING = json.dumps(
     {
         "steps": [
-            {"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []},
-            {"id": "s2", "worker": "tool", "action": "calculator", "instruction": "divide", "parameters": {"expression": "1 / 0"}, "depends_on": [], "failure_action": "replan"},
-            {"id": "s3", "worker": "tool", "action": "concat", "instruction": "join", "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "}, "depends_on": ["s1", "s2"]},
+            {
+                "id": "s1",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "multiply",
+                "parameters": {"expression": "17 * 23"},
+                "depends_on": [],
+            },
+            {
+                "id": "s2",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "divide",
+                "parameters": {"expression": "1 / 0"},
+                "depends_on": [],
+                "failure_action": "replan",
+            },
+            {
+                "id": "s3",
+                "worker": "tool",
+                "action": "concat",
+                "instruction": "join",
+                "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "},
+                "depends_on": ["s1", "s2"],
+            },
         ]
     }
 )
 REVISED = json.dumps(
     {
         "steps": [
-            {"id": "s4", "worker": "tool", "action": "calculator", "instruction": "add", "parameters": {"expression": "4 + 1"}, "depends_on": []},
-            {"id": "s5", "worker": "tool", "action": "concat", "instruction": "join", "parameters": {"parts": ["${s1}", "${s4}"], "separator": " and "}, "depends_on": ["s1", "s4"]},
+            {
+                "id": "s4",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "add",
+                "parameters": {"expression": "4 + 1"},
+                "depends_on": [],
+            },
+            {
+                "id": "s5",
+                "worker": "tool",
+                "action": "concat",
+                "instruction": "join",
+                "parameters": {"parts": ["${s1}", "${s4}"], "separator": " and "},
+                "depends_on": ["s1", "s4"],
+            },
         ]
     }
 )
@@ -268,7 +346,7 @@ def test_run_goal_replans_a_failed_step_and_shows_the_new_version(scripted, caps
 def test_run_goal_with_no_replans_allowed_ends_asking_for_one(scripted, capsys):
     scripted.append(FAILING)
     code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--mode", "plan", "--max-replans", "0"])
-    out, err = capsys.readouterr()
+    out, _err = capsys.readouterr()
     assert code != 0
     assert "replan_requested" in out
 

@@ -46,18 +46,22 @@ def run_goal(planner, reg, goal, **engine_options):
 
 
 def test_a_two_level_hierarchy_runs_and_reports_model_calls_per_level():
-    research, research_model = team(
+    research, _research_model = team(
         "research_team",
         "researcher",
-        [{"id": "a1", "worker": "researcher", "action": "respond", "instruction": "find the tide period"},
-         {"id": "a2", "worker": "researcher", "action": "respond", "instruction": "check it", "depends_on": ["a1"]}],
+        [
+            {"id": "a1", "worker": "researcher", "action": "respond", "instruction": "find the tide period"},
+            {"id": "a2", "worker": "researcher", "action": "respond", "instruction": "check it", "depends_on": ["a1"]},
+        ],
         ["about 12.4 hours", "confirmed: 12.4 hours"],
     )
     writing, _ = team(
         "writing_team",
         "writer",
-        [{"id": "w1", "worker": "writer", "action": "respond", "instruction": "draft a line"},
-         {"id": "w2", "worker": "writer", "action": "respond", "instruction": "polish it", "depends_on": ["w1"]}],
+        [
+            {"id": "w1", "worker": "writer", "action": "respond", "instruction": "draft a line"},
+            {"id": "w2", "worker": "writer", "action": "respond", "instruction": "polish it", "depends_on": ["w1"]},
+        ],
         ["the sea breathes", "The sea breathes twice a day."],
     )
     reg, manager = top(
@@ -88,7 +92,7 @@ def test_a_two_level_hierarchy_runs_and_reports_model_calls_per_level():
     # each level's events are in the parent's stream
     relayed = [e for e in r.history if e.type == "sub_run_event"]
     assert {(e.step_id, e.depth) for e in relayed} == {("s1", 1), ("s2", 1)}
-    assert [e.event["type"] for e in relayed if e.step_id == "s1"][0] == "run_started"
+    assert next(e.event["type"] for e in relayed if e.step_id == "s1") == "run_started"
     assert [e.event["type"] for e in relayed if e.step_id == "s1"][-1] == "run_finished"
 
 

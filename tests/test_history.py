@@ -145,7 +145,9 @@ def test_without_a_store_nothing_is_created(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("content", [b"not a database\n" * 20, b"SQLite format 3\x00" + b"\x10\x00\x01\x01\x00\x40\x20\x20" + b"\x00" * 76 + b"\xee" * 3000])
+@pytest.mark.parametrize(
+    "content", [b"not a database\n" * 20, b"SQLite format 3\x00" + b"\x10\x00\x01\x01\x00\x40\x20\x20" + b"\x00" * 76 + b"\xee" * 3000]
+)
 @pytest.mark.parametrize("command", [["runs"], ["show", "run-1"], ["logs", "run-1"]])
 def test_a_corrupt_store_is_an_error_naming_the_file_and_is_left_alone(tmp_path, capsys, content, command):
     path = tmp_path / "runs.db"
@@ -197,7 +199,9 @@ def test_the_history_reads_a_postgres_store(postgres_url, capsys):
     with open_store(url) as s:
         from planexec.engine.events import RunStarted, utcnow
 
-        s.append([RunStarted(run_id="pg-1", seq=0, at=utcnow(), plan_id="p", plan_version=1, content_hash="h", goal="on postgres", step_ids=[])])
+        s.append(
+            [RunStarted(run_id="pg-1", seq=0, at=utcnow(), plan_id="p", plan_version=1, content_hash="h", goal="on postgres", step_ids=[])]
+        )
     assert main(["runs", "--store", url]) == 0
     assert "on postgres" in capsys.readouterr().out
     assert main(["show", "pg-1", "--store", url]) == 0
@@ -207,9 +211,15 @@ def test_the_history_reads_a_postgres_store(postgres_url, capsys):
 def test_logs_follow_from_another_process_while_the_run_goes_on(tmp_path):
     path = tmp_path / "runs.db"
     steps = [{"id": "gate", "action": "wait", "worker": "tool"}]
-    steps += [{"id": f"s{i}", "action": "double", "worker": "tool", "parameters": {"value": i}, "depends_on": [f"s{i - 1}" if i else "gate"]} for i in range(4)]
+    steps += [
+        {"id": f"s{i}", "action": "double", "worker": "tool", "parameters": {"value": i}, "depends_on": [f"s{i - 1}" if i else "gate"]}
+        for i in range(4)
+    ]
     plan_data = {"plan_id": "slow", "goal": "slowly", "steps": steps}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
 
     async def go():
         opened = asyncio.Event()
@@ -248,4 +258,6 @@ def test_logs_follow_from_another_process_while_the_run_goes_on(tmp_path):
     lines = out.splitlines()
     assert len(lines) == 2 + 3 * 5 and "finished: succeeded" in lines[-1]
     shown = [line.split("] ", 1)[1] for line in lines[4:7]]
-    assert shown[:2] == ["s0: ready", "s0: started (attempt 1, worker tool, action double)"] and shown[2].startswith("s0: succeeded (attempt 1, ")
+    assert shown[:2] == ["s0: ready", "s0: started (attempt 1, worker tool, action double)"] and shown[2].startswith(
+        "s0: succeeded (attempt 1, "
+    )

@@ -11,8 +11,9 @@ import pytest
 
 from planexec import Engine, Plan, Registry
 from planexec.cli.main import main
-from planexec.errors import PlanValidationError, RunNotFoundError
 from planexec.engine.events import RunStarted
+from planexec.errors import PlanValidationError, RunNotFoundError
+from planexec.library.export import EXPORT_FORMAT, export_templates, import_templates
 from planexec.library.templates import (
     TemplateError,
     diff_templates,
@@ -22,7 +23,6 @@ from planexec.library.templates import (
     placeholders,
     save_run_template,
 )
-from planexec.library.export import EXPORT_FORMAT, export_templates, import_templates
 from planexec.models.providers import register_provider
 from planexec.store import Template, open_store
 
@@ -161,7 +161,9 @@ def test_save_errors_name_the_run_and_the_value(tools, url):
     with open_store(url) as store:
         with pytest.raises(RunNotFoundError, match="no run 'nope'"):
             save_run_template(store, "nope", "x", values={})
-        store.append([RunStarted(run_id="bare", seq=0, at=datetime.now(UTC), plan_id="p", plan_version=1, content_hash="h", goal="g", step_ids=[])])
+        store.append(
+            [RunStarted(run_id="bare", seq=0, at=datetime.now(UTC), plan_id="p", plan_version=1, content_hash="h", goal="g", step_ids=[])]
+        )
         with pytest.raises(TemplateError, match="run 'bare' has no stored plan") as err:
             save_run_template(store, "bare", "x", values={})
         assert err.value.template == "bare"
@@ -236,7 +238,7 @@ def test_the_filled_in_plan_is_checked_against_the_registry(tools):
 
 
 def test_parse_values():
-    assert parse_values(["a=x=y", "n:=3", "j:={\"k\": [1]}", "e="]) == ({"a": "x=y", "n": 3, "j": {"k": [1]}, "e": ""}, [])
+    assert parse_values(["a=x=y", "n:=3", 'j:={"k": [1]}', "e="]) == ({"a": "x=y", "n": 3, "j": {"k": [1]}, "e": ""}, [])
     assert parse_values(["a=1", "b"], bare=True) == ({"a": "1"}, ["b"])
     for bad in (["b"], ["a=1", "a=2"], ["n:=nope"], ["1x=2"]):
         with pytest.raises(TemplateError) as err:
@@ -301,7 +303,7 @@ def test_done_when_a_saved_template_re_runs_with_new_parameters_and_no_model_cal
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "saved template 'deploy' version 1 from plan v1 of run run-1" in out
-    assert "{{version}} = \"2.1.4\": 4 place(s): goal, backup.instruction, ship.instruction, ship.parameters.version" in out
+    assert '{{version}} = "2.1.4": 4 place(s): goal, backup.instruction, ship.instruction, ship.parameters.version' in out
 
     run = ["run", "--template", "deploy", "-p", "service=billing", "-p", "version=2.1.5", "-p", "replicas:=2",
            "--tools", "tools.py", "--yes", "--json"]  # fmt: skip
@@ -313,7 +315,7 @@ def test_done_when_a_saved_template_re_runs_with_new_parameters_and_no_model_cal
     assert result["steps"]["ship"]["output"]["value"] == "billing@2.1.5x2"
     assert result["steps"]["backup"]["output"]["value"] == "billing_prod.bak"
     assert result["plan"]["plan_id"].startswith("deploy-v1-") and result["usage"]["model_calls"] == 0
-    assert "template 'deploy' v1 with service=\"billing\", version=\"2.1.5\", replicas=2" in err
+    assert 'template \'deploy\' v1 with service="billing", version="2.1.5", replicas=2' in err
     assert no_model == []  # no planner, no model of any kind
 
     # the policies still review it: one that forbids the deploy tool stops it

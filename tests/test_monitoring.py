@@ -52,7 +52,13 @@ def team(critic_answers, *, step_value=12):
     return reg, critic_model
 
 
-JUDGED = {"id": "m", "action": "multiply", "parameters": {"a": 3, "b": 4}, "instruction": "multiply 3 by 4", "success_criteria": [{"kind": "critic", "criteria": "the product of 3 and 4"}]}
+JUDGED = {
+    "id": "m",
+    "action": "multiply",
+    "parameters": {"a": 3, "b": 4},
+    "instruction": "multiply 3 by 4",
+    "success_criteria": [{"kind": "critic", "criteria": "the product of 3 and 4"}],
+}
 
 
 def test_a_critic_that_recomputes_and_approves_passes_the_step_and_its_verdict_is_recorded():
@@ -60,7 +66,14 @@ def test_a_critic_that_recomputes_and_approves_passes_the_step_and_its_verdict_i
     r, result = run(Engine(reg), mkplan(JUDGED))
     assert result.status is RunStatus.SUCCEEDED and result.answer == 12
     (verdict,) = result.steps["m"].verdicts
-    assert verdict == {"attempt": 1, "critic": "critic", "approved": True, "judged": True, "reasons": ["3*4 is 12"], "tools_used": ["recompute"]}
+    assert verdict == {
+        "attempt": 1,
+        "critic": "critic",
+        "approved": True,
+        "judged": True,
+        "reasons": ["3*4 is 12"],
+        "tools_used": ["recompute"],
+    }
     judged = next(e for e in r.history if e.type == "step_judged")
     assert (judged.step_id, judged.approved, judged.tools_used) == ("m", True, ["recompute"])
     assert parse_event(judged.to_json()) == judged
@@ -72,7 +85,7 @@ def test_a_critic_that_recomputes_and_approves_passes_the_step_and_its_verdict_i
 
 def test_a_critic_that_approves_without_a_tool_call_is_no_judgement_and_the_check_fails():
     reg, _ = team(['{"approved": true, "reasons": ["looks right"]}'])
-    r, result = run(Engine(reg), mkplan(JUDGED))
+    _r, result = run(Engine(reg), mkplan(JUDGED))
     assert result.status is RunStatus.ABORTED
     err = result.steps["m"].error
     assert err.rule == "check_failed" and "not judged" in err.message
@@ -89,7 +102,7 @@ def test_a_critic_that_rejects_fails_the_check_with_its_reasons_and_the_planner_
         return value
 
     replanner = FunctionReplanner(lambda ctx: [{"id": "fixed", "action": "constant", "parameters": {"value": 12}}])
-    r, result = run(Engine(reg, replanner=replanner), mkplan(JUDGED))
+    _r, result = run(Engine(reg, replanner=replanner), mkplan(JUDGED))
     assert result.status is RunStatus.SUCCEEDED and result.answer == 12
     assert "expected 12, got 13" in replanner.contexts[0].failures["m"]
     assert result.versions[0].superseded["m"].verdicts[0]["approved"] is False
@@ -97,7 +110,7 @@ def test_a_critic_that_rejects_fails_the_check_with_its_reasons_and_the_planner_
 
 def test_a_crashing_critic_fails_the_check_not_the_run():
     reg, _ = team([RuntimeError("critic model down")])
-    r, result = run(Engine(reg), mkplan(JUDGED))
+    _r, result = run(Engine(reg), mkplan(JUDGED))
     assert result.status is RunStatus.ABORTED
     assert "the critic failed" in result.steps["m"].error.message
     assert all(rec.state.terminal for rec in result.steps.values())
@@ -132,7 +145,9 @@ def test_a_sentinel_failure_is_rerouted_to_another_role_and_the_recovery_is_in_t
     r, result = run(Engine(reg), plan)
     assert result.status is RunStatus.SUCCEEDED and result.answer == "The sea is wide."
     assert result.steps["line"].worker == "writer" and result.steps["line"].state is StepState.SUCCEEDED
-    story = [(e.type, getattr(e, "worker", None) or getattr(e, "to_worker", None)) for e in r.history if getattr(e, "step_id", None) == "line"]
+    story = [
+        (e.type, getattr(e, "worker", None) or getattr(e, "to_worker", None)) for e in r.history if getattr(e, "step_id", None) == "line"
+    ]
     assert story == [
         ("step_ready", None),
         ("step_started", "researcher"),

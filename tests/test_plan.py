@@ -76,12 +76,12 @@ def test_schema_is_a_valid_json_schema_that_accepts_dumped_plans():
 
 
 def test_shorthands_expand_to_typed_records():
-    step = make_plan(
-        steps=[{"id": "a", "action": "x", "success_criteria": "all_good", "failure_action": "skip"}]
-    ).steps[0]
+    step = make_plan(steps=[{"id": "a", "action": "x", "success_criteria": "all_good", "failure_action": "skip"}]).steps[0]
     assert step.success_criteria == [PredicateCriterion(name="all_good")]
     assert step.failure_action == FailureAction(kind="skip")
-    step = make_plan(steps=[{"id": "a", "action": "x", "success_criteria": ["not_empty", {"kind": "json_schema", "schema": {"type": "object"}}]}]).steps[0]
+    step = make_plan(
+        steps=[{"id": "a", "action": "x", "success_criteria": ["not_empty", {"kind": "json_schema", "schema": {"type": "object"}}]}]
+    ).steps[0]
     assert isinstance(step.success_criteria[0], NotEmptyCriterion)
     assert isinstance(step.success_criteria[1], JsonSchemaCriterion)
 
@@ -107,8 +107,16 @@ def test_references_imply_dependencies():
 
 
 def test_find_and_resolve_references():
-    params = {"whole": "${a}", "path": "${a.items.1.name}", "tmpl": "n=${b} and ${a.count}", "nested": ["${b}", {"k": "${a.count}"}], "lit": "$${a}"}
-    assert sorted(find_references(params)) == sorted([("a", ""), ("a", "items.1.name"), ("b", ""), ("a", "count"), ("b", ""), ("a", "count")])
+    params = {
+        "whole": "${a}",
+        "path": "${a.items.1.name}",
+        "tmpl": "n=${b} and ${a.count}",
+        "nested": ["${b}", {"k": "${a.count}"}],
+        "lit": "$${a}",
+    }
+    assert sorted(find_references(params)) == sorted(
+        [("a", ""), ("a", "items.1.name"), ("b", ""), ("a", "count"), ("b", ""), ("a", "count")]
+    )
     outputs = {"a": {"items": [{"name": "x"}, {"name": "y"}], "count": 2}, "b": 7}
     resolved = resolve_references(params, outputs)
     assert resolved["whole"] == outputs["a"]  # whole references keep the type

@@ -9,23 +9,35 @@ import jsonschema
 import pytest
 
 from planexec import Engine, Plan, RunStatus, StepState
-from planexec.errors import ModelOutputError, ModelServerError, PlanningError
 from planexec.engine.events import PlanCompleted, PlanDrafted, PlanStepParsed, StepStarted
+from planexec.errors import ModelOutputError, ModelServerError, PlanningError
 from planexec.planning.draft_schema import draft_schema
-from planexec.planning.stream import PlanStream
 from planexec.planning.planner import Planner, load_prompt, render_catalog
+from planexec.planning.stream import PlanStream
 from planexec.testing import ScriptedModel, sleep_tool
 
 
 def step(sid, action, parameters, deps=(), worker="tool", **extra):
-    return {"id": sid, "worker": worker, "action": action, "instruction": f"do {sid}", "parameters": parameters, "depends_on": list(deps), **extra}
+    return {
+        "id": sid,
+        "worker": worker,
+        "action": action,
+        "instruction": f"do {sid}",
+        "parameters": parameters,
+        "depends_on": list(deps),
+        **extra,
+    }
 
 
 def draft(*steps):
     return json.dumps({"steps": list(steps)})
 
 
-GOOD = draft(step("s1", "echo", {"value": "hello"}), step("s2", "echo", {"value": "world"}), step("s3", "concat", {"parts": ["${s1}", "${s2}"], "separator": " "}, ["s1", "s2"]))
+GOOD = draft(
+    step("s1", "echo", {"value": "hello"}),
+    step("s2", "echo", {"value": "world"}),
+    step("s3", "concat", {"parts": ["${s1}", "${s2}"], "separator": " "}, ["s1", "s2"]),
+)
 
 
 def test_a_valid_first_draft_becomes_the_plan(registry):
@@ -105,7 +117,9 @@ def test_after_the_last_repair_a_typed_error_shows_the_last_draft_and_its_proble
 def test_an_off_schema_reply_is_repaired_with_its_text_and_usage_kept(registry):
     from planexec.usage import Usage
 
-    off = ModelOutputError("structured output does not match", model="m", text='{"steps": []}', usage=Usage(input_tokens=5, output_tokens=3, model_calls=1))
+    off = ModelOutputError(
+        "structured output does not match", model="m", text='{"steps": []}', usage=Usage(input_tokens=5, output_tokens=3, model_calls=1)
+    )
     model = ScriptedModel([off, GOOD])
     planning = asyncio.run(Planner(model, registry).draft("g"))
     assert planning.drafts[0].text == '{"steps": []}' and planning.drafts[0].usage.output_tokens == 3
@@ -279,7 +293,9 @@ def test_every_string_parameter_in_a_draft_is_bounded(registry):
 def test_a_draft_cut_off_at_max_tokens_is_asked_to_be_shorter(registry):
     from planexec.models import ModelResponse
 
-    cut = ModelResponse(text='{"steps": [{"id": "s1", "worker": "tool", "action": "echo", "instruction": "' + "x " * 300, finish_reason="length")
+    cut = ModelResponse(
+        text='{"steps": [{"id": "s1", "worker": "tool", "action": "echo", "instruction": "' + "x " * 300, finish_reason="length"
+    )
     model = ScriptedModel([cut, GOOD])
     planning = asyncio.run(Planner(model, registry, max_tokens=300).draft("g"))
     assert "cut_off" in planning.drafts[0].problems[0] and "300 tokens" in planning.drafts[0].problems[0]

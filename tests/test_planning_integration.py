@@ -12,8 +12,8 @@ import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus
 from planexec.models.providers import ProviderOptions, resolve_model
-from planexec.planning.stream import PlanStream
 from planexec.planning.planner import Planner
+from planexec.planning.stream import PlanStream
 
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
 

@@ -10,6 +10,7 @@ import pytest
 from planexec import Plan, Registry
 from planexec.errors import PolicyError
 from planexec.governance.policies import FunctionPolicy, PolicyContext, PolicyVerdict, Review, policy, review_plan
+from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.rules import (
     ForbidTools,
     MaxEstimatedCost,
@@ -19,7 +20,6 @@ from planexec.governance.rules import (
     ToolsNeedPerson,
     estimate_cost,
 )
-from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.models.pricing import PriceTable
 from planexec.testing import ScriptedModel, scripted_tool
 from planexec.workers.tools import Tool
@@ -282,7 +282,9 @@ def test_a_yaml_rule_file_makes_the_built_in_policies(tmp_path: Path, team: Regi
 
 
 def test_the_rule_file_takes_cost_assumptions_revisions_and_python_modules(tmp_path: Path, team: Registry) -> None:
-    (tmp_path / "extra.py").write_text("from planexec.governance.policies import policy\n\n@policy\ndef deny_all(plan):\n    return 'reject'\n")
+    (tmp_path / "extra.py").write_text(
+        "from planexec.governance.policies import policy\n\n@policy\ndef deny_all(plan):\n    return 'reject'\n"
+    )
     (tmp_path / "policies.yml").write_text(
         "max_cost: {dollars: 0.001, input_tokens: 100, output_tokens: 10}\non_revision: plan\nneeds_person: deploy_service\nmodules: [extra.py]\nrisk: false\n"
     )
@@ -310,7 +312,12 @@ def test_the_same_rule_in_two_files_applies_twice_told_apart_by_file(tmp_path: P
         ("max_cost: cheap\n", "rule 'max_cost': max_cost (US dollars) must be a number of at least 0, got 'cheap'", 1, "max_cost"),
         ("max_cost: {dollars: 1, tokens: 5}\n", "rule 'max_cost': expected {dollars, input_tokens, output_tokens}", 1, "max_cost"),
         ("needs_person: []\n", "rule 'needs_person': expected one or more tool names", 1, "needs_person"),
-        ("order:\n  - {before: backup_*, then: deploy_*}\n  - {before: backup_*}\n", "rule 'order': each entry is {before: PATTERN, then: PATTERN}", 3, "order"),
+        (
+            "order:\n  - {before: backup_*, then: deploy_*}\n  - {before: backup_*}\n",
+            "rule 'order': each entry is {before: PATTERN, then: PATTERN}",
+            3,
+            "order",
+        ),
         ("forbid:\n  - rm_*\n  - 7\n", "rule 'forbid': expected tool names or glob patterns", 3, "forbid"),
         ("risk: severe\n", "rule 'risk': expected true, false or risk levels", 1, "risk"),
         ("on_revision: sometimes\n", "rule 'on_revision': must be 'changes' or 'plan'", 1, "on_revision"),
@@ -342,14 +349,18 @@ def test_an_empty_rule_file_has_no_policies(tmp_path: Path) -> None:
 
 
 def fixed(decision: str, name: str, *steps: str) -> FunctionPolicy:
-    return FunctionPolicy(lambda plan: PolicyVerdict(decision=decision, policy=name, reasons=[f"{name} says {decision}"], steps=list(steps)), name=name)  # type: ignore[arg-type]
+    return FunctionPolicy(
+        lambda plan: PolicyVerdict(decision=decision, policy=name, reasons=[f"{name} says {decision}"], steps=list(steps)), name=name
+    )  # type: ignore[arg-type]
 
 
 def test_any_reject_rejects_then_any_escalate_escalates_else_approve_and_every_verdict_is_kept() -> None:
     ok, ask, no = fixed("approve", "ok"), fixed("escalate", "ask", "deploy"), fixed("reject", "no", "backup")
     assert review_plan(DEPLOY, [ok, ok.__class__(ok.fn, name="ok2")]).decision == "approve"
     escalated = review_plan(DEPLOY, [ok, ask])
-    assert escalated.decision == "escalate" and escalated.steps == ["deploy"] and escalated.reasons("escalate") == ["ask: ask says escalate"]
+    assert (
+        escalated.decision == "escalate" and escalated.steps == ["deploy"] and escalated.reasons("escalate") == ["ask: ask says escalate"]
+    )
     rejected = review_plan(DEPLOY, [ask, no, ok])
     assert rejected.decision == "reject" and rejected.steps == ["backup"]
     assert [v.policy for v in rejected.verdicts] == ["ask", "no", "ok"]

@@ -401,12 +401,19 @@ def predict(scn: Scenario) -> dict[str, Fate]:
 
 # --- invariants -------------------------------------------------------------------
 
-TERMINAL_STATE = {StepSucceeded: StepState.SUCCEEDED, StepFailed: StepState.FAILED, StepSkipped: StepState.SKIPPED, StepCancelled: StepState.CANCELLED}
+TERMINAL_STATE = {
+    StepSucceeded: StepState.SUCCEEDED,
+    StepFailed: StepState.FAILED,
+    StepSkipped: StepState.SKIPPED,
+    StepCancelled: StepState.CANCELLED,
+}
 ENDING = {"abort": RunStatus.ABORTED, "replan": RunStatus.REPLAN_REQUESTED}
 
 
 def is_terminal(ev: Any) -> bool:
-    return isinstance(ev, (StepSucceeded, StepSkipped, StepCancelled)) or (isinstance(ev, StepFailed) and ev.then not in ("retry", "fallback"))
+    return isinstance(ev, (StepSucceeded, StepSkipped, StepCancelled)) or (
+        isinstance(ev, StepFailed) and ev.then not in ("retry", "fallback")
+    )
 
 
 def check_stream(out: Outcome) -> None:
@@ -604,12 +611,22 @@ def note_coverage(scn: Scenario, out: Outcome, terminals: dict[str, Any]) -> Non
 
 def spec(i: int, **fields: Any) -> StepSpec:
     """A step for a hand-written example: defaults to one that works the first time."""
-    base = dict(action="work", worker="tool", deps={}, script=(), then_ok=True, failure={"kind": "skip"}, tolerant=False, approval=None, delay=0.0)
+    base = {
+        "action": "work",
+        "worker": "tool",
+        "deps": {},
+        "script": (),
+        "then_ok": True,
+        "failure": {"kind": "skip"},
+        "tolerant": False,
+        "approval": None,
+        "delay": 0.0,
+    }
     return StepSpec(step_id=f"s{i}", index=i, **{**base, **fields})
 
 
 def example_scenario(*steps: StepSpec, **fields: Any) -> Scenario:
-    base = dict(seed=0, max_concurrency=64, worker_limits={}, async_approver=False, cancel_after=None)
+    base = {"seed": 0, "max_concurrency": 64, "worker_limits": {}, "async_approver": False, "cancel_after": None}
     return Scenario(steps=steps, **{**base, **fields})
 
 
@@ -617,8 +634,17 @@ RETRY = {"kind": "retry", "max_attempts": 3, "backoff": 0.001, "jitter": 0.5}
 # Rare paths pinned down: billed attempts whose output the check rejects, before a success and a fallback.
 USAGE_CARRIED = example_scenario(
     spec(0, worker="metered", script=("empty", "empty"), failure=RETRY),
-    spec(1, worker="metered", action="work_int", script=("empty",), failure={"kind": "fallback", "worker": "tool"}, deps={"s0": "reference"}),
-    spec(2, worker="alt", script=("empty",), failure={"kind": "fallback", "worker": "metered", "then": "skip"}, then_ok=False, deps={"s1": "both"}),
+    spec(
+        1, worker="metered", action="work_int", script=("empty",), failure={"kind": "fallback", "worker": "tool"}, deps={"s0": "reference"}
+    ),
+    spec(
+        2,
+        worker="alt",
+        script=("empty",),
+        failure={"kind": "fallback", "worker": "metered", "then": "skip"},
+        then_ok=False,
+        deps={"s1": "both"},
+    ),
     spec(3, worker="metered", tolerant=True, deps={"s2": "reference", "s0": "path"}),
 )
 # Timeouts, retries and fallbacks under one slot, cancelled from outside while attempts hang.

@@ -64,8 +64,22 @@ FIVE = [
 REVISION = {
     "steps": [
         {"id": "s6", "worker": "tool", "action": "fetch", "instruction": "fetch c", "parameters": {"key": "c"}, "depends_on": []},
-        {"id": "s7", "worker": "tool", "action": "divide", "instruction": "a over c", "parameters": {"x": "${s1}", "y": "${s6}"}, "depends_on": ["s1", "s6"]},
-        {"id": "s8", "worker": "tool", "action": "show", "instruction": "show it", "parameters": {"value": "${s7}", "unit": "x"}, "depends_on": ["s7"]},
+        {
+            "id": "s7",
+            "worker": "tool",
+            "action": "divide",
+            "instruction": "a over c",
+            "parameters": {"x": "${s1}", "y": "${s6}"},
+            "depends_on": ["s1", "s6"],
+        },
+        {
+            "id": "s8",
+            "worker": "tool",
+            "action": "show",
+            "instruction": "show it",
+            "parameters": {"value": "${s7}", "unit": "x"},
+            "depends_on": ["s7"],
+        },
     ]
 }
 
@@ -124,7 +138,7 @@ def test_a_replan_that_repeats_the_failed_steps_stops_with_a_typed_loop_error(re
         {"id": "t5", "action": "show", "parameters": {"value": "${t3}", "unit": "x"}},
     ]
     replanner = FunctionReplanner(lambda ctx: same)
-    r, result = run(Engine(reg, replanner=replanner, max_replans=5), mkplan(*FIVE))
+    _r, result = run(Engine(reg, replanner=replanner, max_replans=5), mkplan(*FIVE))
     assert result.status is RunStatus.FAILED
     assert result.error.rule == "replan_loop" and "repeats" in result.error.message
     assert len(replanner.contexts) == 1  # stopped at once, not after max_replans
@@ -139,7 +153,7 @@ def test_replans_are_bounded_by_max_replans(reg):
         return [{"id": f"r{k}", "action": "divide", "parameters": {"x": k + 1, "y": 0}, "failure_action": "replan"}]
 
     replanner = FunctionReplanner(always_failing)
-    r, result = run(Engine(reg, replanner=replanner, max_replans=2), mkplan(*FIVE))
+    _r, result = run(Engine(reg, replanner=replanner, max_replans=2), mkplan(*FIVE))
     assert result.status is RunStatus.FAILED and result.error.rule == "replan_limit"
     assert len(replanner.contexts) == 2 and len(result.versions) == 3
     assert "2 allowed" in result.reason
@@ -214,7 +228,7 @@ def test_the_joiner_asks_for_a_replan_and_the_run_goes_on(reg):
             {"id": "s4", "action": "divide", "parameters": {"x": "${s2}", "y": "${s3}"}},
         ]
     )
-    r, result = run(Engine(reg, replanner=replanner, joiner=ModelJoiner(joiner_model)), plan)
+    _r, result = run(Engine(reg, replanner=replanner, joiner=ModelJoiner(joiner_model)), plan)
     assert result.status is RunStatus.SUCCEEDED and result.answer == "42"
     assert replanner.contexts[0].request.source == "joiner" and "c" in replanner.contexts[0].request.reason
     assert reg.calls["fetch:b"] == 1 and len(result.versions) == 2
@@ -275,7 +289,7 @@ def test_the_progress_display_follows_a_revision(reg):
     from planexec.cli.progress import StepBoard, describe_event
 
     model = ScriptedModel([json.dumps(REVISION)])
-    r, result = run(Engine(reg, replanner=PlannerReplanner(Planner(model, reg))), mkplan(*FIVE))
+    r, _result = run(Engine(reg, replanner=PlannerReplanner(Planner(model, reg))), mkplan(*FIVE))
     board = StepBoard(mkplan(*FIVE))
     for ev in r.history:
         board.update(ev)

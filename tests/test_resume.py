@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
-from planexec.engine.resume import ResumeError, resolve_step
 from planexec.engine.replay import replay
+from planexec.engine.resume import ResumeError, resolve_step
 
 
 def mkplan():

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from planexec import Plan, Registry
 from planexec.cli.main import main
-from planexec.models.providers import register_provider
 from planexec.governance.policies import PolicyContext
-from planexec.governance.rules import MaxSteps, RequiresOrder, ToolsNeedPerson
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.governance.rules import MaxSteps, RequiresOrder, ToolsNeedPerson
+from planexec.models.providers import register_provider
 from planexec.testing import ScriptedModel, scripted_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,10 @@ def test_approve_shows_the_plan_its_dag_and_the_verdicts(tmp_path, registry) -> 
     s = Session(tmp_path, ["a"])
     outcome = review(s, registry, [ToolsNeedPerson("deploy_*")])
     assert outcome.approved and outcome.by == "person" and not outcome.edited
-    assert outcome.reason == "approved by a person after escalation: needs_person: step 'deploy' calls 'deploy_service' (matches 'deploy_*'): a person must approve it"
+    assert (
+        outcome.reason
+        == "approved by a person after escalation: needs_person: step 'deploy' calls 'deploy_service' (matches 'deploy_*'): a person must approve it"
+    )
     assert "plan p · 3 steps" in s.text  # the table
     assert "└── deploy tool.deploy_service" in s.text  # the DAG
     assert "needs_person" in s.text and "policies ask a person to approve the whole plan" in s.text
@@ -172,9 +175,7 @@ def test_a_revision_shows_the_diff_against_the_approved_version(tmp_path, regist
     approved = Plan.from_data(TWO)
     revised = Plan.from_data({**THREE, "version": 2, "revises": 1})
     s = Session(tmp_path, ["a"])
-    outcome = run_review(
-        revised, [ToolsNeedPerson("run_*")], PolicyContext(registry=registry, previous=approved), terminal=s.terminal
-    )
+    outcome = run_review(revised, [ToolsNeedPerson("run_*")], PolicyContext(registry=registry, previous=approved), terminal=s.terminal)
     assert "changes since the approved version v1:\nplan v1 -> v2\n+ test\n~ backup (depends_on)" in s.text
     assert "policies ask a person to approve the new or changed steps: test" in s.text
     assert outcome.approved
@@ -226,8 +227,22 @@ def test_an_outcome_has_a_stable_json_form(tmp_path, registry) -> None:
 GOAL_PLAN = json.dumps(
     {
         "steps": [
-            {"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}, "depends_on": []},
-            {"id": "s2", "worker": "tool", "action": "calculator", "instruction": "add", "parameters": {"expression": "4 + 1"}, "depends_on": ["s1"]},
+            {
+                "id": "s1",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "multiply",
+                "parameters": {"expression": "17 * 23"},
+                "depends_on": [],
+            },
+            {
+                "id": "s2",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "add",
+                "parameters": {"expression": "4 + 1"},
+                "depends_on": ["s1"],
+            },
         ]
     }
 )
@@ -293,7 +308,9 @@ def test_run_plan_file_is_reviewed_by_the_policies(tmp_path, capsys, monkeypatch
     argv = ["run", "--plan", str(DEPLOY_PLAN), "--tools", str(DEPLOY_TOOLS), "--yes", "--policies", "policies.yaml"]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "planexec: the plan was not run: rejected by policy: order(deploy_* before backup_*): step 'backup' calls 'backup_database'" in err
+    assert (
+        "planexec: the plan was not run: rejected by policy: order(deploy_* before backup_*): step 'backup' calls 'backup_database'" in err
+    )
     assert not (tmp_path / "state").exists()  # nothing ran
 
     (tmp_path / "policies.yaml").write_text("order: [{before: backup_*, then: deploy_*}]\nmax_steps: 5\n")

@@ -15,8 +15,8 @@ import planexec
 from planexec import Plan, Registry, RegistryError, RoleWorker, StepCall, Usage, tool
 from planexec.errors import ModelOutputError, ModelServerError
 from planexec.models import ModelRequest, ModelResponse, ToolDefinition
-from planexec.workers.roles import ROLES, builtin_roles, role_prompt
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
+from planexec.workers.roles import ROLES, builtin_roles, role_prompt
 from planexec.workers.tool_calls import json_mode_schema
 from planexec.workers.worker import UNJUDGED, VERDICT_SCHEMA, CriticWorker, Verdict, WorkerError
 
@@ -28,9 +28,7 @@ def _call(action="respond", instruction="add 2 and 3", *, requires_approval=Fals
         {
             "plan_id": "p",
             "goal": "arithmetic",
-            "steps": [
-                {"id": "s", "action": action, "worker": worker, "instruction": instruction, "requires_approval": requires_approval}
-            ],
+            "steps": [{"id": "s", "action": action, "worker": worker, "instruction": instruction, "requires_approval": requires_approval}],
         }
     ).steps[0]
     return StepCall(run_id="r", plan_id="p", goal="arithmetic", step=step, worker=worker)
@@ -148,9 +146,7 @@ def test_json_mode_gives_up_after_max_turns_of_unusable_replies():
 
 
 def test_json_mode_unknown_tools_and_bad_arguments_go_back_as_tool_results():
-    model = _json_model(
-        ['{"tool": "rm", "arguments": {}}', '{"tool": "add", "arguments": {"a": "x", "b": 1}}', '{"answer": 0}']
-    )
+    model = _json_model(['{"tool": "rm", "arguments": {}}', '{"tool": "add", "arguments": {"a": "x", "b": 1}}', '{"answer": 0}'])
     worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[add])
     result = _run(worker)
     assert result.output == 0 and result.tools == ["rm", "add"]
@@ -297,9 +293,7 @@ def test_critic_approval_after_only_refused_tool_calls_is_not_judged():
     def calculator(expression: str) -> float:
         return 4.0
 
-    critic, _ = _critic(
-        [tool_call("calculator", expr="2+2"), tool_call("rm"), '{"approved": true, "reasons": ["ok"]}'], tools=[calculator]
-    )
+    critic, _ = _critic([tool_call("calculator", expr="2+2"), tool_call("rm"), '{"approved": true, "reasons": ["ok"]}'], tools=[calculator])
     result = _run(critic, _call("review", worker="critic"))
     assert result.tools == ["calculator", "rm"]  # tried, but neither ran
     assert result.output["judged"] is False and result.output["approved"] is False
@@ -407,7 +401,9 @@ def test_roles_with_missing_tools_get_what_is_there_but_the_critic_needs_one():
 def test_usage_of_a_role_is_summed_exactly_across_turns():
     def play(request: ModelRequest):
         if len(request.messages) == 2:  # the first turn calls a tool, the second answers
-            return ModelResponse(tool_calls=[tool_call("calculator")], usage=Usage(input_tokens=10, output_tokens=3, model_calls=1, cost=0.5))
+            return ModelResponse(
+                tool_calls=[tool_call("calculator")], usage=Usage(input_tokens=10, output_tokens=3, model_calls=1, cost=0.5)
+            )
         return ModelResponse(text="4", usage=Usage(input_tokens=20, output_tokens=1, model_calls=1, unpriced_calls=1))
 
     (researcher,) = builtin_roles(FunctionModel(play), tools=_tools(), roles=["researcher"])
@@ -481,9 +477,7 @@ def test_builtin_roles_default_to_the_toolkit_of_the_workspace(tmp_path):
 
 def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
     pytest.importorskip("planexec.workers.toolkit")
-    model = ScriptedModel(
-        [tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}']
-    )
+    model = ScriptedModel([tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}'])
     (critic,) = builtin_roles(model, workspace=tmp_path, roles=["critic"])
     result = _run(critic, _call("review", worker="critic"))
     assert "42" in model.requests[1].messages[-1].content  # the sandbox's output went back to the model

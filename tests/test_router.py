@@ -23,7 +23,9 @@ def _route(*answers) -> tuple[Route, ScriptedModel]:
 def test_a_goal_the_model_would_not_decompose_goes_to_a_single_agent():
     decision, model = _route('{"decompose": false, "reason": "one lookup answers it"}')
     assert decision == Route(mode="single", reason="one lookup answers it", usage=decision.usage)
-    assert decision.usage.model_calls == 1 and decision.usage.output_tokens == count_tokens('{"decompose": false, "reason": "one lookup answers it"}')
+    assert decision.usage.model_calls == 1 and decision.usage.output_tokens == count_tokens(
+        '{"decompose": false, "reason": "one lookup answers it"}'
+    )
 
     request = model.requests[0]
     assert request.output_schema == ROUTE_SCHEMA and request.temperature == 0 and request.seed == 0

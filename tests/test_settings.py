@@ -9,10 +9,10 @@ import pytest
 
 from planexec.config import load_config
 from planexec.errors import ConfigError, ModelAuthError, ModelRateLimitError, ModelServerError, ModelTimeoutError
-from planexec.models import ModelDelta, ModelRequest, ModelResponse, Message
+from planexec.models import Message, ModelDelta, ModelRequest, ModelResponse
 from planexec.models.managed import ManagedModel
-from planexec.models.providers import parse_model_name, register_provider, resolve_model
 from planexec.models.pricing import PriceTable
+from planexec.models.providers import parse_model_name, register_provider, resolve_model
 from planexec.models.settings import ModelSettings
 from planexec.testing import FunctionModel, ScriptedModel
 from planexec.usage import Usage
@@ -140,7 +140,7 @@ def test_a_managed_model_prices_every_response():
 
 
 def test_a_bad_model_setting_in_the_config_file_is_named(tmp_path: Path):
-    (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_retries = -1\n')
+    (tmp_path / "planexec.toml").write_text("[planexec]\nmodel_retries = -1\n")
     with pytest.raises(ConfigError, match="model_retries"):
         load_config(tmp_path)
 

@@ -14,14 +14,6 @@ from pathlib import Path
 import pytest
 
 from planexec import Engine, Plan, Registry
-from planexec.workers.io import Output, Provenance
-from planexec.errors import (
-    ApprovalError,
-    EventConflictError,
-    RunNotFoundError,
-    StoreError,
-    TemplateNotFoundError,
-)
 from planexec.engine.events import (
     PlanRevised,
     RunFinished,
@@ -31,11 +23,18 @@ from planexec.engine.events import (
     StepSucceeded,
     utcnow,
 )
-from planexec.plan.diff import diff_plans
 from planexec.engine.recording import DurableRunner, record_run
-from planexec.planning.replanner import FunctionReplanner
 from planexec.engine.results import RunStatus, StepState
 from planexec.engine.runner import LocalRunner
+from planexec.errors import (
+    ApprovalError,
+    EventConflictError,
+    RunNotFoundError,
+    StoreError,
+    TemplateNotFoundError,
+)
+from planexec.plan.diff import diff_plans
+from planexec.planning.replanner import FunctionReplanner
 from planexec.store import (
     SCHEMA_VERSION,
     ApprovalState,
@@ -47,6 +46,7 @@ from planexec.store import (
 )
 from planexec.store.schema import MIGRATIONS, SQLITE_APPLICATION_ID, migrate
 from planexec.usage import Usage
+from planexec.workers.io import Output, Provenance
 
 # --- the two backends -----------------------------------------------------------------
 
@@ -69,7 +69,9 @@ def store(target):
 
 
 def started(run_id="r1", seq=0, goal="the goal", steps=("a", "b")):
-    return RunStarted(run_id=run_id, seq=seq, at=utcnow(), plan_id="p", plan_version=1, content_hash="sha256:1", goal=goal, step_ids=list(steps))
+    return RunStarted(
+        run_id=run_id, seq=seq, at=utcnow(), plan_id="p", plan_version=1, content_hash="sha256:1", goal=goal, step_ids=list(steps)
+    )
 
 
 def output(value, run_id="r1", step_id="a"):
@@ -81,12 +83,23 @@ def step_events(run_id="r1", start=1, step_id="a", value=1, usage=None):
     return [
         StepReady(run_id=run_id, seq=start, at=utcnow(), step_id=step_id),
         StepStarted(run_id=run_id, seq=start + 1, at=utcnow(), step_id=step_id, worker="tool", action="t", attempt=1),
-        StepSucceeded(run_id=run_id, seq=start + 2, at=utcnow(), step_id=step_id, attempt=1, wall_time=0.5, usage=usage or Usage(), output=output(value, run_id, step_id)),
+        StepSucceeded(
+            run_id=run_id,
+            seq=start + 2,
+            at=utcnow(),
+            step_id=step_id,
+            attempt=1,
+            wall_time=0.5,
+            usage=usage or Usage(),
+            output=output(value, run_id, step_id),
+        ),
     ]
 
 
 def finished(run_id="r1", seq=7, status=RunStatus.SUCCEEDED, usage=None):
-    return RunFinished(run_id=run_id, seq=seq, at=utcnow(), status=status, answer={"x": 1}, wall_time=1.25, usage=usage or Usage(model_calls=3, cost=0.5))
+    return RunFinished(
+        run_id=run_id, seq=seq, at=utcnow(), status=status, answer={"x": 1}, wall_time=1.25, usage=usage or Usage(model_calls=3, cost=0.5)
+    )
 
 
 def mkplan(*steps, version=1, plan_id="p"):
@@ -162,7 +175,12 @@ def test_a_failed_batch_of_several_runs_changes_nothing(store):
 
 
 def test_unknown_runs_are_named(store):
-    for call in (lambda: store.run("nope"), lambda: store.events("nope"), lambda: store.plan_versions("nope"), lambda: store.approvals("nope")):
+    for call in (
+        lambda: store.run("nope"),
+        lambda: store.events("nope"),
+        lambda: store.plan_versions("nope"),
+        lambda: store.approvals("nope"),
+    ):
         with pytest.raises(RunNotFoundError, match="'nope'") as info:
             call()
         assert info.value.run_id == "nope"
@@ -468,7 +486,10 @@ def test_an_older_schema_is_migrated_on_open_keeping_its_runs(target):
         cur.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
     assert migrate(cur, dialect, 0, "2026-01-01T00:00:00.000000Z", target=1, placeholder=ph) == [1]
     ev = started("old")
-    cur.execute(f"INSERT INTO runs (run_id, status, started_at, goal) VALUES ({ph}, {ph}, {ph}, {ph})", ("old", "running", "2026-01-01T00:00:00.000000Z", "g"))
+    cur.execute(
+        f"INSERT INTO runs (run_id, status, started_at, goal) VALUES ({ph}, {ph}, {ph}, {ph})",
+        ("old", "running", "2026-01-01T00:00:00.000000Z", "g"),
+    )
     cur.execute(f"INSERT INTO events (run_id, seq, type, body) VALUES ({ph}, {ph}, {ph}, {ph})", ("old", 0, ev.type, ev.to_json()))
     conn.close()
     with open_store(target) as s:
@@ -506,7 +527,11 @@ def _fingerprint(target):
     if "://" not in target:
         return hashlib.sha256(Path(target).read_bytes()).hexdigest(), sorted(p.name for p in Path(target).parent.iterdir())
     conn, _ = _raw(target)
-    rows = conn.cursor().execute("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1").fetchall()
+    rows = (
+        conn.cursor()
+        .execute("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1")
+        .fetchall()
+    )
     conn.close()
     return rows
 
@@ -516,7 +541,10 @@ def _fingerprint(target):
     [
         (b"this is not a database at all, just some text\n" * 10, "not an SQLite database"),
         (b"SQLite format 3\x00" + b"\x10\x00", "header is cut short"),
-        (b"SQLite format 3\x00" + b"\x10\x00\x01\x01\x00\x40\x20\x20" + b"\x00" * 76 + b"\xff" * 4000, "damaged or not a planexec run store"),
+        (
+            b"SQLite format 3\x00" + b"\x10\x00\x01\x01\x00\x40\x20\x20" + b"\x00" * 76 + b"\xff" * 4000,
+            "damaged or not a planexec run store",
+        ),
     ],
     ids=["text", "truncated", "garbage-after-header"],
 )

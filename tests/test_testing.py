@@ -18,7 +18,14 @@ def req(text):
 
 
 def test_scripted_model_answers_in_order_records_and_counts():
-    model = ScriptedModel(["hello there", tool_call("search", q="x"), ModelResponse(text="own", usage=Usage(input_tokens=9, output_tokens=1, model_calls=1)), ValueError("down")])
+    model = ScriptedModel(
+        [
+            "hello there",
+            tool_call("search", q="x"),
+            ModelResponse(text="own", usage=Usage(input_tokens=9, output_tokens=1, model_calls=1)),
+            ValueError("down"),
+        ]
+    )
     r1 = asyncio.run(model.complete(req("say hi please")))
     assert (r1.text, r1.usage.input_tokens, r1.usage.output_tokens, r1.model) == ("hello there", 3 + 4, 2, "test:scripted")
     r2 = asyncio.run(model.complete(req("find")))

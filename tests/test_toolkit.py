@@ -13,8 +13,7 @@ import time
 import pytest
 
 from planexec import Tool, ToolError, ToolInputError
-from planexec.workers.toolkit import default_toolkit, file_tools, namespace_available, python_tool
-from planexec.workers.toolkit import calculator
+from planexec.workers.toolkit import calculator, default_toolkit, file_tools, namespace_available, python_tool
 
 needs_namespaces = pytest.mark.skipif(not namespace_available(), reason="unshare -rn --pid is not usable here")
 BOTH_MODES = [pytest.param("namespace", marks=needs_namespaces), "audit-hook"]

@@ -117,7 +117,12 @@ def test_failure_actions_and_criteria_are_checked(reg):
         {"id": "b", "action": "add", "worker": "math", "parameters": {"a": 1}, "failure_action": {"kind": "fallback"}},
         {"id": "c", "action": "add", "worker": "math", "parameters": {"a": 1}, "failure_action": {"kind": "fallback", "worker": "writer"}},
         {"id": "d", "action": "add", "worker": "math", "parameters": {"a": 1}, "failure_action": {"kind": "fallback", "worker": "math"}},
-        {"id": "e", "action": "add", "parameters": {"a": 1}, "success_criteria": ["is_prime", {"kind": "regex", "pattern": "(("}, {"kind": "json_schema", "schema": {"type": 5}}]},
+        {
+            "id": "e",
+            "action": "add",
+            "parameters": {"a": 1},
+            "success_criteria": ["is_prime", {"kind": "regex", "pattern": "(("}, {"kind": "json_schema", "schema": {"type": 5}}],
+        },
         answer_step="zzz",
     )
     assert rules(validate_plan(p, reg)) == [
@@ -182,13 +187,15 @@ def test_references_that_close_a_loop_together_are_a_cycle(reg):
 def test_validation_of_a_large_plan_with_references_is_fast_enough_to_be_linear(reg):
     # 3,000 steps, each using its predecessor's output: a quadratic check would take seconds
     steps = [{"id": "s0", "action": "add", "parameters": {"a": 1}}]
-    steps += [{"id": f"s{i}", "action": "add", "parameters": {"a": f"${{s{i-1}}}"}} for i in range(1, 3000)]
+    steps += [{"id": f"s{i}", "action": "add", "parameters": {"a": f"${{s{i - 1}}}"}} for i in range(1, 3000)]
     assert validate_plan(plan(*steps), reg) == []
 
 
 def test_densely_cyclic_plans_are_reported_not_crashed_on(reg):
     ids = ["a", "b", "c", "d"]
-    p = plan(*[{"id": i, "action": "add", "parameters": {"a": "${a}" if i == "d" else 1}, "depends_on": [j for j in ids if j != i]} for i in ids])
+    p = plan(
+        *[{"id": i, "action": "add", "parameters": {"a": "${a}" if i == "d" else 1}, "depends_on": [j for j in ids if j != i]} for i in ids]
+    )
     problems = validate_plan(p, reg)
     assert problems and all(x.rule in ("cycle", "reference_not_upstream", "self_reference") for x in problems)
 
@@ -201,7 +208,12 @@ def test_predicate_arguments_and_fallback_parameters_are_checked_up_front(reg):
     reg.worker("backup").tools["add"] = reg.worker("backup").tools.pop("add2")
     p = plan(
         {"id": "a", "action": "add", "worker": "math", "parameters": {"a": 1}, "failure_action": {"kind": "fallback", "worker": "backup"}},
-        {"id": "b", "action": "add", "parameters": {"a": 1}, "success_criteria": [{"kind": "predicate", "name": "has_keys", "args": {"kys": ["x"]}}]},
+        {
+            "id": "b",
+            "action": "add",
+            "parameters": {"a": 1},
+            "success_criteria": [{"kind": "predicate", "name": "has_keys", "args": {"kys": ["x"]}}],
+        },
     )
     found = rules(validate_plan(p, reg))
     assert ("a", "parameters.bonus", "missing_parameter") in found

@@ -219,9 +219,7 @@ def test_role_worker_runs_a_tool_loop_and_counts_usage():
     assert result.output == {"sum": 5}  # JSON replies are parsed
     assert result.tools == ["add", "add"]
     assert result.usage.model_calls == 3
-    assert result.usage.input_tokens == sum(
-        sum(len(m.content.split()) + 4 for m in r.messages) for r in model.requests
-    )
+    assert result.usage.input_tokens == sum(sum(len(m.content.split()) + 4 for m in r.messages) for r in model.requests)
     first = model.requests[0]
     assert first.messages[0] == Message(role="system", content="You are a careful coder.")
     assert "add 2 and 3" in first.messages[1].content and '"hint": "use add"' in first.messages[1].content

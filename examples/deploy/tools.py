@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -33,7 +33,7 @@ class TestReport(BaseModel):
 def _log(kind: str, **fields: object) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / "actions.jsonl", "a") as f:
-        f.write(json.dumps({"action": kind, "at": datetime.now(timezone.utc).isoformat(), **fields}) + "\n")
+        f.write(json.dumps({"action": kind, "at": datetime.now(UTC).isoformat(), **fields}) + "\n")
 
 
 @tool(worker="test-runner")

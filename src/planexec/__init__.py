@@ -13,32 +13,9 @@ change. Start with `Plan`, `Registry` and `Engine`::
     result = Engine(registry).run_sync(plan)
 """
 
-from planexec.team.agent import agent_worker, run_single
 from planexec.engine.approval import PlanApprover, StoreApprover
-from planexec.workers.io import Output, Provenance, StepCall, WorkResult
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.engine import Approver, Engine, Run
-from planexec.errors import (
-    CheckFailedError,
-    ConfigError,
-    ModelError,
-    ModelOutputError,
-    PlanError,
-    PlanexecError,
-    PlanningError,
-    PlanParseError,
-    PlanValidationError,
-    Problem,
-    RegistryError,
-    ReplanRequested,
-    RunAbortedError,
-    RunCancelledError,
-    RunError,
-    StepTimeoutError,
-    ToolError,
-    ToolInputError,
-    ToolOutputError,
-)
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -67,42 +44,7 @@ from planexec.engine.events import (
     SubRunEvent,
     parse_event,
 )
-from planexec.plan.formats import parse_llmcompiler, parse_rewoo
-from planexec.planning.joiner import (
-    FunctionJoiner,
-    JoinContext,
-    JoinDecision,
-    Joiner,
-    JoinerError,
-    ModelJoiner,
-)
-from planexec.library.templates import TemplateError, instantiate, save_run_template
-from planexec.plan.vocabulary import PlanMapping, load_foreign_plan
-from planexec.models.providers import resolve_model
-from planexec.plan.model import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
-from planexec.plan.diff import PlanDiff, diff_plans
-from planexec.planning.stream import PlanStream
-from planexec.planning.planner import PlanDraft, Planner, Planning
-from planexec.governance.policies import Policy, PolicyVerdict, Review, policy, review_plan
-from planexec.governance.rules import (
-    ForbidTools,
-    MaxEstimatedCost,
-    MaxSteps,
-    RequiresOrder,
-    RiskEscalation,
-    ToolsNeedPerson,
-)
-from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.models.pricing import Price, PriceTable
 from planexec.engine.recording import DurableRunner, record_run
-from planexec.workers.registry import Registry
-from planexec.planning.replanner import (
-    FunctionReplanner,
-    PlannerReplanner,
-    ReplanContext,
-    Replanner,
-    Revision,
-)
 from planexec.engine.results import (
     ErrorInfo,
     PlanVersion,
@@ -113,10 +55,66 @@ from planexec.engine.results import (
     StepState,
 )
 from planexec.engine.resume import ResumeError, resolve_step
-from planexec.workers.roles import builtin_roles
-from planexec.planning.router import Route, route
 from planexec.engine.runner import LocalRunner, Runner
+from planexec.engine.synthesis import FunctionSynthesizer, Synthesizer
+from planexec.errors import (
+    CheckFailedError,
+    ConfigError,
+    ModelError,
+    ModelOutputError,
+    PlanError,
+    PlanexecError,
+    PlanningError,
+    PlanParseError,
+    PlanValidationError,
+    Problem,
+    RegistryError,
+    ReplanRequested,
+    RunAbortedError,
+    RunCancelledError,
+    RunError,
+    StepTimeoutError,
+    ToolError,
+    ToolInputError,
+    ToolOutputError,
+)
+from planexec.governance.policies import Policy, PolicyVerdict, Review, policy, review_plan
+from planexec.governance.policy_sets import PolicySet, load_policies
+from planexec.governance.rules import (
+    ForbidTools,
+    MaxEstimatedCost,
+    MaxSteps,
+    RequiresOrder,
+    RiskEscalation,
+    ToolsNeedPerson,
+)
+from planexec.library.templates import TemplateError, instantiate, save_run_template
+from planexec.models.pricing import Price, PriceTable
+from planexec.models.providers import resolve_model
 from planexec.models.settings import ModelChoice, ModelSettings
+from planexec.plan.diff import PlanDiff, diff_plans
+from planexec.plan.formats import parse_llmcompiler, parse_rewoo
+from planexec.plan.model import Criterion, CriticCriterion, FailureAction, Plan, RollbackPlan, Step
+from planexec.plan.validation import check_plan, validate_plan
+from planexec.plan.vocabulary import PlanMapping, load_foreign_plan
+from planexec.planning.joiner import (
+    FunctionJoiner,
+    JoinContext,
+    JoinDecision,
+    Joiner,
+    JoinerError,
+    ModelJoiner,
+)
+from planexec.planning.planner import PlanDraft, Planner, Planning
+from planexec.planning.replanner import (
+    FunctionReplanner,
+    PlannerReplanner,
+    ReplanContext,
+    Replanner,
+    Revision,
+)
+from planexec.planning.router import Route, route
+from planexec.planning.stream import PlanStream
 from planexec.store import (
     PostgresRunStore,
     RunNotFoundError,
@@ -125,13 +123,15 @@ from planexec.store import (
     StoreError,
     open_store,
 )
+from planexec.team.agent import agent_worker, run_single
 from planexec.team.subteam import SubTeam
-from planexec.engine.synthesis import FunctionSynthesizer, Synthesizer
+from planexec.usage import Budget, Usage
 from planexec.workers.builtin_team import build_team
+from planexec.workers.io import Output, Provenance, StepCall, WorkResult
+from planexec.workers.registry import Registry
+from planexec.workers.roles import builtin_roles
 from planexec.workers.toolkit import default_toolkit
 from planexec.workers.tools import Predicate, Tool, predicate, tool
-from planexec.usage import Budget, Usage
-from planexec.plan.validation import check_plan, validate_plan
 from planexec.workers.worker import CriticWorker, RoleWorker, ToolWorker, Verdict, Worker
 
 __version__ = "0.1.0"

@@ -74,7 +74,9 @@ class Config(BaseModel):
     model_timeout: float | None = Field(None, gt=0, description="seconds per model call")
     model_retries: int | None = Field(None, ge=0, description="retries of a rate-limited or failed call")
     workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
-    store: str | None = Field(None, description="the run store: a file path, sqlite:///path or postgresql://... (default .planexec/runs.db)")
+    store: str | None = Field(
+        None, description="the run store: a file path, sqlite:///path or postgresql://... (default .planexec/runs.db)"
+    )
     policies: list[str] = Field(default_factory=list, description="policies that review plans: YAML rule files or Python modules")
     max_replans: int | None = Field(None, ge=0, description="new plan versions a run may ask for (default 2)")
     joiner: bool | None = Field(None, description="after the steps, the planner's model decides: finish, or replan (default off)")

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "CheckFailedError",
     "ApprovalError",
+    "CheckFailedError",
     "ConfigError",
     "EventConflictError",
     "ModelAuthError",
@@ -58,8 +58,8 @@ __all__ = [
     "PlanError",
     "PlanParseError",
     "PlanValidationError",
-    "PlanningError",
     "PlanexecError",
+    "PlanningError",
     "PolicyError",
     "Problem",
     "RegistryError",
@@ -288,7 +288,7 @@ class RunCancelledError(RunError):
     """The run was cancelled from outside (for example Ctrl-C)."""
 
 
-class ReplanRequested(RunError):  # noqa: N818 - a signal, not a fault
+class ReplanRequested(RunError):
     """A step failed with `failure_action: replan`; the planner should revise the plan."""
 
     def __init__(self, message: str, *, run_id: str, step_id: str | None = None, reason: str = "") -> None:
@@ -304,9 +304,7 @@ class ModelError(PlanexecError):
 
     retryable = False
 
-    def __init__(
-        self, message: str, *, model: str | None = None, status: int | None = None, retry_after: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, model: str | None = None, status: int | None = None, retry_after: float | None = None) -> None:
         self.model = model
         self.status = status
         self.retry_after = retry_after

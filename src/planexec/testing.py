@@ -18,10 +18,10 @@ from typing import Any
 
 from planexec.errors import PlanexecError
 from planexec.models.base import ModelDelta, ModelRequest, ModelResponse, ToolCall
-from planexec.workers.tools import Tool
 from planexec.usage import Usage
+from planexec.workers.tools import Tool
 
-__all__ = ["FunctionModel", "ScriptedModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"]
+__all__ = ["FunctionModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"]
 
 
 class ScriptExhaustedError(PlanexecError):
@@ -161,4 +161,3 @@ _ids = itertools.count(1)
 def tool_call(name: str, **arguments: Any) -> ToolCall:
     """A `ToolCall` with a fresh id, for scripting models."""
     return ToolCall(call_id=f"call_{next(_ids)}", name=name, arguments=arguments)
-

@@ -31,21 +31,29 @@ from typing import Any
 from rich.table import Table
 
 from planexec.cli import main as cli
-from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
+from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.resume import STORE_HELP, _user, open_run_store
+from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
 from planexec.errors import ApprovalError, PolicyError, StoreError
-from planexec.plan.model import Plan, Step
-from planexec.plan.diff import PlanDiff
-from planexec.plan.view import plan_table
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.governance.policy_sets import load_policies
-from planexec.models.pricing import PriceTable
-from planexec.cli.progress import EventLog, LiveProgress
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
+from planexec.models.pricing import PriceTable
+from planexec.plan.diff import PlanDiff
+from planexec.plan.model import Plan, Step
+from planexec.plan.view import plan_table
 from planexec.store import Approval, ApprovalState, RunStore
 from planexec.workers.tools import in_thread
 
-__all__ = ["ReviewingPlanApprover", "add_approval_commands", "cmd_approvals", "cmd_approve", "resume_approvers", "run_approvers", "step_approver"]
+__all__ = [
+    "ReviewingPlanApprover",
+    "add_approval_commands",
+    "cmd_approvals",
+    "cmd_approve",
+    "resume_approvers",
+    "run_approvers",
+    "step_approver",
+]
 
 Display = LiveProgress | EventLog | None
 
@@ -100,7 +108,11 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     pending = [a for a, _ in rows if a.state is ApprovalState.PENDING]
     if pending:
         a = pending[0]
-        out.print(f"decide with: planexec approve {a.run_id}{f' --step {a.step_id}' if a.step_id else ''} [--deny --reason TEXT]", markup=False, highlight=False)
+        out.print(
+            f"decide with: planexec approve {a.run_id}{f' --step {a.step_id}' if a.step_id else ''} [--deny --reason TEXT]",
+            markup=False,
+            highlight=False,
+        )
     return cli.EXIT_OK
 
 
@@ -139,14 +151,28 @@ def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
         if step is None:
             return {"kind": "step", "what": f"step {approval.step_id}", "details": "(not in the stored plan)"}
         text = f"{step.worker}.{step.action}" + (f": {step.instruction}" if step.instruction else "")
-        return {"kind": "step", "what": f"step {step.step_id}", "details": text, "worker": step.worker, "action": step.action, "instruction": step.instruction}
+        return {
+            "kind": "step",
+            "what": f"step {step.step_id}",
+            "details": text,
+            "worker": step.worker,
+            "action": step.action,
+            "instruction": step.instruction,
+        }
     for v in versions:
         if v.plan.content_hash == approval.content_hash:
             details = f"{len(v.plan.steps)} steps: {', '.join(v.plan.step_ids)}"
             if v.diff is not None:
                 details += "\n" + v.diff.render()
             diff = v.diff.to_dict() if v.diff is not None else None
-            return {"kind": "plan", "what": f"plan v{v.version}", "details": details, "plan_version": v.version, "steps": len(v.plan.steps), "diff": diff}
+            return {
+                "kind": "plan",
+                "what": f"plan v{v.version}",
+                "details": details,
+                "plan_version": v.version,
+                "steps": len(v.plan.steps),
+                "diff": diff,
+            }
     # a revision is stored once approved: until then the events say which version it is and why it was written
     events = store.events(approval.run_id)
     asked = [e for e in events if e.type == "approval_requested" and e.step_id is None and e.content_hash == approval.content_hash]
@@ -155,7 +181,14 @@ def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
     details = "a revision, stored once approved (its diff is printed by the waiting run)"
     if reasons:
         details += f"; replanned because: {reasons[-1]}"
-    return {"kind": "plan", "what": f"plan v{version}" if version else "the plan", "details": details, "plan_version": version, "steps": None, "diff": None}
+    return {
+        "kind": "plan",
+        "what": f"plan v{version}" if version else "the plan",
+        "details": details,
+        "plan_version": version,
+        "steps": None,
+        "diff": None,
+    }
 
 
 def _find_step(versions: Iterable[Any], step_id: str, content_hash: str) -> Step | None:
@@ -345,7 +378,9 @@ def run_approvers(
 ) -> dict[str, Any]:
     """The engine options ``approver`` and (with a store) ``plan_approver`` for ``planexec run``, after the review `outcome`."""
     interactive = sys.stdin.isatty()
-    options: dict[str, Any] = {"approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)}
+    options: dict[str, Any] = {
+        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)
+    }
     if store is not None:
         options["plan_approver"] = ReviewingPlanApprover(
             store, reviewed=outcome.plan.content_hash if outcome.approved else None,
@@ -356,7 +391,9 @@ def run_approvers(
     return options
 
 
-def resume_approvers(store: RunStore, run_id: str, *, registry: Any, config: Any, yes: bool, display: Display, store_option: str | None = None) -> dict[str, Any]:
+def resume_approvers(
+    store: RunStore, run_id: str, *, registry: Any, config: Any, yes: bool, display: Display, store_option: str | None = None
+) -> dict[str, Any]:
     """The approvers for ``planexec resume``: the same as a run's, finding pending requests again.
 
     A run started under plan approval stays under it (a version with no
@@ -365,7 +402,9 @@ def resume_approvers(store: RunStore, run_id: str, *, registry: Any, config: Any
     (streamed, or started from Python without one) resumes without.
     """
     interactive = sys.stdin.isatty()
-    options: dict[str, Any] = {"approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)}
+    options: dict[str, Any] = {
+        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)
+    }
     try:
         gated = any(a.step_id is None for a in store.approvals(run_id))
         policies = load_policies(config.policies) if gated else []

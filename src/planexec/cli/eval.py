@@ -17,8 +17,6 @@ from typing import Any
 
 from planexec.cli import main as cli
 from planexec.errors import ConfigError
-from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
-from planexec.eval.suite import SuiteError, load_suite
 from planexec.eval.harness import (
     MODES,
     EvalOptions,
@@ -29,6 +27,8 @@ from planexec.eval.harness import (
     scripted_models,
 )
 from planexec.eval.oracle import LatencyModel
+from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
+from planexec.eval.suite import SuiteError, load_suite
 from planexec.models.settings import ModelSettings
 
 __all__ = ["add_eval_options", "run_eval"]
@@ -40,11 +40,17 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated modes from {', '.join(MODES)} (default: all)")
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="the model of every role (default: configured, else local:smollm2)")
     p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server for openai: models")
-    p.add_argument("--scripted", action="store_true", help="the oracle plays every role from each goal's solution: exact, reproducible numbers")
     p.add_argument(
-        "--latency", metavar="OVERHEAD,PER_IN,PER_OUT", help="with --scripted: seconds per call, per input token, per output token (e.g. 0.2,0.0005,0.02)"
+        "--scripted", action="store_true", help="the oracle plays every role from each goal's solution: exact, reproducible numbers"
     )
-    p.add_argument("-o", "--output", default="eval-results", metavar="OUTDIR", help="folder for the chart and the JSON report (default ./eval-results)")
+    p.add_argument(
+        "--latency",
+        metavar="OVERHEAD,PER_IN,PER_OUT",
+        help="with --scripted: seconds per call, per input token, per output token (e.g. 0.2,0.0005,0.02)",
+    )
+    p.add_argument(
+        "-o", "--output", default="eval-results", metavar="OUTDIR", help="folder for the chart and the JSON report (default ./eval-results)"
+    )
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="run every goal in every mode N times (default 1)")
     p.add_argument("--goal", action="append", default=None, metavar="ID", help="only this goal (repeatable)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS", help="bound on one goal run (default 900)")

@@ -20,24 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from planexec.cli import main as cli
-from planexec.team.agent import AGENT_WORKER, single_plan, start_single
 from planexec.cli.approvals import run_approvers, step_approver
+from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.engine.engine import Engine
-from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
-from planexec.planning.joiner import ModelJoiner
-from planexec.plan.model import Step
-from planexec.planning.stream import PlanStream
-from planexec.planning.planner import Planner, Planning
-from planexec.plan.view import plan_graph, plan_table
-from planexec.cli.progress import usage_table
-from planexec.cli.progress import EventLog, LiveProgress, print_summary
-from planexec.workers.registry import TOOL_WORKER, Registry
-from planexec.planning.replanner import PlannerReplanner
 from planexec.engine.results import RunResult
-from planexec.planning.router import route
+from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
 from planexec.models.settings import ModelSettings
-from planexec.workers.builtin_team import build_team
+from planexec.plan.model import Step
+from planexec.plan.view import plan_graph, plan_table
+from planexec.planning.joiner import ModelJoiner
+from planexec.planning.planner import Planner, Planning
+from planexec.planning.replanner import PlannerReplanner
+from planexec.planning.router import route
+from planexec.planning.stream import PlanStream
+from planexec.team.agent import AGENT_WORKER, single_plan, start_single
 from planexec.usage import Usage
+from planexec.workers.builtin_team import build_team
+from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.worker import RoleWorker
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal"]
@@ -73,7 +72,12 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="new versions of the plan the run may ask the planner for when a step fails (default 2; 0: none)",
     )
-    p.add_argument("--joiner", action=argparse.BooleanOptionalAction, default=None, help="after the steps, the planner's model decides: finish with the answer, or replan")
+    p.add_argument(
+        "--joiner",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="after the steps, the planner's model decides: finish with the answer, or replan",
+    )
 
 
 def _monitoring(args: argparse.Namespace, config: Any, planner: Planner) -> dict[str, Any]:
@@ -235,13 +239,22 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
                 _say(f"mode: plan (its one step calls {step.action} directly: no agent needed)")
             else:
                 names = ", ".join(role_tools.tools) or "none"
-                _say(f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})")
+                _say(
+                    f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})"
+                )
                 return _run_single(args, settings, role_tools, options, overhead, planning=planning)
         if not args.json:
             _show_plan(planning, graph=args.show_graph)
         shown = not args.json
         outcome = cli._review(
-            planning.plan, registry, policies, config, yes=args.yes, json_output=args.json, plan_shown=shown, graph_shown=shown and args.show_graph,
+            planning.plan,
+            registry,
+            policies,
+            config,
+            yes=args.yes,
+            json_output=args.json,
+            plan_shown=shown,
+            graph_shown=shown and args.show_graph,
             can_wait=options["store"] is not None,
         )
         if outcome is None:
@@ -250,7 +263,16 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
             planning = dataclasses.replace(planning, plan=outcome.plan)
         plan = planning.plan
         display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-        approvers = run_approvers(options["store"], outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store)
+        approvers = run_approvers(
+            options["store"],
+            outcome,
+            registry=registry,
+            config=config,
+            policies=policies,
+            yes=args.yes,
+            display=display,
+            store_option=args.store,
+        )
         engine = Engine(registry, **options, **approvers, **monitoring)
         result = asyncio.run(_execute(engine, planning, display, overhead, run_id=args.run_id))
     _report(args, result)
@@ -293,7 +315,10 @@ def _run_single(
     out = cli._console()
     plan = single_plan(args.goal)  # what the display shows; start_single runs the same one
     display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options = {**options, "approver": step_approver(options.get("store"), yes=args.yes, interactive=False, display=display, store_option=args.store)}
+    options = {
+        **options,
+        "approver": step_approver(options.get("store"), yes=args.yes, interactive=False, display=display, store_option=args.store),
+    }
 
     async def work() -> RunResult:
         run = start_single(

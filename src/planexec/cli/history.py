@@ -26,11 +26,11 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.cli import main as cli
-from planexec.errors import StoreError
 from planexec.cli.progress import describe_event
-from planexec.engine.results import RunStatus
-from planexec.store import RunStore, RunSummary, store_target
 from planexec.engine.replay import replay
+from planexec.engine.results import RunStatus
+from planexec.errors import StoreError
+from planexec.store import RunStore, RunSummary, store_target
 from planexec.store.location import sqlite_path
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
@@ -147,7 +147,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return cli.EXIT_OK
     out = cli._console()
-    say = lambda text: out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def say(text: str) -> None:
+        out.print(text, markup=False, highlight=False, soft_wrap=True)
+
     say(f"run {summary.run_id}: {summary.goal}")
     status = f"status {summary.status.value}" + (f" ({summary.reason})" if summary.reason else "")
     say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary)} · {len(events)} events")
@@ -181,7 +184,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         if rec.reason and rec.state.value != "succeeded":
             say(f"  reason: {rec.reason}")
         for v in rec.verdicts:
-            say(f"  verdict (attempt {v['attempt']}) by {v['critic']}: {'approved' if v['approved'] else 'rejected'}: {'; '.join(v['reasons'])}")
+            say(
+                f"  verdict (attempt {v['attempt']}) by {v['critic']}: {'approved' if v['approved'] else 'rejected'}: {'; '.join(v['reasons'])}"
+            )
         for inner in view.sub_events.get(sid, []):
             say(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))
     if view.in_flight:

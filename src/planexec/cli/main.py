@@ -40,14 +40,14 @@ from planexec import (
     __version__,
     validate_plan,
 )
+from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config, load_config
 from planexec.engine.engine import Approver
 from planexec.errors import ConfigError, PolicyError
 from planexec.governance.policies import PolicyContext
 from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.models.pricing import PriceTable
-from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.models.pricing import PriceTable
 from planexec.workers.tools import in_thread
 
 __all__ = ["build_parser", "main"]
@@ -55,7 +55,6 @@ __all__ = ["build_parser", "main"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _EXIT_BY_STATUS = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.CANCELLED: EXIT_INTERRUPTED}
 CTRL_C_REASON = "interrupted (Ctrl-C)"
-
 
 
 class UsageError(Exception):
@@ -184,7 +183,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from planexec.cli.resume import run_store
 
     store = run_store(args, config)
-    outcome = _review(plan, registry, policies, config, yes=args.yes, json_output=args.json, person_required=False, can_wait=store is not None)
+    outcome = _review(
+        plan, registry, policies, config, yes=args.yes, json_output=args.json, person_required=False, can_wait=store is not None
+    )
     if outcome is None:
         return EXIT_FAILED
     plan = outcome.plan
@@ -207,7 +208,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from planexec.cli.resume import resume_hint
 
     options["store"] = store
-    options.update(run_approvers(store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store))
+    options.update(
+        run_approvers(
+            store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
+        )
+    )
     engine = Engine(registry, **options)
     result = asyncio.run(_execute(engine, plan, display, run_id=args.run_id))
     if args.json:
@@ -348,7 +353,12 @@ def _review(
     )
     err = _console(stderr=True)
     if not outcome.approved and outcome.by == "nobody" and can_wait:
-        err.print("the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            "the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return outcome
     if not outcome.approved:
         err.print(f"planexec: the plan was not run: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)

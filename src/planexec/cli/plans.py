@@ -22,10 +22,10 @@ from typing import Any
 
 from rich.table import Table
 
-from planexec.cli import main as cli
-
 from planexec.cli import history
+from planexec.cli import main as cli
 from planexec.errors import PlanValidationError, StoreError
+from planexec.library.export import export_templates, import_templates
 from planexec.library.templates import (
     TemplateError,
     diff_templates,
@@ -33,7 +33,6 @@ from planexec.library.templates import (
     parse_values,
     save_run_template,
 )
-from planexec.library.export import export_templates, import_templates
 from planexec.plan.model import Plan
 from planexec.plan.view import plan_table
 from planexec.store import RunStore, Template, open_store, store_target
@@ -53,7 +52,9 @@ def add_template_options(p: argparse.ArgumentParser) -> None:
 
 def add_library_commands(sub: Any) -> None:
     """Register ``plans`` and its actions on the CLI's subcommands."""
-    top = sub.add_parser("plans", help="the plan library: save a run's approved plan as a template; list, show, diff, delete, export, import")
+    top = sub.add_parser(
+        "plans", help="the plan library: save a run's approved plan as a template; list, show, diff, delete, export, import"
+    )
     actions = top.add_subparsers(dest="plans_action", required=True, metavar="ACTION")
 
     def action(name: str, help: str, command: Any) -> argparse.ArgumentParser:
@@ -196,7 +197,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**template.to_dict(), "versions": [_brief(v) for v in versions]}, indent=2, ensure_ascii=False))
         return cli.EXIT_OK
-    _say(f"template {template.name!r} version {template.version} of {len(versions)}" + (f": {template.description}" if template.description else ""))
+    _say(
+        f"template {template.name!r} version {template.version} of {len(versions)}"
+        + (f": {template.description}" if template.description else "")
+    )
     _say(f"  parameters: {', '.join('{{' + p + '}}' for p in template.params) or 'none'}")
     cli._console().print(plan_table(Plan.from_data(template.plan)))
     for v in versions:
@@ -230,7 +234,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """``planexec plans export NAME [-o FILE] [--version N]``: the export file (see `library`)."""
     store = _open(args)
-    templates = _read(store, lambda s: [s.template(args.template_name, args.version)] if args.version is not None else s.templates(args.template_name))
+    templates = _read(
+        store, lambda s: [s.template(args.template_name, args.version)] if args.version is not None else s.templates(args.template_name)
+    )
     if not templates:
         raise cli.UsageError(f"no template {args.template_name!r} in {store.location}")
     text = json.dumps(export_templates(templates), indent=2, ensure_ascii=False) + "\n"
@@ -285,7 +291,13 @@ def _read(store: RunStore, read: Any) -> Any:
 
 
 def _brief(t: Template) -> dict[str, Any]:
-    return {"version": t.version, "params": t.params, "created_at": t.created_at.isoformat(), "description": t.description, "source_run_id": t.source_run_id}
+    return {
+        "version": t.version,
+        "params": t.params,
+        "created_at": t.created_at.isoformat(),
+        "description": t.description,
+        "source_run_id": t.source_run_id,
+    }
 
 
 def _version(text: str) -> int:

@@ -39,7 +39,6 @@ from planexec import (
     StepStarted,
     StepSucceeded,
 )
-from planexec.usage import Usage
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -57,6 +56,7 @@ from planexec.engine.events import (
     SubRunEvent,
     parse_event,
 )
+from planexec.usage import Usage
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary", "usage_table"]
 
@@ -380,13 +380,20 @@ def print_summary(console: Console, result: RunResult) -> None:
             console.print(f"model calls at level {level}: {counts}", markup=False, highlight=False, soft_wrap=True)
     if len(result.versions) > 1:
         for v in result.versions[1:]:
-            console.print(f"{v.diff.render() if v.diff else f'plan v{v.version}'} · because {v.reason}", markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"{v.diff.render() if v.diff else f'plan v{v.version}'} · because {v.reason}", markup=False, highlight=False, soft_wrap=True
+            )
     if result.error is not None:
         console.print(f"error: {result.error.render()}", markup=False, highlight=False, soft_wrap=True)
     if result.rollback is not None:
         rb = result.rollback
         steps = ", ".join(f"{sid} {rec.state.value}" for sid, rec in rb.steps.items())
-        console.print(f"rollback ({rb.run_id}): {rb.status.value}: {steps}" + (f" ({rb.reason})" if rb.reason else ""), markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"rollback ({rb.run_id}): {rb.status.value}: {steps}" + (f" ({rb.reason})" if rb.reason else ""),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if result.replan is not None:
         console.print(f"replan requested by step {result.replan.step_id!r}: {result.replan.reason}", markup=False, soft_wrap=True)
     answer = result.model_dump(mode="json")["answer"]

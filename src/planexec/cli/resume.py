@@ -18,14 +18,14 @@ import json
 from typing import Any
 
 from planexec.cli import main as cli
-from planexec.engine.engine import Engine
-from planexec.errors import ConfigError, RegistryError, StoreError
-from planexec.plan.model import Plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
-from planexec.workers.registry import Registry
+from planexec.engine.engine import Engine
 from planexec.engine.results import RunResult, RunStatus
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
+from planexec.errors import ConfigError, RegistryError, StoreError
+from planexec.plan.model import Plan
 from planexec.store import RunStore, open_store, store_target
+from planexec.workers.registry import Registry
 
 __all__ = ["add_control_commands", "add_store_options", "resume_hint", "run_store"]
 
@@ -126,7 +126,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         options["default_timeout"] = config.default_timeout
     from planexec.cli.approvals import resume_approvers
 
-    options.update(resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store))
+    options.update(
+        resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store)
+    )
     engine = Engine(registry, **options)
 
     async def go() -> RunResult:

@@ -21,9 +21,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from planexec.plan.model import Plan, Step
-from planexec.plan.diff import PlanDiff
 from planexec.engine.results import ErrorInfo
+from planexec.plan.diff import PlanDiff
+from planexec.plan.model import Plan, Step
 from planexec.workers.tools import in_thread
 
 __all__ = ["Approver", "PlanApprover", "StoreApprover", "ask_approval", "step_hash"]
@@ -54,7 +54,7 @@ async def ask_approval(approver: Approver | None, step: Step, *, run_id: str = "
 
 async def _ask(ask: Callable[..., Any], *args: Any) -> Any:
     """Call an approver or a decision function, sync (off the loop: it may prompt) or async."""
-    if inspect.iscoroutinefunction(ask) or inspect.iscoroutinefunction(getattr(ask, "__call__", None)):
+    if inspect.iscoroutinefunction(ask) or inspect.iscoroutinefunction(getattr(ask, "__call__", None)):  # noqa: B004 (an object whose __call__ is async)
         return await ask(*args)
     verdict = await in_thread(ask, *args)
     return await verdict if inspect.isawaitable(verdict) else verdict

@@ -20,15 +20,15 @@ import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from planexec.workers.io import StepCall, WorkResult
 from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import Deadline
-from planexec.errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Slots
-from planexec.plan.model import Step, resolve_references
 from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
+from planexec.errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
+from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
+from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
 if TYPE_CHECKING:
@@ -68,9 +68,7 @@ class Attempts:
                     finally:
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
-                        raise ToolOutputError(
-                            f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action
-                        )
+                        raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
                     result = result.as_json(worker)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
                     if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):

@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 
-from planexec.workers.io import StepCall, WorkResult
 from planexec.errors import CheckFailedError
 from planexec.plan.model import (
     CriticCriterion,
@@ -32,9 +31,10 @@ from planexec.plan.model import (
     criterion_label,
     lookup,
 )
+from planexec.usage import Usage
+from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
-from planexec.usage import Usage
 from planexec.workers.worker import WorkerError
 
 __all__ = ["Checker", "CriteriaChecker", "Judgement"]
@@ -79,14 +79,21 @@ class CriteriaChecker:
                 raise CheckFailedError(step.step_id, criterion_label(crit), reason, judgement=judgement)
         return judgement
 
-    async def _critic(self, crit: CriticCriterion, step: Step, output: Any, call: StepCall | None, judgement: Judgement) -> tuple[bool, str]:
+    async def _critic(
+        self, crit: CriticCriterion, step: Step, output: Any, call: StepCall | None, judgement: Judgement
+    ) -> tuple[bool, str]:
         """Ask the critic worker to review the output; only a judged approval passes."""
         critic = self.registry.workers.get(crit.worker)
         if critic is None:
             return False, f"no critic worker {crit.worker!r} is registered"
         criteria = crit.criteria or step.instruction or f"the result of {step.action} is correct"
         review = Step.model_validate(
-            {"id": f"{step.step_id}-review", "action": "review", "worker": crit.worker, "instruction": f"Check this result against: {criteria}"}
+            {
+                "id": f"{step.step_id}-review",
+                "action": "review",
+                "worker": crit.worker,
+                "instruction": f"Check this result against: {criteria}",
+            }
         )
         parameters = {"step": step.step_id, "task": step.instruction or step.action, "criteria": criteria, "output": output}
         request = StepCall(

@@ -34,9 +34,7 @@ class Deadline:
         self._fired = self._settled = False
         self._cancelling = self._task.cancelling()
         self._on_stuck, self._grace = on_stuck, grace
-        self._handle: asyncio.TimerHandle | None = (
-            asyncio.get_running_loop().call_later(delay, self._fire) if delay is not None else None
-        )
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(delay, self._fire) if delay is not None else None
 
     def _fire(self) -> None:
         self._fired = True

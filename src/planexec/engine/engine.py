@@ -17,23 +17,22 @@ from datetime import datetime
 
 from planexec.engine.approval import Approver, PlanApprover
 from planexec.engine.criteria import Checker, CriteriaChecker
-from planexec.engine.run import Run, Subscriber
 from planexec.engine.join import Joiner
-from planexec.plan.model import Plan, Step
-from planexec.engine.streaming import StepStream, StreamingRun, follow
-from planexec.plan.drafts import Planning
 from planexec.engine.recording import DurableRunner, RunLog, record_run
-from planexec.workers.registry import Registry
 from planexec.engine.replan import Replanner
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
+from planexec.engine.run import Run, Subscriber
 from planexec.engine.runner import LocalRunner, Runner
+from planexec.engine.streaming import StepStream, StreamingRun, follow
 from planexec.engine.synthesis import Synthesizer
-from planexec.usage import Budget, Usage
+from planexec.plan.drafts import Planning
+from planexec.plan.model import Plan, Step
 from planexec.plan.validation import check_plan
+from planexec.usage import Budget, Usage
+from planexec.workers.registry import Registry
 
 __all__ = ["Approver", "Engine", "Run"]
-
 
 
 class Engine:
@@ -175,7 +174,9 @@ class Engine:
         `plan_approver` refuses to stream (ValueError).
         """
         if self.plan_approver is not None:
-            raise ValueError("a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver")
+            raise ValueError(
+                "a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver"
+            )
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
         run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
         loop = asyncio.get_running_loop()
@@ -224,4 +225,3 @@ PLAN_TASK = "<plan stream>"  # the key of the task that feeds a streaming run (n
 def new_run_id() -> str:
     """A sortable run id: ``run-YYYYmmdd-HHMMSS-xxxxxx``."""
     return f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
-

@@ -10,39 +10,39 @@ engine's hot path. Imports `calls`, `records`, `results` and `usage`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter
 
-from planexec.workers.io import Output
-from planexec.plan.model import Plan
-from planexec.plan.diff import PlanDiff
-from planexec.records import Record
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunStatus
+from planexec.plan.diff import PlanDiff
+from planexec.plan.model import Plan
+from planexec.records import Record
 from planexec.usage import Usage
+from planexec.workers.io import Output
 
 __all__ = [
     "ApprovalDecided",
     "ApprovalRequested",
-    "RollbackFinished",
-    "RollbackStarted",
     "Event",
-    "PlanCompleted",
     "JoinerDecided",
+    "PlanCompleted",
     "PlanDrafted",
     "PlanRevised",
-    "ReplanStarted",
-    "RunResumed",
     "PlanStepParsed",
+    "ReplanStarted",
+    "RollbackFinished",
+    "RollbackStarted",
     "RunFinished",
+    "RunResumed",
     "RunStarted",
     "StepCancelled",
     "StepFailed",
     "StepJudged",
-    "StepResolved",
     "StepReady",
     "StepRerouted",
+    "StepResolved",
     "StepRetried",
     "StepSkipped",
     "StepStarted",
@@ -54,7 +54,7 @@ __all__ = [
 
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -329,32 +329,30 @@ class RunFinished(_Event):
 
 
 Event = Annotated[
-    Union[
-        RunStarted,
-        PlanDrafted,
-        ReplanStarted,
-        PlanRevised,
-        StepJudged,
-        JoinerDecided,
-        SubRunEvent,
-        RunResumed,
-        StepResolved,
-        ApprovalRequested,
-        ApprovalDecided,
-        RollbackStarted,
-        RollbackFinished,
-        PlanStepParsed,
-        PlanCompleted,
-        StepReady,
-        StepStarted,
-        StepSucceeded,
-        StepFailed,
-        StepRetried,
-        StepRerouted,
-        StepSkipped,
-        StepCancelled,
-        RunFinished,
-    ],
+    RunStarted
+    | PlanDrafted
+    | ReplanStarted
+    | PlanRevised
+    | StepJudged
+    | JoinerDecided
+    | SubRunEvent
+    | RunResumed
+    | StepResolved
+    | ApprovalRequested
+    | ApprovalDecided
+    | RollbackStarted
+    | RollbackFinished
+    | PlanStepParsed
+    | PlanCompleted
+    | StepReady
+    | StepStarted
+    | StepSucceeded
+    | StepFailed
+    | StepRetried
+    | StepRerouted
+    | StepSkipped
+    | StepCancelled
+    | RunFinished,
     Field(discriminator="type"),
 ]
 

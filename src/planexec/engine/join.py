@@ -65,7 +65,9 @@ class JoinDecision(Record):
 def read_decision(data: Any, usage: Usage = Usage()) -> JoinDecision:
     """A `JoinDecision` from a joiner's reply (a decision, or ``{"action": ..., ...}``); `JoinerError` if neither."""
     if isinstance(data, JoinDecision):
-        return data if usage.is_zero() else JoinDecision(action=data.action, answer=data.answer, reason=data.reason, usage=data.usage + usage)
+        return (
+            data if usage.is_zero() else JoinDecision(action=data.action, answer=data.answer, reason=data.reason, usage=data.usage + usage)
+        )
     if isinstance(data, dict) and data.get("action") in ("finish", "replan"):
         reason = data.get("reason") or ""
         if data["action"] == "replan" and not str(reason).strip():

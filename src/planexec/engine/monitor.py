@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from planexec.errors import PlanningError, PlanParseError, PlanValidationError
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -32,12 +31,13 @@ from planexec.engine.events import (
     RollbackStarted,
 )
 from planexec.engine.join import JoinContext, JoinDecision, JoinerError
-from planexec.plan.model import Plan
-from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
 from planexec.engine.replan import ReplanContext, Revision, revised_plan
 from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunStatus, StepState
-from planexec.usage import Usage
+from planexec.errors import PlanningError, PlanParseError, PlanValidationError
+from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
+from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
+from planexec.usage import Usage
 
 if TYPE_CHECKING:
     from planexec.engine.engine import Engine
@@ -109,7 +109,7 @@ class Monitor:
         if running:
             await asyncio.wait(running)
 
-    async def _bounded(self, key: str, coro: Any, *, timeout: float | None | bool = True) -> tuple[Any, BaseException | None, bool]:
+    async def _bounded(self, key: str, coro: Any, *, timeout: float | bool | None = True) -> tuple[Any, BaseException | None, bool]:
         """Run the replanner's or joiner's call as a task `cancel()` can stop: (result, error, cancelled).
 
         Bounded by the engine's default timeout, unless `timeout` says otherwise (None: a person, no deadline).
@@ -160,7 +160,11 @@ class Monitor:
             return False
         plan = self.plan
         done = {sid: r.output.value for sid, r in self.records.items() if r.state is StepState.SUCCEEDED and r.output is not None}
-        failures = {sid: self._failure_text(sid) for sid, r in self.records.items() if r.state in (StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)}  # type: ignore[attr-defined]
+        failures = {
+            sid: self._failure_text(sid)
+            for sid, r in self.records.items()
+            if r.state in (StepState.FAILED, StepState.SKIPPED, StepState.CANCELLED)
+        }  # type: ignore[attr-defined]
         self._tried.add(remaining_hash([s for s in plan.steps if s.step_id not in done], done))
         if not self._versions:
             self._versions.append(PlanVersion(version=plan.version, plan=plan))
@@ -193,7 +197,9 @@ class Monitor:
             return False
         fingerprint = remaining_hash(revision.steps, done)
         if fingerprint in self._tried:
-            self._stop("replan_loop", f"revision v{version} repeats steps already tried ({fingerprint[:19]}); stopped instead of looping", request)
+            self._stop(
+                "replan_loop", f"revision v{version} repeats steps already tried ({fingerprint[:19]}); stopped instead of looping", request
+            )
             return False
         self._tried.add(fingerprint)
         diff = diff_plans(plan, new)
@@ -205,7 +211,15 @@ class Monitor:
         )
         self._pending = None
         self._emit(  # type: ignore[attr-defined]
-            PlanRevised, version=version, revises=plan.version, content_hash=new.content_hash, reason=request.reason, diff=diff, step_ids=new.step_ids, usage=revision.usage, plan=new
+            PlanRevised,
+            version=version,
+            revises=plan.version,
+            content_hash=new.content_hash,
+            reason=request.reason,
+            diff=diff,
+            step_ids=new.step_ids,
+            usage=revision.usage,
+            plan=new,
         )
         self._done.clear()  # type: ignore[attr-defined]
         self._launch_ready()  # type: ignore[attr-defined]

@@ -28,16 +28,15 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from planexec.workers.io import StepCall, WorkResult
-from planexec.errors import StoreError
-from planexec.engine.runner import Runner
 from planexec.engine.results import PlanVersion
+from planexec.engine.runner import Runner
+from planexec.errors import StoreError
 from planexec.plan.model import Plan
+from planexec.workers.io import StepCall, WorkResult
 
 __all__ = ["DurableRunner", "Recorder", "RunLog", "record_run"]
 
 log = logging.getLogger("planexec.store")
-
 
 
 class RunLog(Protocol):

@@ -68,7 +68,9 @@ class ReplanContext(Record):
         """The current plan, one line per step, each marked done, failed or not run."""
         lines = []
         for s in self.plan.steps:
-            state = "done" if s.step_id in self.done else ("FAILED: " + self.failures[s.step_id] if s.step_id in self.failures else "not run")
+            state = (
+                "done" if s.step_id in self.done else ("FAILED: " + self.failures[s.step_id] if s.step_id in self.failures else "not run")
+            )
             params = json.dumps(s.parameters, ensure_ascii=False, default=str)
             deps = f" after {', '.join(s.dependencies)}" if s.dependencies else ""
             lines.append(f"- {s.step_id} [{s.worker}.{s.action}] {s.instruction} {params}{deps} -- {state}")

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
 from planexec.plan.model import Plan
 from planexec.records import Record
-from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
 from planexec.usage import Usage
 
 __all__ = ["RunView", "replay"]
@@ -88,7 +88,15 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
         elif kind == "run_resumed":  # running again: what the earlier RunFinished said no longer holds
             run.update(status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None)
         elif kind == "run_finished":
-            run.update(status=ev.status, reason=ev.reason, answer=ev.answer, wall_time=ev.wall_time, usage=ev.usage, error=ev.error, finished_at=ev.at)
+            run.update(
+                status=ev.status,
+                reason=ev.reason,
+                answer=ev.answer,
+                wall_time=ev.wall_time,
+                usage=ev.usage,
+                error=ev.error,
+                finished_at=ev.at,
+            )
         elif getattr(ev, "step_id", None) is not None:
             _step_event(record(ev.step_id), ev)
     in_flight = [sid for sid, rec in steps.items() if rec.state is StepState.RUNNING]
@@ -119,7 +127,14 @@ def _step_event(rec: StepRecord, ev: Any) -> None:
             rec.state, rec.finished_at = StepState.FAILED, ev.at
     elif kind == "step_judged":
         rec.verdicts.append(
-            {"attempt": ev.attempt, "critic": ev.critic, "approved": ev.approved, "judged": ev.judged, "reasons": ev.reasons, "tools_used": ev.tools_used}
+            {
+                "attempt": ev.attempt,
+                "critic": ev.critic,
+                "approved": ev.approved,
+                "judged": ev.judged,
+                "reasons": ev.reasons,
+                "tools_used": ev.tools_used,
+            }
         )
     elif kind == "step_rerouted":
         rec.worker = ev.to_worker

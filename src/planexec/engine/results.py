@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planexec.workers.io import Output
 from planexec.errors import ReplanRequested, RunAbortedError, RunCancelledError, RunError
-from planexec.plan.model import Plan
 from planexec.plan.diff import PlanDiff
+from planexec.plan.model import Plan
 from planexec.usage import Usage
+from planexec.workers.io import Output
 
 __all__ = ["ErrorInfo", "PlanVersion", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
 
@@ -142,7 +142,9 @@ class RunResult(BaseModel):
         default_factory=dict, description="work around the run by role (a router, a joiner): counted in `usage`"
     )
     replan: ReplanRequest | None = None
-    error: ErrorInfo | None = Field(None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)")
+    error: ErrorInfo | None = Field(
+        None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)"
+    )
     versions: list[PlanVersion] = Field(default_factory=list, description="every version of the plan, the first first")
     rollback: RunResult | None = Field(None, description="the rollback plan's own run, when an abort after side effects ran it")
 

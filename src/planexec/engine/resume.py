@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from planexec.workers.io import Output, Provenance
-from planexec.plan.scheduler import Outcome
+from planexec.engine.replay import replay
+from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError
 from planexec.plan.model import Plan, Step
-from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
-from planexec.engine.replay import replay
+from planexec.plan.scheduler import Outcome
 from planexec.usage import Usage
+from planexec.workers.io import Output, Provenance
 
 __all__ = ["RESUMABLE", "ResumeError", "Resumption", "plan_resumption"]
 
@@ -101,7 +101,9 @@ def plan_resumption(
                 wanted = ReplanRequest(reason=f"the joiner asked for a new plan: {ev.reason}", source="joiner")
         elif kind == "step_failed" and ev.then == "replan":
             source = "check_failed" if ev.error.rule == "check_failed" else "failure_action"
-            wanted = ReplanRequest(step_id=ev.step_id, reason=f"step {ev.step_id!r} failed: {ev.error.render()}", error=ev.error, source=source)
+            wanted = ReplanRequest(
+                step_id=ev.step_id, reason=f"step {ev.step_id!r} failed: {ev.error.render()}", error=ev.error, source=source
+            )
         elif kind == "plan_revised":
             wanted = None
     resumption = Resumption(

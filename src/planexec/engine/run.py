@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from planexec.engine.approval import ask_approval, step_hash
 from planexec.engine.attempt import CURRENT_STEP, Attempts, _update
-from planexec.workers.io import Output, Provenance, WorkResult
-from planexec.plan.scheduler import Scheduler
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -42,7 +40,6 @@ from planexec.engine.events import (
 )
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.monitor import Monitor
-from planexec.plan.model import Plan, Step
 from planexec.engine.results import (
     ErrorInfo,
     ReplanRequest,
@@ -52,7 +49,10 @@ from planexec.engine.results import (
     StepState,
 )
 from planexec.engine.synthesis import assemble, default_answer
+from planexec.plan.model import Plan, Step
+from planexec.plan.scheduler import Scheduler
 from planexec.usage import Usage
+from planexec.workers.io import Output, Provenance, WorkResult
 
 if TYPE_CHECKING:
     from planexec.engine.engine import Engine
@@ -64,6 +64,7 @@ log = logging.getLogger("planexec.engine")
 
 Subscriber = Callable[[Any], None]
 _ZERO = Usage()  # records are immutable: one shared zero
+
 
 class Run(Monitor, Attempts):
     """One execution of a plan: its records, its events, and control over it (replanning: see `monitor`)."""
@@ -223,7 +224,9 @@ class Run(Monitor, Attempts):
             # a tool that swallows its cancellation is abandoned after the grace period, never waited on for ever
             _, stuck = await asyncio.wait(pending, timeout=self.engine.cancel_grace)
             if stuck:
-                log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), self.engine.cancel_grace)
+                log.warning(
+                    "run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), self.engine.cancel_grace
+                )
         for sid in self._sched.unsettled() if self._status is not RunStatus.NEEDS_DECISION else ():
             if not self.records[sid].state.terminal:
                 self._record_cancelled(sid, was_running=self.records[sid].state is StepState.RUNNING)
@@ -240,7 +243,16 @@ class Run(Monitor, Attempts):
             usage = usage + extra
         self._status = status
         wall = time.perf_counter() - self._t0
-        self._emit(RunFinished, status=status, reason=self._reason, answer=answer, wall_time=wall, usage=usage, replan=self._replan, error=self._error)
+        self._emit(
+            RunFinished,
+            status=status,
+            reason=self._reason,
+            answer=answer,
+            wall_time=wall,
+            usage=usage,
+            replan=self._replan,
+            error=self._error,
+        )
         self._result = RunResult(
             run_id=self.run_id,
             plan=self.plan,
@@ -318,7 +330,10 @@ class Run(Monitor, Attempts):
             self._done.set()
         elif self._held_steps and not batch.run and not self._open and not (self._sched.running() - self._held_steps):
             held = ", ".join(sorted(self._held_steps))
-            self._end(RunStatus.NEEDS_DECISION, f"step(s) {held} were running when the run stopped and are not idempotent; decide with `planexec resolve`")
+            self._end(
+                RunStatus.NEEDS_DECISION,
+                f"step(s) {held} were running when the run stopped and are not idempotent; decide with `planexec resolve`",
+            )
 
     def record_draft(self, **fields: Any) -> None:
         """Record one of the planner's drafts (a `PlanDrafted` event); its usage counts toward the run's."""
@@ -382,7 +397,12 @@ class Run(Monitor, Attempts):
                     self._succeed(step, worker, attempt, result, wall, usage)
                     return
                 then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
-                if then == "abort" and error.rule == "check_failed" and self.engine.replan_failed_checks and self.engine.replanner is not None:
+                if (
+                    then == "abort"
+                    and error.rule == "check_failed"
+                    and self.engine.replan_failed_checks
+                    and self.engine.replanner is not None
+                ):
                     then = "replan"  # the world differs from what the plan assumed: ask for a new plan, not the end
                 self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
                 if then == "retry":

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from planexec.workers.io import Output, WorkResult
 from planexec.plan.model import Plan
-from planexec.workers.tools import in_thread
 from planexec.usage import Usage
+from planexec.workers.io import Output, WorkResult
+from planexec.workers.tools import in_thread
 
 __all__ = ["Assembled", "FunctionSynthesizer", "Synthesizer", "assemble", "default_answer"]
 
@@ -64,7 +64,7 @@ class Assembled:
     """How a synthesizer's task ended: the answer and usage, or why there is none."""
 
     answer: Any = None
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     problem: str | None = None
     cancelled: bool = False
 

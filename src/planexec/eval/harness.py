@@ -30,24 +30,24 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from planexec.engine.engine import Engine
+from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ModelError, PlanningError
+from planexec.eval.oracle import LatencyModel, OracleModel
 from planexec.eval.suite import GoalCase, Suite, answer_text
-from planexec.planning.joiner import JOIN_SCHEMA, ModelJoiner
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
-from planexec.eval.oracle import LatencyModel, OracleModel
-from planexec.planning.stream import PlanStream
-from planexec.planning.planner import Planner
 from planexec.models.pricing import PriceTable
-from planexec.records import Record
-from planexec.workers.registry import Registry
+from planexec.planning.joiner import JOIN_SCHEMA, ModelJoiner
+from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.engine.results import RunResult, RunStatus, StepState
+from planexec.planning.stream import PlanStream
+from planexec.records import Record
 from planexec.usage import Usage
+from planexec.workers.registry import Registry
 
 __all__ = [
     "MODES",
@@ -292,7 +292,9 @@ def _record(suite: Suite, case: GoalCase, mode: str, repeat: int, **fields: Any)
     return EvalRecord(suite=suite.name, goal_id=case.goal_id, mode=mode, repeat=repeat, **fields)
 
 
-def _from_result(suite: Suite, case: GoalCase, mode: str, repeat: int, result: RunResult, wall: float, *, planner_failed: bool = False) -> EvalRecord:
+def _from_result(
+    suite: Suite, case: GoalCase, mode: str, repeat: int, result: RunResult, wall: float, *, planner_failed: bool = False
+) -> EvalRecord:
     ok, stage, reason = score(case, result, planner_failed=planner_failed)
     return _record(
         suite,
@@ -313,12 +315,23 @@ def _from_result(suite: Suite, case: GoalCase, mode: str, repeat: int, result: R
     )
 
 
-async def _run(suite: Suite, case: GoalCase, mode: str, model: Model, registry: Registry, options: EvalOptions, repeat: int, t0: float) -> EvalRecord:
+async def _run(
+    suite: Suite, case: GoalCase, mode: str, model: Model, registry: Registry, options: EvalOptions, repeat: int, t0: float
+) -> EvalRecord:
     if mode == "single":
         try:
             from planexec.team.agent import run_single
         except ImportError as exc:
-            return _record(suite, case, mode, repeat, success=False, stage="error", status="unavailable", reason=f"single mode needs planexec.team.agent: {exc}")
+            return _record(
+                suite,
+                case,
+                mode,
+                repeat,
+                success=False,
+                stage="error",
+                status="unavailable",
+                reason=f"single mode needs planexec.team.agent: {exc}",
+            )
         engine_options = {"seed": options.seed, "default_timeout": options.step_timeout}
         result = await run_single(case.goal, model=model, registry=registry, max_turns=options.max_turns, engine_options=engine_options)
         return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0)
@@ -343,7 +356,9 @@ async def _run(suite: Suite, case: GoalCase, mode: str, model: Model, registry: 
     return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0, planner_failed=no_plan)
 
 
-async def run_goal(suite: Suite, case: GoalCase, mode: str, model: Model, registry: Registry, *, options: EvalOptions | None = None, repeat: int = 1) -> EvalRecord:
+async def run_goal(
+    suite: Suite, case: GoalCase, mode: str, model: Model, registry: Registry, *, options: EvalOptions | None = None, repeat: int = 1
+) -> EvalRecord:
     """Run one goal in one mode and score it; never raises for what the run did (a crash is stage ``error``)."""
     options = options or EvalOptions()
     if mode not in MODES:
@@ -354,10 +369,14 @@ async def run_goal(suite: Suite, case: GoalCase, mode: str, model: Model, regist
             return await _run(suite, case, mode, model, registry, options, repeat, t0)
     except TimeoutError:
         reason = f"timed out after {options.timeout:g}s"
-        return _record(suite, case, mode, repeat, success=False, stage="error", status="timeout", reason=reason, wall_time=time.perf_counter() - t0)
+        return _record(
+            suite, case, mode, repeat, success=False, stage="error", status="timeout", reason=reason, wall_time=time.perf_counter() - t0
+        )
     except Exception as exc:  # the harness reports a crash as a record; it does not stop the evaluation
         reason = f"{type(exc).__name__}: {exc}"
-        return _record(suite, case, mode, repeat, success=False, stage="error", status="crashed", reason=reason, wall_time=time.perf_counter() - t0)
+        return _record(
+            suite, case, mode, repeat, success=False, stage="error", status="crashed", reason=reason, wall_time=time.perf_counter() - t0
+        )
 
 
 # --- running a suite ----------------------------------------------------------------------------------
@@ -388,7 +407,7 @@ def run_suite(
     chosen = list(goals) if goals is not None else None
     cases = [suite.goal(g) for g in chosen] if chosen is not None else list(suite.goals)
     registry = suite.registry()
-    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    started, t0 = datetime.now(UTC), time.perf_counter()
     records: list[EvalRecord] = []
     for n in range(1, repeat + 1):
         for case in cases:

@@ -17,7 +17,17 @@ from rich.table import Table
 
 from planexec.eval.harness import STAGES, EvalReport
 
-__all__ = ["ANCHORS", "goals_table", "ratio_notes", "react_ratios", "report_paths", "summary_table", "write_chart", "write_json", "write_report"]
+__all__ = [
+    "ANCHORS",
+    "goals_table",
+    "ratio_notes",
+    "react_ratios",
+    "report_paths",
+    "summary_table",
+    "write_chart",
+    "write_json",
+    "write_report",
+]
 
 _COLORS = {"single": "#d62728", "plan": "#1f77b4", "stream": "#2ca02c"}
 ANCHORS = {
@@ -159,7 +169,10 @@ def write_chart(report: EvalReport, path: str | Path) -> Path:
             ax.bar(modes, inputs, color=colors, alpha=0.55)
             bars = ax.bar(modes, outputs, bottom=inputs, color=colors, hatch="//", edgecolor="white")
             values = [i + o for i, o in zip(inputs, outputs)]
-            keys = [Patch(facecolor="#999999", alpha=0.55, label="input"), Patch(facecolor="#999999", hatch="//", edgecolor="white", label="output")]
+            keys = [
+                Patch(facecolor="#999999", alpha=0.55, label="input"),
+                Patch(facecolor="#999999", hatch="//", edgecolor="white", label="output"),
+            ]
             ax.legend(handles=keys, fontsize=7, loc="upper right")
         else:
             bars = ax.bar(modes, values, color=colors)

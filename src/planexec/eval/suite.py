@@ -278,7 +278,9 @@ def _text(value: Any, *, path: Path, field: str, goal_id: str | None = None) -> 
 
 def _goal(raw: Any, index: int, *, path: Path, registry: Registry) -> GoalCase:
     if not isinstance(raw, dict):
-        raise SuiteError(f"must be a mapping with id, goal, a checker and solution, not {type(raw).__name__}", path=path, field=f"goals[{index}]")
+        raise SuiteError(
+            f"must be a mapping with id, goal, a checker and solution, not {type(raw).__name__}", path=path, field=f"goals[{index}]"
+        )
     gid = _text(raw.get("id"), path=path, field=f"goals[{index}].id")
     unknown = sorted(set(map(str, raw)) - _GOAL_KEYS)
     if unknown:
@@ -287,7 +289,9 @@ def _goal(raw: Any, index: int, *, path: Path, registry: Registry) -> GoalCase:
     kinds = [k for k in CHECKER_KINDS if k in raw]
     if len(kinds) != 1:
         found = f"it has {', '.join(kinds)}" if kinds else "it has none"
-        raise SuiteError(f"a goal needs exactly one checker of {', '.join(CHECKER_KINDS)} ({found})", path=path, goal_id=gid, field="checker")
+        raise SuiteError(
+            f"a goal needs exactly one checker of {', '.join(CHECKER_KINDS)} ({found})", path=path, goal_id=gid, field="checker"
+        )
     checker = _checker(kinds[0], raw[kinds[0]], path=path, goal_id=gid)
     solution = _solution(raw.get("solution"), path=path, goal_id=gid, registry=registry)
     return GoalCase(goal_id=gid, goal=goal, checker=checker, solution=solution, expected=raw.get("expected"))
@@ -309,7 +313,9 @@ def _checker(kind: str, value: Any, *, path: Path, goal_id: str) -> Checker:
     try:
         module = _import_checker_module(module_name, path.parent)
     except Exception as exc:  # whatever the module raises while loading: say which goal needed it
-        raise SuiteError(f"cannot load module {module_name!r}: {type(exc).__name__}: {exc}", path=path, goal_id=goal_id, field="python") from None
+        raise SuiteError(
+            f"cannot load module {module_name!r}: {type(exc).__name__}: {exc}", path=path, goal_id=goal_id, field="python"
+        ) from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise SuiteError(f"module {module_name!r} has no function {fn_name!r}", path=path, goal_id=goal_id, field="python")
@@ -353,14 +359,26 @@ def _solution(raw: Any, *, path: Path, goal_id: str, registry: Registry) -> list
         name = _text(item.get("tool"), path=path, goal_id=goal_id, field=f"{where}.tool")
         found = registry.tools.get(name)
         if found is None:
-            raise SuiteError(f"no tool {name!r}; the suite has {', '.join(sorted(registry.tools))}", path=path, goal_id=goal_id, field=f"{where}.tool")
+            raise SuiteError(
+                f"no tool {name!r}; the suite has {', '.join(sorted(registry.tools))}", path=path, goal_id=goal_id, field=f"{where}.tool"
+            )
         args = item.get("args", {}) if item.get("args") is not None else {}
         if not isinstance(args, dict):
-            raise SuiteError(f"must be a mapping of argument names to values, not {type(args).__name__}", path=path, goal_id=goal_id, field=f"{where}.args")
+            raise SuiteError(
+                f"must be a mapping of argument names to values, not {type(args).__name__}",
+                path=path,
+                goal_id=goal_id,
+                field=f"{where}.args",
+            )
         fields = found.input_model.model_fields
         for arg in args:
             if arg not in fields:
-                raise SuiteError(f"tool {name!r} has no argument {arg!r}; it takes {', '.join(fields) or 'none'}", path=path, goal_id=goal_id, field=f"{where}.args")
+                raise SuiteError(
+                    f"tool {name!r} has no argument {arg!r}; it takes {', '.join(fields) or 'none'}",
+                    path=path,
+                    goal_id=goal_id,
+                    field=f"{where}.args",
+                )
         missing = [f for f, info in fields.items() if info.is_required() and f not in args]
         if missing:
             raise SuiteError(f"tool {name!r} needs {', '.join(missing)}", path=path, goal_id=goal_id, field=f"{where}.args")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from planexec.plan.model import Plan
-from planexec.plan.diff import diff_plans
 from planexec.models.pricing import PriceTable
+from planexec.plan.diff import diff_plans
+from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.workers.registry import Registry
 
@@ -212,7 +212,7 @@ def review_plan(plan: Plan, policies: Iterable[Policy], context: PolicyContext |
             verdict = p.review(plan, context)
             if not isinstance(verdict, PolicyVerdict):
                 raise TypeError(f"returned {type(verdict).__name__}, not a PolicyVerdict")
-        except Exception as exc:  # noqa: BLE001 - a broken reviewer must not let a plan through
+        except Exception as exc:
             verdict = PolicyVerdict(decision="reject", policy=name, reasons=[f"the policy failed: {type(exc).__name__}: {exc}"])
         verdicts.append(verdict)
     decisions = {v.decision for v in verdicts}

@@ -28,7 +28,6 @@ from typing import Any
 import yaml
 
 from planexec.errors import PolicyError, RegistryError
-from planexec.plan.model import Plan
 from planexec.governance.policies import FunctionPolicy, Policy, PolicyContext, Review, review_plan
 from planexec.governance.rules import (
     RISK_ORDER,
@@ -39,6 +38,7 @@ from planexec.governance.rules import (
     RiskEscalation,
     ToolsNeedPerson,
 )
+from planexec.plan.model import Plan
 from planexec.workers.registry import import_spec
 
 __all__ = ["RULES", "PolicySet", "load_policies"]
@@ -111,7 +111,7 @@ class PolicySet:
                 hook(self)
             except PolicyError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - whatever the hook raises: name the module
+            except Exception as exc:
                 raise PolicyError(f"policy module {spec!r}: register_policies failed: {type(exc).__name__}: {exc}") from exc
         for value in list(vars(module).values()):
             if not isinstance(value, type) and isinstance(value, Policy) and self.policies.get(value.name) is not value:
@@ -127,7 +127,7 @@ class PolicySet:
             raise PolicyError(f"policy file {str(path)!r} does not exist", path=path) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"{path}: cannot read: {exc}", path=path) from None
-        for rule, policy_ in _parse_rules(text, path):
+        for _rule, policy_ in _parse_rules(text, path):
             if isinstance(policy_, str):  # a Python module named by `modules`
                 self.load_module(policy_)
                 continue
@@ -221,7 +221,7 @@ def _names(value: Any, node: yaml.Node) -> list[str]:
     items = _items(value, node)
     for item, item_node in items:
         if not isinstance(item, str) or not item:
-            raise _RuleError(f"expected tool names or glob patterns like \"deploy_*\", got {item!r}", item_node)
+            raise _RuleError(f'expected tool names or glob patterns like "deploy_*", got {item!r}', item_node)
     if not items or value == []:
         raise _RuleError("expected one or more tool names or glob patterns, got an empty list", node)
     return [item for item, _ in items]

@@ -36,12 +36,12 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.errors import PlanValidationError
-from planexec.plan.model import Plan
-from planexec.plan.diff import diff_plans
-from planexec.plan.view import plan_graph, plan_table
 from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, review_plan
-from planexec.records import Record
+from planexec.plan.diff import diff_plans
+from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
+from planexec.plan.view import plan_graph, plan_table
+from planexec.records import Record
 
 __all__ = ["ReviewOutcome", "ReviewTerminal", "run_review", "verdicts_table"]
 

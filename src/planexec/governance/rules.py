@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planexec.plan.scheduler import upstream
-from planexec.plan.model import CriticCriterion, Plan, Step
 from planexec.governance.policies import Decision, PolicyContext, PolicyVerdict, Scope
+from planexec.plan.model import CriticCriterion, Plan, Step
+from planexec.plan.scheduler import upstream
 from planexec.records import Record
 from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.worker import ToolWorker
@@ -196,7 +196,9 @@ class MaxEstimatedCost:
             reasons = [f"step {sid!r}: cost unknown: {why}" for sid, why in est.unpriced.items()]
             reasons += [f"priced steps come to ${est.priced:.4f} of max_cost ${self.dollars:.4f}", assumed]
             return PolicyVerdict(decision="escalate", policy=self.name, reasons=reasons, steps=list(est.unpriced))
-        return PolicyVerdict.from_findings(self.name, [], ok=f"estimated cost ${est.dollars:.4f}, within max_cost ${self.dollars:.4f}; {assumed}")
+        return PolicyVerdict.from_findings(
+            self.name, [], ok=f"estimated cost ${est.dollars:.4f}, within max_cost ${self.dollars:.4f}; {assumed}"
+        )
 
 
 class _ToolRule:
@@ -290,7 +292,11 @@ class RequiresOrder:
             if hit is None or before_steps & upstream(graph, step.step_id):
                 continue
             sure = hit[0] in surely
-            where = "no step of the plan does" if not before_steps else f"steps that do ({', '.join(sorted(before_steps))}) are not upstream of it"
+            where = (
+                "no step of the plan does"
+                if not before_steps
+                else f"steps that do ({', '.join(sorted(before_steps))}) are not upstream of it"
+            )
             reason = f"{_use(step, *hit, sure)} but does not depend, directly or through other steps, on a step using {' or '.join(self.before)}: {where} (rule: {rule})"
             findings.append(("reject" if sure else "escalate", reason, step.step_id))
         return PolicyVerdict.from_findings(self.name, findings, ok=f"kept: {rule}")

@@ -27,8 +27,8 @@ from typing import Any
 from planexec.errors import PlanValidationError
 from planexec.library.templates import PARAM_NAME, TemplateError, instantiate, placeholders
 from planexec.plan.model import Plan
-from planexec.store.base import RunStore, Template
 from planexec.plan.validation import check_plan
+from planexec.store.base import RunStore, Template
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "export_templates", "import_templates", "read_export"]
 
@@ -106,6 +106,8 @@ def import_templates(store: RunStore, path: str | Path, *, name: str | None = No
     entries = read_export(data, source=source)
     target = name or entries[0].name  # every version was checked before the first is stored
     try:
-        return [store.save_template(target, t.plan, params=t.params, description=t.description, source_run_id=t.source_run_id) for t in entries]
+        return [
+            store.save_template(target, t.plan, params=t.params, description=t.description, source_run_id=t.source_run_id) for t in entries
+        ]
     except ValueError as exc:
         raise TemplateError(str(exc), rule="bad_name", template=target) from None

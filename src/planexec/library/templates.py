@@ -42,12 +42,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from planexec.errors import PlanError
-from planexec.plan.model import Plan, find_references
 from planexec.plan.diff import PlanDiff, diff_plans
-from planexec.records import Record
-from planexec.workers.registry import Registry
-from planexec.store.base import ApprovalState, RunStore, Template
+from planexec.plan.model import Plan, find_references
 from planexec.plan.validation import check_plan
+from planexec.records import Record
+from planexec.store.base import ApprovalState, RunStore, Template
+from planexec.workers.registry import Registry
 
 __all__ = [
     "PARAM_NAME",
@@ -151,7 +151,9 @@ def parse_values(items: Iterable[str], *, bare: bool = False) -> tuple[dict[str,
             name = item
         elif m is None:
             form = "NAME=VALUE, NAME:=JSON or NAME" if bare else "NAME=VALUE or NAME:=JSON"
-            raise TemplateError(f"a parameter is {form} (NAME: letters, digits, '_', '-'), not {item!r}", rule="bad_assignment", names=[item])
+            raise TemplateError(
+                f"a parameter is {form} (NAME: letters, digits, '_', '-'), not {item!r}", rule="bad_assignment", names=[item]
+            )
         else:
             name = m.group(1)
         if name in values or name in declared:
@@ -162,7 +164,9 @@ def parse_values(items: Iterable[str], *, bare: bool = False) -> tuple[dict[str,
             try:
                 values[name] = json.loads(m.group(3))
             except ValueError as exc:
-                raise TemplateError(f"parameter {name!r}: {m.group(3)!r} is not JSON ({exc})", rule="bad_assignment", names=[name]) from None
+                raise TemplateError(
+                    f"parameter {name!r}: {m.group(3)!r} is not JSON ({exc})", rule="bad_assignment", names=[name]
+                ) from None
         else:
             values[name] = m.group(3)
     return values, declared
@@ -257,7 +261,9 @@ def make_template(plan: Plan, values: Mapping[str, Any], declared: Sequence[str]
     text = {n: v for n, v in values.items() if isinstance(v, str)}
     typed = {_canonical(v): n for n, v in values.items() if not isinstance(v, str)}
     if any(v == "" for v in text.values()):
-        raise TemplateError("an empty value cannot be saved as a parameter", rule="bad_assignment", names=[n for n, v in text.items() if v == ""])
+        raise TemplateError(
+            "an empty value cannot be saved as a parameter", rule="bad_assignment", names=[n for n, v in text.items() if v == ""]
+        )
     canon = [_canonical(v) for v in values.values()]
     same = [n for n, c in zip(values, canon, strict=True) if canon.count(c) > 1]
     if same:
@@ -298,7 +304,9 @@ def make_template(plan: Plan, values: Mapping[str, Any], declared: Sequence[str]
         raise TemplateError(f"no text of the plan holds the value of {shown}", rule="value_not_found", names=missing)
     absent = [n for n in declared if n not in occurrences]
     if absent:
-        raise TemplateError(f"the plan has no placeholder {', '.join('{{' + n + '}}' for n in absent)}", rule="placeholder_missing", names=absent)
+        raise TemplateError(
+            f"the plan has no placeholder {', '.join('{{' + n + '}}' for n in absent)}", rule="placeholder_missing", names=absent
+        )
     return data, {n: occurrences[n] for n in placeholders(data)}
 
 
@@ -316,9 +324,13 @@ def save_run_template(
     if not versions:
         raise TemplateError(f"run {run_id!r} has no stored plan to save", rule="no_plan", template=run_id)
     states: dict[str, ApprovalState] = {a.content_hash: a.state for a in store.approvals(run_id) if a.step_id is None}
-    chosen = next((v for v in reversed(versions) if states.get(v.plan.content_hash, ApprovalState.APPROVED) is ApprovalState.APPROVED), None)
+    chosen = next(
+        (v for v in reversed(versions) if states.get(v.plan.content_hash, ApprovalState.APPROVED) is ApprovalState.APPROVED), None
+    )
     if chosen is None:
-        raise TemplateError(f"run {run_id!r} has no approved plan version (its plans are pending or denied)", rule="not_approved", template=run_id)
+        raise TemplateError(
+            f"run {run_id!r} has no approved plan version (its plans are pending or denied)", rule="not_approved", template=run_id
+        )
     data, occurrences = make_template(chosen.plan, values, declared)
     filled = {**values, **{n: "{{" + n + "}}" for n in declared}}
     draft = Template(name=name, version=0, plan=data, params=list(occurrences), created_at=datetime.now(UTC))
@@ -349,7 +361,10 @@ def instantiate(template: Template, values: Mapping[str, Any], registry: Registr
     undeclared = [n for n in used if n not in template.params]
     if undeclared:
         raise TemplateError(
-            f"template {label} uses undeclared placeholders: {', '.join(undeclared)}", rule="undeclared_placeholder", template=template.name, names=undeclared
+            f"template {label} uses undeclared placeholders: {', '.join(undeclared)}",
+            rule="undeclared_placeholder",
+            template=template.name,
+            names=undeclared,
         )
     missing = [n for n in template.params if n not in values]
     extra = [n for n in values if n not in template.params]
@@ -422,7 +437,9 @@ def diff_templates(old: Template, new: Template) -> TemplateDiff:
 def _check_names(names: Iterable[str]) -> None:
     bad = [n for n in names if not _NAME.match(n)]
     if bad:
-        raise TemplateError(f"parameter names are letters, digits, '_' and '-': not {', '.join(map(repr, bad))}", rule="bad_assignment", names=bad)
+        raise TemplateError(
+            f"parameter names are letters, digits, '_' and '-': not {', '.join(map(repr, bad))}", rule="bad_assignment", names=bad
+        )
 
 
 def _plan_data(plan: Plan) -> dict[str, Any]:

@@ -39,7 +39,6 @@ from planexec.errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from planexec.usage import Usage
 from planexec.models.base import (
     Message,
     ModelDelta,
@@ -49,6 +48,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.usage import Usage
 
 __all__ = ["ANSWER_TOOL", "DEFAULT_MODEL", "AnthropicModel"]
 
@@ -70,9 +70,7 @@ def _import_anthropic() -> Any:
     try:
         import anthropic
     except ImportError as e:
-        raise ModelError(
-            f"the anthropic: provider needs the anthropic SDK; {_INSTALL_HINT}", model="anthropic"
-        ) from e
+        raise ModelError(f"the anthropic: provider needs the anthropic SDK; {_INSTALL_HINT}", model="anthropic") from e
     return anthropic
 
 
@@ -94,10 +92,7 @@ def _wire_messages(messages: list[Message], model: str) -> tuple[str, list[dict[
             # the API rejects empty text blocks; a turn that only calls tools has none
             has_text = message.content or not message.tool_calls
             blocks = [{"type": "text", "text": message.content}] if has_text else []
-            blocks += [
-                {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
-                for call in message.tool_calls
-            ]
+            blocks += [{"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments} for call in message.tool_calls]
         if wire and wire[-1]["role"] == role:
             wire[-1]["content"].extend(blocks)
         else:
@@ -328,9 +323,7 @@ class AnthropicModel:
         return ModelResponse(
             text=text,
             tool_calls=calls,
-            usage=Usage(
-                input_tokens=(usage.input_tokens or 0) + cached, output_tokens=usage.output_tokens or 0, model_calls=1
-            ),
+            usage=Usage(input_tokens=(usage.input_tokens or 0) + cached, output_tokens=usage.output_tokens or 0, model_calls=1),
             model=message.model or self.model,
             finish_reason=finish,
         )
@@ -351,9 +344,7 @@ class AnthropicModel:
                 model=self.name,
             )
         if not answers:
-            raise ModelBadRequestError(
-                f"{self.name}: structured output expected a {ANSWER_TOOL!r} tool call, got none", model=self.name
-            )
+            raise ModelBadRequestError(f"{self.name}: structured output expected a {ANSWER_TOOL!r} tool call, got none", model=self.name)
         data: Any = answers[0].arguments
         if wrapped:
             if "value" not in data:

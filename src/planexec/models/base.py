@@ -27,8 +27,8 @@ __all__ = [
     "ModelDelta",
     "ModelRequest",
     "ModelResponse",
-    "ToolCall",
     "StreamingModel",
+    "ToolCall",
     "ToolDefinition",
     "block_model_requests",
     "ensure_requests_allowed",
@@ -142,7 +142,6 @@ def ensure_requests_allowed(model: str) -> None:
     """Raise `ModelRequestsBlockedError` when real requests are switched off."""
     if not _requests_allowed:
         raise ModelRequestsBlockedError(
-            f"real model requests are blocked (model {model!r}); use planexec.testing models "
-            "or set PLANEXEC_ALLOW_MODEL_REQUESTS=1",
+            f"real model requests are blocked (model {model!r}); use planexec.testing models or set PLANEXEC_ALLOW_MODEL_REQUESTS=1",
             model=model,
         )

@@ -33,8 +33,8 @@ from typing import Any
 import jsonschema
 
 from planexec.errors import ModelBadRequestError, ModelError, ModelServerError
-from planexec.usage import Usage
 from planexec.models.base import Message, ModelDelta, ModelRequest, ModelResponse
+from planexec.usage import Usage
 
 __all__ = ["DEFAULT_MODEL_FILE", "LocalModel", "default_model_path"]
 
@@ -196,9 +196,7 @@ class LocalModel:
         try:
             llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(schema))
         except Exception as e:
-            raise ModelBadRequestError(
-                f"output_schema cannot be turned into a grammar for local decoding: {e}", model=self.name
-            ) from e
+            raise ModelBadRequestError(f"output_schema cannot be turned into a grammar for local decoding: {e}", model=self.name) from e
 
     def _prepare(self, request: ModelRequest) -> tuple[Any, dict[str, Any]]:
         llama = self._load()
@@ -226,7 +224,9 @@ class LocalModel:
             try:
                 yield
             except (ValueError, TypeError) as e:  # e.g. prompt longer than n_ctx, bad arguments
-                raise ModelBadRequestError(f"local model rejected the request (context window n_ctx={self.n_ctx}): {e}", model=self.name) from e
+                raise ModelBadRequestError(
+                    f"local model rejected the request (context window n_ctx={self.n_ctx}): {e}", model=self.name
+                ) from e
             except Exception as e:
                 raise ModelServerError(f"local model failed: {type(e).__name__}: {e}", model=self.name) from e
 
@@ -235,9 +235,7 @@ class LocalModel:
         with self._generation(llama):
             return llama.create_chat_completion(**kwargs)
 
-    def _generate_stream(
-        self, request: ModelRequest, emit: Callable[[Any], None], stopped: threading.Event
-    ) -> None:
+    def _generate_stream(self, request: ModelRequest, emit: Callable[[Any], None], stopped: threading.Event) -> None:
         # Runs in a worker thread; everything it produces, errors included, goes through emit.
         try:
             llama, kwargs = self._prepare(request)
@@ -259,7 +257,7 @@ class LocalModel:
                     chunks.close()
                 usage = Usage(input_tokens=llama.prompt_tokens, output_tokens=llama.completion_tokens, model_calls=1)
             emit(ModelResponse(text="".join(parts), usage=usage, model=self.name, finish_reason=finish_reason))
-        except Exception as e:  # noqa: BLE001 - handed over to the consumer, which raises it
+        except Exception as e:
             emit(e)
 
     def _queue_lock(self) -> asyncio.Lock:

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from planexec.errors import ModelError, ModelTimeoutError
+from planexec.models.base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
 from planexec.models.pricing import PriceTable
 from planexec.usage import record_usage
-from planexec.models.base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
 
 __all__ = ["ManagedModel"]
 

@@ -49,7 +49,6 @@ from planexec.errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from planexec.usage import Usage
 from planexec.models.base import (
     Message,
     ModelDelta,
@@ -59,6 +58,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.usage import Usage
 
 __all__ = ["SCHEMA_MODES", "OpenAIModel"]
 
@@ -160,8 +160,7 @@ class OpenAIModel:
         if api_key is None:
             if self.base_url is None:
                 raise ModelAuthError(
-                    f"{self.name}: no API key; set OPENAI_API_KEY or pass api_key "
-                    "(servers on your own machine accept any key)",
+                    f"{self.name}: no API key; set OPENAI_API_KEY or pass api_key (servers on your own machine accept any key)",
                     model=self.name,
                 )
             api_key = "not-needed"  # local OpenAI-compatible servers ignore the key
@@ -192,13 +191,9 @@ class OpenAIModel:
             for call in choice.message.tool_calls or []:
                 function = getattr(call, "function", None)
                 if function is None:
-                    raise ModelBadRequestError(
-                        f"{self.name}: unsupported tool call type {getattr(call, 'type', None)!r}", model=self.name
-                    )
+                    raise ModelBadRequestError(f"{self.name}: unsupported tool call type {getattr(call, 'type', None)!r}", model=self.name)
                 calls.append((call.id, function.name, function.arguments))
-            return self._response(
-                choice.message.content or "", calls, raw.usage, raw.model, choice.finish_reason, schema
-            )
+            return self._response(choice.message.content or "", calls, raw.usage, raw.model, choice.finish_reason, schema)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
         """Stream one chat completion: text deltas as they arrive, then the whole `ModelResponse`.

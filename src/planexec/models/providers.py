@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planexec.errors import ConfigError
-from planexec.models.pricing import PriceTable
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
+from planexec.models.pricing import PriceTable
 
 __all__ = ["ProviderOptions", "parse_model_name", "provider_names", "register_provider", "resolve_model"]
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from planexec.config import Config
 from planexec.models.managed import ManagedModel
-from planexec.models.providers import ProviderOptions, parse_model_name, resolve_model
 from planexec.models.pricing import PriceTable
+from planexec.models.providers import ProviderOptions, parse_model_name, resolve_model
 
 __all__ = ["DEFAULT_MODEL", "OPENAI_DEFAULT_MODEL", "ModelChoice", "ModelSettings"]
 
@@ -64,9 +64,9 @@ class ModelSettings:
                 self.planner = ModelChoice(OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY is set and no model is configured")
             else:
                 self.planner = ModelChoice(DEFAULT_MODEL, "nothing configured: the embedded model")
-        self.worker = self._pick(worker, "--worker-model", "PLANEXEC_WORKER_MODEL", self.config.worker_model, "worker_model") or ModelChoice(
-            self.planner.name, "same as the planner"
-        )
+        self.worker = self._pick(
+            worker, "--worker-model", "PLANEXEC_WORKER_MODEL", self.config.worker_model, "worker_model"
+        ) or ModelChoice(self.planner.name, "same as the planner")
         for choice in (self.planner, self.worker, *self._role_choices().values()):
             parse_model_name(choice.name)  # a bad name fails now, naming itself, not at the first call
         self._models: dict[str, ManagedModel] = {}

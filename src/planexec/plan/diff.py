@@ -20,7 +20,18 @@ from planexec.records import Record
 
 __all__ = ["PlanDiff", "diff_plans", "remaining_hash"]
 
-_FIELDS = ("action", "worker", "instruction", "parameters", "depends_on", "success_criteria", "failure_action", "timeout", "requires_approval", "accepts_failed_inputs")
+_FIELDS = (
+    "action",
+    "worker",
+    "instruction",
+    "parameters",
+    "depends_on",
+    "success_criteria",
+    "failure_action",
+    "timeout",
+    "requires_approval",
+    "accepts_failed_inputs",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -184,22 +184,37 @@ def _build(calls: list[_Call], problems: list[tuple[int, Problem]], *, goal: str
     line_of: dict[str, int] = {}
     for c in calls:
         if c.step_id in line_of:
-            problems.append(_at(c.line, "duplicate_step_id", f"step {c.step_id!r} is already defined on line {line_of[c.step_id]}", step_id=c.step_id))
+            problems.append(
+                _at(c.line, "duplicate_step_id", f"step {c.step_id!r} is already defined on line {line_of[c.step_id]}", step_id=c.step_id)
+            )
         else:
             line_of[c.step_id] = c.line
     for c in calls:
         for ref in dict.fromkeys(ref for ref, _ in find_references(c.parameters)):
             if ref not in line_of:
-                problems.append(_at(c.line, "unknown_reference", f"step {c.step_id!r} refers to step {ref!r}, which the plan does not define", step_id=c.step_id))
+                problems.append(
+                    _at(
+                        c.line,
+                        "unknown_reference",
+                        f"step {c.step_id!r} refers to step {ref!r}, which the plan does not define",
+                        step_id=c.step_id,
+                    )
+                )
             elif line_of[ref] >= c.line:
-                problems.append(_at(c.line, "forward_reference", f"step {c.step_id!r} refers to step {ref!r}, which does not come before it", step_id=c.step_id))
+                problems.append(
+                    _at(
+                        c.line,
+                        "forward_reference",
+                        f"step {c.step_id!r} refers to step {ref!r}, which does not come before it",
+                        step_id=c.step_id,
+                    )
+                )
     if not calls and not problems:
         problems.append(_at(0, "empty_plan", "the text holds no step"))
     if problems:
         raise PlanParseError([p for _, p in sorted(problems, key=lambda item: item[0])], plan_id=plan_id)
     steps = [
-        {"id": c.step_id, "action": c.action, "worker": worker, "instruction": c.instruction, "parameters": c.parameters}
-        for c in calls
+        {"id": c.step_id, "action": c.action, "worker": worker, "instruction": c.instruction, "parameters": c.parameters} for c in calls
     ]
     return Plan.from_data({"plan_id": plan_id, "goal": goal, "steps": steps})
 

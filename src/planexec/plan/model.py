@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -88,9 +88,7 @@ class FailureAction(_Record):
     backoff_max: float = Field(30.0, ge=0)
     jitter: float = Field(0.1, ge=0, le=1, description="fraction of the delay drawn at random")
     worker: str | None = Field(None, description="the worker to fall back to, for kind=fallback")
-    then: Literal["abort", "skip", "fallback", "replan"] = Field(
-        "abort", description="what to do once retries are exhausted"
-    )
+    then: Literal["abort", "skip", "fallback", "replan"] = Field("abort", description="what to do once retries are exhausted")
 
     @model_validator(mode="before")
     @classmethod
@@ -161,7 +159,7 @@ class CriticCriterion(_Record):
 
 
 Criterion = Annotated[
-    Union[NotEmptyCriterion, RegexCriterion, JsonSchemaCriterion, PredicateCriterion, CriticCriterion],
+    NotEmptyCriterion | RegexCriterion | JsonSchemaCriterion | PredicateCriterion | CriticCriterion,
     Field(discriminator="kind"),
 ]
 
@@ -290,9 +288,7 @@ class Plan(_Record):
     @cached_property
     def content_hash(self) -> str:
         """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version."""
-        content = self.model_dump(
-            mode="json", by_alias=True, include={"goal", "steps", "rollback_plan", "risk_level", "answer_step"}
-        )
+        content = self.model_dump(mode="json", by_alias=True, include={"goal", "steps", "rollback_plan", "risk_level", "answer_step"})
         blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
@@ -323,9 +319,7 @@ class Plan(_Record):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise PlanParseError(
-                [Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]
-            ) from None
+            raise PlanParseError([Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]) from None
         except (ValueError, RecursionError) as exc:  # not UTF-8, or nested too deeply to read
             raise PlanParseError([Problem("malformed_json", f"{type(exc).__name__}: {exc}")]) from None
         return cls.from_data(data)

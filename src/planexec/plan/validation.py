@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import jsonschema
 from pydantic import ValidationError
 
-from planexec.plan.scheduler import find_cycle, upstream
 from planexec.errors import PlanValidationError, Problem
 from planexec.plan.model import (
     CriticCriterion,
@@ -33,6 +32,7 @@ from planexec.plan.model import (
     find_references,
     is_whole_reference,
 )
+from planexec.plan.scheduler import find_cycle, upstream
 
 __all__ = ["Catalog", "check_plan", "input_problems", "validate_plan"]
 
@@ -107,7 +107,9 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
     seen: set[str] = set()
     for step in steps:
         if step.step_id in seen:
-            problems.append(Problem("duplicate_step_id", f"step id {step.step_id!r} is used more than once", step_id=step.step_id, field="id"))
+            problems.append(
+                Problem("duplicate_step_id", f"step id {step.step_id!r} is used more than once", step_id=step.step_id, field="id")
+            )
         seen.add(step.step_id)
 
     declared: dict[str, list[str]] = {}
@@ -117,13 +119,22 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
             if dep == step.step_id:
                 problems.append(Problem("self_dependency", "a step cannot depend on itself", step_id=step.step_id, field="depends_on"))
             elif dep not in seen:
-                problems.append(Problem("unknown_dependency", f"depends on {dep!r}, which is not a step of the plan", step_id=step.step_id, field="depends_on"))
+                problems.append(
+                    Problem(
+                        "unknown_dependency",
+                        f"depends on {dep!r}, which is not a step of the plan",
+                        step_id=step.step_id,
+                        field="depends_on",
+                    )
+                )
             else:
                 deps.append(dep)
 
     cycles, acyclic = _cycles(declared)
     for cycle in cycles:
-        problems.append(Problem("cycle", "dependency cycle (-> means depends on): " + " -> ".join(cycle), step_id=cycle[0], field="depends_on"))
+        problems.append(
+            Problem("cycle", "dependency cycle (-> means depends on): " + " -> ".join(cycle), step_id=cycle[0], field="depends_on")
+        )
 
     if not any(step.references for step in steps):
         return problems
@@ -134,7 +145,7 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
     for step in steps:
         fields = [(f"parameters.{name}", value) for name, value in step.parameters.items()]
         sid = step.step_id
-        for where, value in fields + [("instruction", step.instruction)]:
+        for where, value in [*fields, ("instruction", step.instruction)]:
             for ref, path in find_references(value):
                 text = "${" + ref + ("." + path if path else "") + "}"
                 if ref == sid:
@@ -154,7 +165,14 @@ def _graph_problems(steps: list[Step]) -> list[Problem]:
                     )
     if not cycles:  # references that are fine one by one may still close a loop together
         for cycle in _cycles(implied)[0]:
-            problems.append(Problem("cycle", "cycle through references (-> means uses the output of): " + " -> ".join(cycle), step_id=cycle[0], field="parameters"))
+            problems.append(
+                Problem(
+                    "cycle",
+                    "cycle through references (-> means uses the output of): " + " -> ".join(cycle),
+                    step_id=cycle[0],
+                    field="parameters",
+                )
+            )
     return problems
 
 
@@ -192,12 +210,18 @@ def _criteria_problems(step: Step, registry: Catalog | None) -> list[Problem]:
             if critic is None or "review" not in critic.actions:
                 known = ", ".join(sorted(n for n, w in registry.workers.items() if "review" in w.actions)) or "none"
                 what = "is not registered" if critic is None else "has no 'review' action"
-                problems.append(Problem("unknown_critic", f"critic {crit.worker!r} {what} (critics: {known})", step_id=step.step_id, field=where))
+                problems.append(
+                    Problem("unknown_critic", f"critic {crit.worker!r} {what} (critics: {known})", step_id=step.step_id, field=where)
+                )
         elif isinstance(crit, PredicateCriterion) and registry is not None:
             pred = registry.predicates.get(crit.name)
             if pred is None:
                 known = ", ".join(sorted(registry.predicates)) or "none"
-                problems.append(Problem("unknown_predicate", f"no predicate {crit.name!r} is registered (known: {known})", step_id=step.step_id, field=where))
+                problems.append(
+                    Problem(
+                        "unknown_predicate", f"no predicate {crit.name!r} is registered (known: {known})", step_id=step.step_id, field=where
+                    )
+                )
             else:
                 try:
                     pred.args_model.model_validate(crit.args)
@@ -210,7 +234,14 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
     problems = []
     worker = registry.workers.get(step.worker)
     if worker is None:
-        problems.append(Problem("unknown_worker", f"no worker {step.worker!r} (known: {', '.join(sorted(registry.workers))})", step_id=step.step_id, field="worker"))
+        problems.append(
+            Problem(
+                "unknown_worker",
+                f"no worker {step.worker!r} (known: {', '.join(sorted(registry.workers))})",
+                step_id=step.step_id,
+                field="worker",
+            )
+        )
     elif step.action not in worker.actions:
         able = sorted(n for n, w in registry.workers.items() if step.action in w.actions)
         if able:
@@ -218,7 +249,9 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
         else:
             hint = f"{step.worker!r} can: {', '.join(sorted(worker.actions)) or 'nothing'}"
         rule = "unknown_action" if not able else "action_not_offered"
-        problems.append(Problem(rule, f"worker {step.worker!r} cannot perform {step.action!r}; {hint}", step_id=step.step_id, field="action"))
+        problems.append(
+            Problem(rule, f"worker {step.worker!r} cannot perform {step.action!r}; {hint}", step_id=step.step_id, field="action")
+        )
     else:
         model = worker.input_model(step.action)
         if model is not None:
@@ -227,13 +260,38 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
     fa = step.failure_action
     if fa.kind == "fallback" or (fa.kind == "retry" and fa.then == "fallback"):
         if fa.worker is None:
-            problems.append(Problem("missing_fallback_worker", "a fallback needs failure_action.worker", step_id=step.step_id, field="failure_action.worker"))
+            problems.append(
+                Problem(
+                    "missing_fallback_worker", "a fallback needs failure_action.worker", step_id=step.step_id, field="failure_action.worker"
+                )
+            )
         elif fa.worker not in registry.workers:
-            problems.append(Problem("unknown_worker", f"fallback worker {fa.worker!r} is not registered", step_id=step.step_id, field="failure_action.worker"))
+            problems.append(
+                Problem(
+                    "unknown_worker",
+                    f"fallback worker {fa.worker!r} is not registered",
+                    step_id=step.step_id,
+                    field="failure_action.worker",
+                )
+            )
         elif fa.worker == step.worker:
-            problems.append(Problem("fallback_to_same_worker", f"the fallback is the step's own worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"))
+            problems.append(
+                Problem(
+                    "fallback_to_same_worker",
+                    f"the fallback is the step's own worker {fa.worker!r}",
+                    step_id=step.step_id,
+                    field="failure_action.worker",
+                )
+            )
         elif step.action not in registry.workers[fa.worker].actions:
-            problems.append(Problem("action_not_offered", f"fallback worker {fa.worker!r} cannot perform {step.action!r}", step_id=step.step_id, field="failure_action.worker"))
+            problems.append(
+                Problem(
+                    "action_not_offered",
+                    f"fallback worker {fa.worker!r} cannot perform {step.action!r}",
+                    step_id=step.step_id,
+                    field="failure_action.worker",
+                )
+            )
         else:
             model = registry.workers[fa.worker].input_model(step.action)
             primary = worker.input_model(step.action) if worker is not None and step.action in worker.actions else None
@@ -241,7 +299,11 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
                 for p in parameter_problems(step, model):
                     problems.append(Problem(p.rule, f"on fallback worker {fa.worker!r}: {p.message}", step_id=p.step_id, field=p.field))
     elif fa.worker is not None and fa.worker not in registry.workers:
-        problems.append(Problem("unknown_worker", f"failure_action names unknown worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"))
+        problems.append(
+            Problem(
+                "unknown_worker", f"failure_action names unknown worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"
+            )
+        )
     return problems
 
 

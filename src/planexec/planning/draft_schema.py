@@ -177,7 +177,11 @@ def draft_schema(
     else:
         for k in range(1, max_steps + 1):
             earlier = done + [f"s{j}" for j in range(first, first + k - 1)]
-            deps = {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)} if earlier else {"type": "array", "items": {"type": "string"}, "maxItems": 0}
+            deps = (
+                {"type": "array", "items": {"enum": earlier}, "maxItems": len(earlier)}
+                if earlier
+                else {"type": "array", "items": {"type": "string"}, "maxItems": 0}
+            )
             defs[f"step_{k}"] = {
                 "anyOf": [_step(w, a, _accept_references(p, earlier), {"const": f"s{first + k - 1}"}, deps) for w, a, p in branches]
             }

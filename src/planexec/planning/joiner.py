@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from planexec.engine.join import FunctionJoiner, JoinContext, JoinDecision, Joiner, JoinerError, read_decision
 from planexec.errors import ModelOutputError, PlanexecError
 from planexec.models.base import Message, Model, ModelRequest
-from planexec.engine.join import FunctionJoiner, JoinContext, JoinDecision, Joiner, JoinerError, read_decision
-from planexec.workers.tool_calls import prompt_file
 from planexec.usage import Usage
+from planexec.workers.tool_calls import prompt_file
 
-__all__ = ["FunctionJoiner", "JoinContext", "JoinDecision", "Joiner", "JoinerError", "ModelJoiner", "JOIN_SCHEMA"]
+__all__ = ["JOIN_SCHEMA", "FunctionJoiner", "JoinContext", "JoinDecision", "Joiner", "JoinerError", "ModelJoiner"]
 
 OUTPUT_CHARS = 800  # per step's output shown to a model joiner
 
@@ -75,5 +75,7 @@ class ModelJoiner:
         try:
             data = json.loads(response.text)
         except json.JSONDecodeError:
-            raise JoinerError(f"joiner {self.model.name} answered with text that is not JSON: {response.text[:200]!r}", usage=response.usage) from None
+            raise JoinerError(
+                f"joiner {self.model.name} answered with text that is not JSON: {response.text[:200]!r}", usage=response.usage
+            ) from None
         return read_decision(data, response.usage)

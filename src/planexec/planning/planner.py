@@ -26,11 +26,11 @@ from planexec.errors import ModelOutputError, PlanningError, PlanParseError, Pro
 from planexec.models.base import Message, Model, ModelRequest
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
+from planexec.plan.validation import validate_plan
 from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
+from planexec.usage import Usage
 from planexec.workers.registry import Registry
 from planexec.workers.tool_calls import prompt_file
-from planexec.usage import Usage
-from planexec.plan.validation import validate_plan
 
 __all__ = ["PlanDraft", "Planner", "Planning", "load_prompt", "render_catalog"]
 
@@ -211,7 +211,11 @@ class Planner:
                 plan, problems = check(text)
                 if plan is None and response.finish_reason == "length":
                     # a cut-off draft is not worth repairing line by line: ask for a shorter plan
-                    problems = [Problem("cut_off", f"the plan was cut off at {self.max_tokens} tokens; write a shorter plan: fewer steps, shorter texts")]
+                    problems = [
+                        Problem(
+                            "cut_off", f"the plan was cut off at {self.max_tokens} tokens; write a shorter plan: fewer steps, shorter texts"
+                        )
+                    ]
             usage = usage + cost
             drafts.append(
                 PlanDraft(
@@ -243,4 +247,3 @@ class Planner:
     async def plan(self, goal: str, *, plan_id: str | None = None) -> Plan:
         """The validated plan for `goal` (see `draft` for the attempts)."""
         return (await self.draft(goal, plan_id=plan_id)).plan
-

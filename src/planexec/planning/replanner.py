@@ -13,16 +13,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from planexec.engine.replan import FunctionReplanner, ReplanContext, Replanner, Revision, revised_plan
 from planexec.errors import PlanParseError, Problem
 from planexec.models.base import Message
 from planexec.plan.model import Plan, Step
+from planexec.plan.validation import validate_plan
 from planexec.planning.draft_schema import draft_schema, draft_to_plan_data
 from planexec.planning.planner import Planner
-from planexec.engine.replan import FunctionReplanner, ReplanContext, Replanner, Revision, revised_plan
 from planexec.workers.tool_calls import prompt_file
-from planexec.plan.validation import validate_plan
 
 __all__ = ["FunctionReplanner", "PlannerReplanner", "ReplanContext", "Replanner", "Revision", "revised_plan"]
+
 
 def _steps_of(data: Any, plan: Plan) -> list[Step]:
     return Plan.from_data(draft_to_plan_data(data, plan.goal, plan_id=plan.plan_id)).steps

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from planexec.errors import ModelOutputError
 from planexec.models.base import Message, Model, ModelRequest
 from planexec.records import Record
-from planexec.workers.tool_calls import prompt_file
 from planexec.usage import Usage
+from planexec.workers.tool_calls import prompt_file
 
 __all__ = ["ROUTE_SCHEMA", "Route", "route", "route_request"]
 
@@ -100,7 +100,9 @@ async def route(goal: str, model: Model) -> Route:
     except Exception as exc:  # routing must not end the command: the team is the safe default
         usage = getattr(exc, "usage", None)
         usage = usage if isinstance(usage, Usage) else Usage()
-        return Route(mode="plan", reason=f"the router's model failed ({type(exc).__name__}: {_short(str(exc))}), so the team plans", usage=usage)
+        return Route(
+            mode="plan", reason=f"the router's model failed ({type(exc).__name__}: {_short(str(exc))}), so the team plans", usage=usage
+        )
     decision = _decision(text)
     if isinstance(decision, str):
         return Route(mode="plan", reason=f"the router's answer could not be read ({decision}), so the team plans", usage=usage)

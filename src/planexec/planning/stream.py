@@ -22,17 +22,16 @@ from typing import Any
 import pydantic_core
 from pydantic import ValidationError
 
-from planexec.errors import PlanningError, Problem
 from planexec.engine.streaming import StreamingRun, follow
+from planexec.errors import PlanningError, Problem
 from planexec.models.base import ModelDelta, ModelResponse, stream_response
 from planexec.plan.model import Plan, Step
+from planexec.plan.validation import validate_plan
 from planexec.planning.draft_schema import plan_id_for
 from planexec.planning.planner import PlanDraft, Planner
 from planexec.usage import Usage
-from planexec.plan.validation import validate_plan
 
 __all__ = ["PlanStream", "StreamingRun", "follow"]
-
 
 
 def _partial_steps(text: str) -> list[Any]:
@@ -69,7 +68,12 @@ class PlanStream:
 
     def _fail(self, text: str, problems: list[Problem], usage: Usage, t0: float) -> PlanningError:
         self.draft = PlanDraft(
-            attempt=1, model=self.planner.model.name, text=text, problems=[p.render() for p in problems], usage=usage, wall_time=time.perf_counter() - t0
+            attempt=1,
+            model=self.planner.model.name,
+            text=text,
+            problems=[p.render() for p in problems],
+            usage=usage,
+            wall_time=time.perf_counter() - t0,
         )
         return PlanningError(
             f"planner {self.planner.model.name} streamed a plan for {self.goal!r} that cannot run",
@@ -122,7 +126,9 @@ class PlanStream:
         if plan is None:
             raise self._fail(response.text, problems, response.usage, t0)
         if [s.model_dump() for s in plan.steps[: len(self._steps)]] != [s.model_dump() for s in self._steps]:
-            raise self._fail(response.text, [Problem("stream_mismatch", "the final text differs from the steps streamed")], response.usage, t0)
+            raise self._fail(
+                response.text, [Problem("stream_mismatch", "the final text differs from the steps streamed")], response.usage, t0
+            )
         for step in plan.steps[len(self._steps) :]:
             self._steps.append(step)
             self.parsed_at[step.step_id] = time.perf_counter()

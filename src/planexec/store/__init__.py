@@ -9,6 +9,7 @@ run into a store. The store imports only events, plan, results, records,
 errors and usage: never the engine.
 """
 
+from planexec.engine.replay import RunView, replay
 from planexec.errors import (
     ApprovalError,
     EventConflictError,
@@ -19,7 +20,6 @@ from planexec.errors import (
 from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
 from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, store_target
 from planexec.store.postgres import PostgresRunStore
-from planexec.engine.replay import RunView, replay
 from planexec.store.schema import SCHEMA_VERSION
 from planexec.store.sqlite import SqliteRunStore
 
@@ -44,4 +44,3 @@ __all__ = [
     "replay",
     "store_target",
 ]
-

@@ -16,9 +16,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from planexec.engine.results import PlanVersion, RunStatus
 from planexec.plan.model import Plan
 from planexec.records import Record
-from planexec.engine.results import PlanVersion, RunStatus
 from planexec.usage import Usage
 
 __all__ = ["Approval", "ApprovalState", "RunStore", "RunSummary", "Template"]

@@ -35,7 +35,9 @@ def find_pg_bin() -> Path | None:
     candidates = [os.environ.get("PG_BIN", "")]
     if shutil.which("pg_config"):
         try:
-            candidates.append(subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10, check=False).stdout.strip())
+            candidates.append(
+                subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+            )
         except (OSError, subprocess.SubprocessError):
             pass
     debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]) if p.split("/")[-2].isdigit() else 0)
@@ -103,7 +105,9 @@ class TempPostgres:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
         self.port = _free_port()
         options = f"-h 127.0.0.1 -p {self.port} -k {self.socket_dir} -c fsync=off -c full_page_writes=off"
-        done = self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", str(int(self.start_timeout)), "start")
+        done = self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", str(int(self.start_timeout)), "start"
+        )
         if done.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
             raise RuntimeError(f"PostgreSQL did not start ({done.returncode}): {done.stderr.strip()} {log}")

@@ -74,7 +74,9 @@ class PostgresRunStore(SqlRunStore):
         user = f"{info['user']}@" if info.get("user") else ""
         self.location = f"postgresql://{user}{self.host}/{database}?schema={self.schema}"
         if not _SCHEMA_NAME.match(self.schema):
-            raise StoreError(f"{self.location}: schema name {self.schema!r} must be lower-case letters, digits and '_'", location=self.location)
+            raise StoreError(
+                f"{self.location}: schema name {self.schema!r} must be lower-case letters, digits and '_'", location=self.location
+            )
         try:
             timeout = {} if info.get("connect_timeout") else {"connect_timeout": max(2, math.ceil(connect_timeout))}  # the URL's wins
             self._conn = psycopg.connect(dsn, autocommit=True, application_name="planexec", **timeout)

@@ -22,16 +22,16 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
 
-from planexec.errors import EventConflictError, RunNotFoundError, StoreError
 from planexec.engine.events import parse_event
-from planexec.plan.model import Plan
-from planexec.plan.diff import PlanDiff
 from planexec.engine.results import PlanVersion, RunStatus
-from planexec.usage import Usage
+from planexec.errors import EventConflictError, RunNotFoundError, StoreError
+from planexec.plan.diff import PlanDiff
+from planexec.plan.model import Plan
 from planexec.store.approvals import Approvals
 from planexec.store.base import RunSummary
 from planexec.store.rows import from_timestamp, timestamp
 from planexec.store.templates import Templates
+from planexec.usage import Usage
 
 __all__ = ["SqlRunStore"]
 
@@ -155,7 +155,9 @@ class SqlRunStore(Approvals, Templates):
     def _insert(self, rows: int) -> str:
         sql = self._insert_sql.get(rows)
         if sql is None:
-            sql = self._insert_sql[rows] = self._q("INSERT INTO events (run_id, seq, type, body) VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows))
+            sql = self._insert_sql[rows] = self._q(
+                "INSERT INTO events (run_id, seq, type, body) VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows)
+            )
         return sql
 
     def _sort_out(self, cur: Any, run_id: str, evs: list[Any], last: int) -> list[tuple[Any, str]]:
@@ -164,7 +166,9 @@ class SqlRunStore(Approvals, Templates):
         for ev in evs:
             body = ev.to_json()
             if ev.seq < 0:
-                raise EventConflictError(f"event of run {run_id!r} has a negative seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location)
+                raise EventConflictError(
+                    f"event of run {run_id!r} has a negative seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location
+                )
             seen = by_seq.get(ev.seq)
             if seen is not None and json.loads(seen[1]) != json.loads(body):
                 raise EventConflictError(
@@ -231,9 +235,14 @@ class SqlRunStore(Approvals, Templates):
                     self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
                     (ev.version, ev.content_hash, len(ev.step_ids), run_id),
                 )
-                self._insert_plan(cur, run_id, ev.plan.model_copy(update={"version": ev.version}), ev.reason, ev.diff.to_json(), ev.usage, ev.at)
+                self._insert_plan(
+                    cur, run_id, ev.plan.model_copy(update={"version": ev.version}), ev.reason, ev.diff.to_json(), ev.usage, ev.at
+                )
             elif kind == "plan_completed":
-                cur.execute(self._q("UPDATE runs SET content_hash = ?, step_count = ? WHERE run_id = ?"), (ev.content_hash, len(ev.step_ids), run_id))
+                cur.execute(
+                    self._q("UPDATE runs SET content_hash = ?, step_count = ? WHERE run_id = ?"),
+                    (ev.content_hash, len(ev.step_ids), run_id),
+                )
             elif kind == "run_finished":
                 finished = True
                 cur.execute(

@@ -95,7 +95,10 @@ class SqliteRunStore(SqlRunStore):
             raise StoreError(f"{where} is a damaged SQLite database: its header is cut short ({len(head)} bytes)", location=where)
         app = int.from_bytes(head[68:72], "big")
         if app not in (0, SQLITE_APPLICATION_ID):
-            raise StoreError(f"{where} is not a planexec run store: it is the SQLite database of another application (application_id {app:#x})", location=where)
+            raise StoreError(
+                f"{where} is not a planexec run store: it is the SQLite database of another application (application_id {app:#x})",
+                location=where,
+            )
         # without a WAL beside it, read it as immutable: a read-only open of a WAL-mode file would leave a -wal behind
         immutable = "&immutable=1" if not Path(f"{path}-wal").exists() else ""
         try:

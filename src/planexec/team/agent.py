@@ -17,17 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from planexec.workers.io import StepCall
 from planexec.engine.engine import Engine, Run
+from planexec.engine.results import RunResult
 from planexec.models.base import Model
 from planexec.plan.model import Plan, Step
 from planexec.planning.draft_schema import plan_id_for
 from planexec.planning.planner import Planning
+from planexec.usage import Usage
+from planexec.workers.io import StepCall
 from planexec.workers.registry import TOOL_WORKER, Registry
-from planexec.engine.results import RunResult
 from planexec.workers.tool_calls import prompt_file
 from planexec.workers.tools import Tool
-from planexec.usage import Usage
 from planexec.workers.worker import RoleWorker
 
 __all__ = ["AGENT_WORKER", "agent_worker", "run_single", "single_plan", "start_single"]

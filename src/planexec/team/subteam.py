@@ -23,15 +23,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from planexec.engine.attempt import CURRENT_STEP
-from planexec.workers.io import StepCall, WorkResult
 from planexec.engine.engine import Engine
+from planexec.engine.results import RunStatus
+from planexec.engine.synthesis import Synthesizer
 from planexec.errors import PlanningError
 from planexec.planning.joiner import Joiner
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.engine.results import RunStatus
-from planexec.engine.synthesis import Synthesizer
 from planexec.usage import Budget
+from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
 __all__ = ["SubTeam"]

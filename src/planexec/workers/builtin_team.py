@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from planexec.models.settings import ModelSettings
 from planexec.workers.registry import Registry
 from planexec.workers.roles import ROLES, builtin_roles
-from planexec.models.settings import ModelSettings
 from planexec.workers.toolkit import default_toolkit
 
 __all__ = ["build_team"]

@@ -145,9 +145,7 @@ def json_mode_schema(tools: list[ToolDefinition], answer_schema: dict[str, Any] 
             }
         )
     answer = _hoist_defs(answer_schema, "answer", defs) if answer_schema is not None else ANY_JSON
-    branches.append(
-        {"type": "object", "properties": {"answer": answer}, "required": ["answer"], "additionalProperties": False}
-    )
+    branches.append({"type": "object", "properties": {"answer": answer}, "required": ["answer"], "additionalProperties": False})
     schema: dict[str, Any] = {"anyOf": branches}
     if defs:
         schema["$defs"] = defs
@@ -236,13 +234,12 @@ class JsonToolCalls:
     def system_prompt(self, role_prompt: str) -> str:
         """The role's prompt plus the reply protocol, each tool's description and argument schema."""
         listing = "\n\n".join(
-            f"### {t.name}\n{t.description or '(no description)'}\nArguments (JSON Schema): {json.dumps(t.parameters)}"
-            for t in self.tools
+            f"### {t.name}\n{t.description or '(no description)'}\nArguments (JSON Schema): {json.dumps(t.parameters)}" for t in self.tools
         )
         answer = (
-            f"The value of \"answer\" must match this JSON Schema: {json.dumps(self.answer_schema)}"
+            f'The value of "answer" must match this JSON Schema: {json.dumps(self.answer_schema)}'
             if self.answer_schema is not None
-            else "The value of \"answer\" is your result: text, or JSON data when the task asks for it."
+            else 'The value of "answer" is your result: text, or JSON data when the task asks for it.'
         )
         protocol = prompt_file("toolcalls", "json_mode.md", tools=listing, answer=answer)
         return f"{role_prompt}\n\n{protocol}" if role_prompt else protocol
@@ -266,9 +263,7 @@ class JsonToolCalls:
                 return Reply(problem='"tool" must be a tool name and "arguments" a JSON object')
             # an unknown name still becomes a call: the worker answers it with the list of its tools
             return Reply(calls=[ToolCall(call_id=f"json_{turn + 1}", name=name, arguments=arguments)])
-        return Reply(
-            problem='the reply must be one JSON object, either {"tool": ..., "arguments": {...}} or {"answer": ...}'
-        )
+        return Reply(problem='the reply must be one JSON object, either {"tool": ..., "arguments": {...}} or {"answer": ...}')
 
     def assistant_message(self, response: ModelResponse, reply: Reply) -> Message:
         """The model's JSON reply, verbatim, as its turn."""

@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
-from planexec.workers.io import StepCall
 from planexec.errors import RegistryError, ToolInputError, ToolOutputError
 from planexec.models.base import ToolDefinition
 from planexec.plan.validation import input_problems
+from planexec.workers.io import StepCall
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
 
@@ -197,9 +197,7 @@ def tool(
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(
-            f, name=name, description=description, worker=worker, idempotent=idempotent, requires_approval=requires_approval
-        )
+        return Tool(f, name=name, description=description, worker=worker, idempotent=idempotent, requires_approval=requires_approval)
 
     return wrap(fn) if fn is not None else wrap
 

@@ -18,7 +18,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
-from planexec.workers.io import StepCall, WorkResult
 from planexec.errors import (
     ModelOutputError,
     PlanexecError,
@@ -27,9 +26,10 @@ from planexec.errors import (
     ToolInputError,
 )
 from planexec.models.base import Message, Model, ToolCall
+from planexec.usage import Usage
+from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file
 from planexec.workers.tools import Tool
-from planexec.usage import Usage
 
 __all__ = ["CriticWorker", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
 
@@ -256,9 +256,7 @@ class RoleWorker:
                     ran.append(tc.name)
                 messages.append(protocol.result_message(tc, content))
         if problem is not None:
-            raise WorkerError(
-                f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage
-            )
+            raise WorkerError(f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage)
         raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
 
     @staticmethod

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planexec.workers.tools import Tool
 from planexec.workers.toolkit.calculator import calculator
 from planexec.workers.toolkit.files import (
     FileEntry,
@@ -26,6 +25,7 @@ from planexec.workers.toolkit.files import (
     file_tools,
 )
 from planexec.workers.toolkit.sandbox import PythonRun, namespace_available, python_tool
+from planexec.workers.tools import Tool
 
 __all__ = [
     "FileEntry",

@@ -301,9 +301,7 @@ def file_tools(
         try:
             pattern = re.compile(query if regex else re.escape(query), re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
-            raise ws.refuse(
-                "search_files", f"invalid regular expression {query!r}: {exc}", "bad_regex", "query"
-            ) from None
+            raise ws.refuse("search_files", f"invalid regular expression {query!r}: {exc}", "bad_regex", "query") from None
         ws.check_pattern("search_files", glob, "glob")
         base = ws.resolve("search_files", path)
         if not base.exists():
@@ -331,9 +329,7 @@ def file_tools(
                         text = line.rstrip("\r\n")
                         matches.append(SearchMatch(path=shown, line=number, text=text[:_MAX_LINE_CHARS]))
         note = f"skipped {skipped} binary, oversized or outside files" if skipped else ""
-        return SearchResults(
-            matches=matches, files_searched=searched, files_skipped=skipped, truncated=False, note=note
-        )
+        return SearchResults(matches=matches, files_searched=searched, files_skipped=skipped, truncated=False, note=note)
 
     def write_file(path: str, content: str, overwrite: bool = False) -> FileWritten:
         """Write UTF-8 text to a file in the workspace, creating parent directories.
@@ -342,9 +338,7 @@ def file_tools(
         """
         data = content.encode()
         if len(data) > max_write_bytes:
-            raise ws.refuse(
-                "write_file", f"content is {len(data)} bytes; the limit is {max_write_bytes}", "too_large", "content"
-            )
+            raise ws.refuse("write_file", f"content is {len(data)} bytes; the limit is {max_write_bytes}", "too_large", "content")
         full = ws.resolve("write_file", path)
         if full.is_dir():
             raise ws.refuse("write_file", f"{path!r} is a directory", "is_directory")
