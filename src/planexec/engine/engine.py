@@ -14,6 +14,7 @@ import random
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from planexec.engine.approval import Approver, PlanApprover
 from planexec.engine.criteria import Checker, CriteriaChecker
@@ -122,17 +123,20 @@ class Engine:
         validate: bool = True,
         planning: Planning | None = None,
         overhead: Mapping[str, Usage] | None = None,
+        setup: Mapping[str, Any] | None = None,
     ) -> Run:
         """Validate the plan and start running it in the current event loop; returns the `Run` handle.
 
         Raises `PlanValidationError` (listing every problem) before anything runs.
         `planning` (from `Planner.draft`) puts the planner's drafts and their
         usage into the run's events and totals; `overhead` (role -> usage, e.g.
-        a router's call) is counted in the run's usage under those roles.
+        a router's call) is counted in the run's usage under those roles;
+        `setup` (JSON values) is recorded in `RunStarted` for whoever resumes the run.
         """
         if validate:
             check_plan(plan, self.registry)
         run = Run(self, plan, run_id or new_run_id())
+        run.setup = dict(setup or {})
         for role, used in (overhead or {}).items():
             run.add_overhead(role, used)
         for d in planning.drafts if planning is not None else ():

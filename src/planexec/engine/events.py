@@ -9,7 +9,7 @@ engine's hot path. Imports `calls`, `records`, `results` and `usage`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -74,6 +74,8 @@ class RunStarted(_Event):
     content_hash: str
     goal: str
     step_ids: list[str]
+    # how the run was set up, for whoever resumes it (e.g. the tools modules its registry came from)
+    setup: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

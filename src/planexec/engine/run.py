@@ -76,6 +76,7 @@ class Run(Monitor, Attempts):
         self._drafts: list[dict[str, Any]] = []
         self._overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
         self.run_id = run_id
+        self.setup: dict[str, Any] = {}  # recorded in RunStarted (see `Engine.start`)
         self.history: list[Any] = []
         self._subscribers = list(engine.subscribers)
         self._queues: list[asyncio.Queue[Any]] = []
@@ -196,6 +197,7 @@ class Run(Monitor, Attempts):
                 content_hash=self.plan.content_hash,
                 goal=self.plan.goal,
                 step_ids=self.plan.step_ids,
+                setup=self.setup,
             )
         for draft in self._drafts:
             self.record_draft(**draft)
