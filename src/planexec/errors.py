@@ -8,7 +8,8 @@ do no I/O; `str(error)` is the readable rendering.
     ├── PlanError                 a plan could not be read or is not acceptable
     │   ├── PlanParseError        malformed JSON or a shape the Plan model rejects
     │   ├── PlanValidationError   one or more `Problem`s, all reported at once
-    │   └── PlanningError         the planner gave up: its last draft and its problems
+    │   ├── PlanningError         the planner gave up: its last draft and its problems
+    │   └── PlanRejectedError     a review (a policy, a person, no one to ask) did not approve the plan
     ├── ConfigError               planexec.toml could not be read or is rejected
     │   └── PolicyError           a policy file or module could not be loaded (names the file, line, rule)
     ├── RegistryError             a name was registered twice or is unknown
@@ -57,6 +58,7 @@ __all__ = [
     "ModelTimeoutError",
     "PlanError",
     "PlanParseError",
+    "PlanRejectedError",
     "PlanValidationError",
     "PlanexecError",
     "PlanningError",
@@ -162,6 +164,24 @@ class PlanningError(PlanError):
         if last_text:
             lines.append(f"last draft ({len(last_text)} chars): {last_text[:600]}")
         super().__init__("\n".join(lines))
+
+
+class PlanRejectedError(PlanError):
+    """The plan's review did not approve it, so nothing ran.
+
+    `by` says who decided (``policy``, ``person``, ``nobody``: a person was
+    needed and none could be asked), `reason` why, `plan_id` which plan, and
+    `usage` what routing and planning had cost by then.
+    """
+
+    def __init__(self, reason: str, *, by: str, plan_id: str | None = None, usage: object = None) -> None:
+        self.reason = reason
+        self.by = by
+        self.plan_id = plan_id
+        self.usage = usage
+        super().__init__(
+            f"plan {plan_id!r} was not approved ({by}): {reason}" if plan_id else f"the plan was not approved ({by}): {reason}"
+        )
 
 
 class ConfigError(PlanexecError):

@@ -41,7 +41,7 @@ from planexec.eval.suite import GoalCase, Suite, answer_text
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
 from planexec.models.pricing import PriceTable
-from planexec.planning.joiner import JOIN_SCHEMA, ModelJoiner
+from planexec.planning.joiner import ModelJoiner, joiner_note
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.planning.stream import PlanStream
@@ -230,31 +230,6 @@ def _planner(model: Model, registry: Registry, options: EvalOptions) -> Planner:
         max_tokens=options.planner_max_tokens,
         positional=options.positional,
     )
-
-
-GRAMMAR_STRING_MAX = 1000
-"""The longest string bound a grammar-decoding model is given: llama.cpp's grammar builder refuses
-longer ones, and llama-cpp-python 0.3.36 then crashes the process (a maxLength of 2000 does)."""
-
-
-def _longest_string_bound(schema: Any) -> int:
-    if isinstance(schema, dict):
-        own = schema.get("maxLength", 0) if schema.get("type") == "string" else 0
-        return max([own, *(_longest_string_bound(v) for v in schema.values())])
-    if isinstance(schema, list):
-        return max([0, *(_longest_string_bound(v) for v in schema)])
-    return 0
-
-
-def joiner_note(model: Model) -> str | None:
-    """Why a plan run on this model gets no model joiner (None: it gets one)."""
-    bound = _longest_string_bound(JOIN_SCHEMA)
-    if getattr(model, "constrained_decoding", False) and bound > GRAMMAR_STRING_MAX:
-        return (
-            f"no model joiner on {model.name}: its schema bounds a string at {bound} characters, and a grammar "
-            f"over {GRAMMAR_STRING_MAX} crashes llama.cpp; the answer is the plan's last step's output"
-        )
-    return None
 
 
 def _engine(registry: Registry, planner: Planner, model: Model, options: EvalOptions) -> Engine:

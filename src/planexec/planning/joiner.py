@@ -79,3 +79,28 @@ class ModelJoiner:
                 f"joiner {self.model.name} answered with text that is not JSON: {response.text[:200]!r}", usage=response.usage
             ) from None
         return read_decision(data, response.usage)
+
+
+GRAMMAR_STRING_MAX = 1000
+"""The longest string bound a grammar-decoding model is given: llama.cpp's grammar builder refuses
+longer ones, and llama-cpp-python 0.3.36 then crashes the process (a maxLength of 2000 does)."""
+
+
+def _longest_string_bound(schema: Any) -> int:
+    if isinstance(schema, dict):
+        own = schema.get("maxLength", 0) if schema.get("type") == "string" else 0
+        return max([own, *(_longest_string_bound(v) for v in schema.values())])
+    if isinstance(schema, list):
+        return max([0, *(_longest_string_bound(v) for v in schema)])
+    return 0
+
+
+def joiner_note(model: Model) -> str | None:
+    """Why a plan run on this model gets no model joiner (None: it gets one)."""
+    bound = _longest_string_bound(JOIN_SCHEMA)
+    if getattr(model, "constrained_decoding", False) and bound > GRAMMAR_STRING_MAX:
+        return (
+            f"no model joiner on {model.name}: its schema bounds a string at {bound} characters, and a grammar "
+            f"over {GRAMMAR_STRING_MAX} crashes llama.cpp; the answer is the plan's last step's output"
+        )
+    return None

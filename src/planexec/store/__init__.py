@@ -9,7 +9,9 @@ run into a store. The store imports only events, plan, results, records,
 errors and usage: never the engine.
 """
 
+from planexec.engine.recording import DurableRunner, record_run
 from planexec.engine.replay import RunView, replay
+from planexec.engine.resume import ResumeError, resolve_step
 from planexec.errors import (
     ApprovalError,
     EventConflictError,
@@ -30,8 +32,10 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalState",
+    "DurableRunner",
     "EventConflictError",
     "PostgresRunStore",
+    "ResumeError",
     "RunNotFoundError",
     "RunStore",
     "RunSummary",
@@ -41,6 +45,8 @@ __all__ = [
     "Template",
     "TemplateNotFoundError",
     "open_store",
+    "record_run",
     "replay",
+    "resolve_step",
     "store_target",
 ]

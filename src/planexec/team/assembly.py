@@ -1,0 +1,148 @@
+"""What a `Team` is made of: its models and its registry, from names, objects and settings.
+
+Owns `TeamModels` (the planner's model, the workers' model and each role's,
+as objects, with the lines that say which was chosen and why), the one set
+of planner and agent bounds every front end shares (`PlannerBounds`,
+`bounds_for`: a small grammar-decoding local model gets shorter plans and
+fewer agent turns), and `build_registry` (the entry-point built-ins, the
+caller's tools and tools modules, the toolkit and the built-in roles on
+request). Imports `models`, `workers`, `config` and `errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planexec.config import Config
+from planexec.models.base import Model
+from planexec.models.settings import ModelSettings
+from planexec.workers.registry import Registry
+from planexec.workers.roles import ROLES, builtin_roles
+from planexec.workers.toolkit import default_toolkit
+from planexec.workers.tools import Tool
+
+__all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry", "is_local"]
+
+ModelRef = str | Model
+
+
+def is_local(model: Model) -> bool:
+    """True for an embedded model that decodes under a grammar (slow turns, short plans)."""
+    return bool(getattr(model, "constrained_decoding", False)) or model.name.startswith("local:")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerBounds:
+    """How long a plan may be, how many tokens a draft may take, how many turns the single agent gets."""
+
+    max_steps: int
+    max_tokens: int
+    agent_turns: int
+
+
+LOCAL_BOUNDS = PlannerBounds(max_steps=5, max_tokens=640, agent_turns=4)
+"""A 135M model writes short plans faster and better, rambles under its grammar past a few hundred
+tokens, and loops on tools: each of its turns re-reads the prompt for tens of seconds on a CPU."""
+REMOTE_BOUNDS = PlannerBounds(max_steps=8, max_tokens=4096, agent_turns=12)
+
+
+def bounds_for(model: Model) -> PlannerBounds:
+    """The planner and agent bounds for a planner model: the same in `planexec run`, `plan`, `eval` and the library."""
+    return LOCAL_BOUNDS if is_local(model) else REMOTE_BOUNDS
+
+
+@dataclass
+class TeamModels:
+    """The models of a team, resolved once: the planner's, the workers', and any role's own."""
+
+    settings: ModelSettings
+    planner: Model
+    worker: Model
+    roles: dict[str, Model] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def resolve(
+        cls,
+        config: Config,
+        *,
+        model: ModelRef | None = None,
+        worker_model: ModelRef | None = None,
+        role_models: Mapping[str, ModelRef] | None = None,
+        base_url: str | None = None,
+        seed: int | None = 0,
+        env: Mapping[str, str] | None = None,
+    ) -> TeamModels:
+        """Names go through `ModelSettings` (arguments, then environment, then planexec.toml, then defaults); objects are used as given."""
+        settings = ModelSettings(
+            config,
+            env,
+            planner=model if isinstance(model, str) else None,
+            worker=worker_model if isinstance(worker_model, str) else None,
+            base_url=base_url,
+            seed=seed,
+        )
+        planner = model if model is not None and not isinstance(model, str) else settings.model(settings.planner.name)
+        notes = settings.describe()
+        if not isinstance(model, str) and model is not None:
+            notes[0] = f"planner: {planner.name} (given as an object)"
+        if worker_model is not None and not isinstance(worker_model, str):
+            worker = worker_model
+            notes[1] = f"workers: {worker.name} (given as an object)"
+        elif worker_model is None and settings.worker.reason == "same as the planner":
+            worker = planner  # the planner's object, not a second instance of its name
+        else:
+            worker = settings.model(settings.worker.name)
+        roles: dict[str, Model] = {}
+        for spec in ROLES:
+            choice = settings.for_role(spec.name)
+            if choice is not settings.worker:
+                roles[spec.name] = settings.model(choice.name)
+        for role, ref in (role_models or {}).items():
+            roles[role] = ref if not isinstance(ref, str) else settings.model(ref)
+            notes.append(f"role {role}: {roles[role].name} (given)")
+        return cls(settings=settings, planner=planner, worker=worker, roles=roles, notes=notes)
+
+    def for_role(self, role: str) -> Model:
+        """A role's model: its own, else the workers'."""
+        return self.roles.get(role, self.worker)
+
+
+def build_registry(
+    models: TeamModels,
+    *,
+    tools: Iterable[Callable[..., Any] | Tool] = (),
+    tools_modules: Iterable[str] = (),
+    registry: Registry | None = None,
+    roles: bool | Iterable[str] = False,
+    workspace: str | Path | None = None,
+) -> Registry:
+    """A registry with the entry-point built-ins, `tools` (functions or `Tool`s), `tools_modules`, and on request the rest.
+
+    With a `workspace`, the built-in toolkit (workspace files, sandboxed
+    Python, calculator) is added, the folder created when missing. With
+    `roles` (True for all, or names), the built-in roles join, each on its
+    model. A module that registers nothing is the registry's error.
+    """
+    registry = registry if registry is not None else Registry.default()
+    for item in tools:
+        tool = item if isinstance(item, Tool) else Tool(item)
+        if registry.tools.get(tool.name) is not tool:
+            registry.add_tool(tool)
+    for module in tools_modules:
+        registry.load_module(module)
+    if workspace is not None:
+        folder = Path(workspace)
+        folder.mkdir(parents=True, exist_ok=True)
+        for t in default_toolkit(folder):
+            if t.name not in registry.tools:
+                registry.add_tool(t)
+    if roles:
+        names = [spec.name for spec in ROLES] if roles is True else list(roles)
+        chosen = {name: models.for_role(name) for name in names}
+        for worker in builtin_roles(models.worker, models=chosen, tools=registry.tools, roles=names):
+            registry.add_worker(worker)
+    return registry

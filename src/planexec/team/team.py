@@ -1,0 +1,389 @@
+"""The goal path as one library call: `Team`.
+
+Owns the main job, goal → route → plan → review → run → replan/join →
+result, and its one set of defaults. `planexec run`, `plan` and `eval`, and
+every later front end, go through a `Team`: either its whole job
+(`run`/`run_sync`/`events`) or its stages (`route`, `plan`, `review`,
+`start`, `start_single`, `start_streaming`) when a face shows each stage to
+a person. Imports every layer below it (`planning`, `governance`, `engine`,
+`workers`, `models`, `store`); never a face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from planexec.config import Config, load_config
+from planexec.engine.approval import Approver
+from planexec.engine.engine import Engine, Run
+from planexec.engine.join import Joiner
+from planexec.engine.recording import RunLog
+from planexec.engine.results import RunResult
+from planexec.errors import PlanRejectedError
+from planexec.governance.policies import Policy, PolicyContext, review_plan
+from planexec.governance.review import NO_ONE, ReviewOutcome
+from planexec.models.base import Model
+from planexec.plan.drafts import Planning
+from planexec.plan.model import Plan, Step
+from planexec.plan.validation import check_plan
+from planexec.planning.joiner import ModelJoiner, joiner_note
+from planexec.planning.planner import Planner
+from planexec.planning.replanner import PlannerReplanner
+from planexec.planning.router import Route, route
+from planexec.planning.stream import PlanStream
+from planexec.store.location import open_store
+from planexec.team.agent import start_single
+from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
+from planexec.usage import Budget, Usage
+from planexec.workers.registry import TOOL_WORKER, Registry
+from planexec.workers.tools import Tool
+from planexec.workers.worker import RoleWorker
+
+__all__ = ["MODES", "Mode", "Reviewer", "Team"]
+
+Mode = Literal["auto", "single", "plan", "stream"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+# A person or a program reviewing a plan: (plan, the policies' review) -> ReviewOutcome, or True/False.
+Reviewer = Callable[[Plan, Any], "ReviewOutcome | bool | Awaitable[ReviewOutcome | bool]"]
+
+
+class Team:
+    """A planner, role workers and tools that work goals: route, plan, review, run, replan, join.
+
+    `model` is the planner's (a ``"provider:model"`` name or a `Model`;
+    default: the environment, then `config`, then ``local:smollm2``), and the
+    workers' unless `worker_model` or `role_models` say otherwise. `tools`
+    are plain functions or `Tool`s; `tools_modules` are loaded like
+    ``--tools``. The built-in roles join with `roles` (True, or names) and
+    the workspace toolkit with `workspace`. `mode` is how goals are worked:
+    ``auto`` (a router call decides), ``single`` (one agent with every
+    tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
+    start while the plan is written; nothing can be reviewed first).
+
+    Review: every plan goes through `policies`; then `reviewer`, if given,
+    decides (a person at a terminal, a web page, a program). Without one, a
+    plan runs when no policy rejects or escalates it (`auto_approve`
+    approves escalations too, and steps that require approval). A plan that
+    is not approved raises `PlanRejectedError` and nothing runs. `approver`
+    decides steps marked `requires_approval`.
+
+    Monitoring: a failed step asks the planner for a new version up to
+    `max_replans` times; `joiner` (True, or a `Joiner`) decides after the
+    steps whether to finish or replan. `budget` bounds the run. `store` (a
+    run store, or a path or URL to open one) records every run.
+    """
+
+    def __init__(
+        self,
+        model: ModelRef | None = None,
+        *,
+        tools: Iterable[Callable[..., Any] | Tool] = (),
+        tools_modules: Iterable[str] = (),
+        registry: Registry | None = None,
+        roles: bool | Iterable[str] = False,
+        workspace: str | Path | None = None,
+        worker_model: ModelRef | None = None,
+        role_models: Mapping[str, ModelRef] | None = None,
+        base_url: str | None = None,
+        config: Config | None = None,
+        mode: Mode = "auto",
+        max_steps: int | None = None,
+        max_repairs: int = 2,
+        max_replans: int | None = None,
+        joiner: bool | Joiner | None = None,
+        policies: Iterable[Policy] = (),
+        reviewer: Reviewer | None = None,
+        approver: Approver | None = None,
+        auto_approve: bool = False,
+        store: RunLog | str | None = None,
+        budget: Budget | None = None,
+        max_concurrency: int | None = None,
+        default_timeout: float | None = None,
+        seed: int | None = 0,
+        on_event: Callable[[Any], None] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        self.config = config if config is not None else Config()
+        self.models = TeamModels.resolve(
+            self.config, model=model, worker_model=worker_model, role_models=role_models, base_url=base_url, seed=seed, env=env
+        )
+        self.bounds: PlannerBounds = bounds_for(self.models.planner)
+        self.registry = build_registry(
+            self.models,
+            tools=tools,
+            tools_modules=[*self.config.tools, *tools_modules],
+            registry=registry,
+            roles=roles,
+            workspace=workspace if workspace is not None else self.config.workspace,
+        )
+        self.tools_modules = [*self.config.tools, *tools_modules]
+        self.mode: Mode = mode
+        self.max_steps = max_steps or self.bounds.max_steps
+        self.max_repairs = max_repairs
+        self.max_replans = (
+            max_replans if max_replans is not None else (self.config.max_replans if self.config.max_replans is not None else 2)
+        )
+        if self.max_replans < 0:
+            raise ValueError("max_replans must be 0 or more")
+        self.joiner = self._joiner(joiner if joiner is not None else bool(self.config.joiner))
+        self.policies = list(policies)
+        self.reviewer = reviewer
+        self.approver = approver if approver is not None else ((lambda step: True) if auto_approve else None)
+        self.auto_approve = auto_approve
+        self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
+        self.budget = budget
+        self.max_concurrency = max_concurrency or self.config.max_concurrency
+        self.default_timeout = default_timeout or self.config.default_timeout
+        self.seed = seed
+        self.on_event = on_event
+
+    @classmethod
+    def from_config(cls, folder: str | Path = ".", **overrides: Any) -> Team:
+        """A team set up by the ``planexec.toml`` in `folder` (if any), with `overrides` winning (the CLI's way)."""
+        config = load_config(Path(folder))
+        overrides.setdefault("store", config.store)
+        return cls(config=config, **overrides)
+
+    # --- what the team is made of --------------------------------------------------------------
+
+    @property
+    def planner_model(self) -> Model:
+        """The model that routes, plans, replans and joins."""
+        return self.models.planner
+
+    @property
+    def planner(self) -> Planner:
+        """A planner over the team's registry, with the shared bounds (shorter plans on a local model)."""
+        return Planner(
+            self.models.planner,
+            self.registry,
+            max_steps=self.max_steps,
+            max_repairs=self.max_repairs,
+            seed=self.seed,
+            max_tokens=self.bounds.max_tokens,
+        )
+
+    def _joiner(self, joiner: bool | Joiner) -> Joiner | None:
+        if joiner is True:
+            note = joiner_note(self.models.planner)
+            if note is not None:
+                raise ValueError(note)
+            return ModelJoiner(self.models.planner, seed=self.seed)
+        return joiner or None
+
+    def engine(self, *, monitored: bool = True, **overrides: Any) -> Engine:
+        """An engine over the team's registry with its settings; `overrides` win (a face's approvers, a display)."""
+        options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
+        if self.max_concurrency:
+            options["max_concurrency"] = self.max_concurrency
+        if self.default_timeout:
+            options["default_timeout"] = self.default_timeout
+        if self.on_event is not None:
+            options["on_event"] = self.on_event
+        if monitored:  # a single agent has no plan to revise
+            options["max_replans"] = self.max_replans
+            if self.max_replans:
+                options["replanner"] = PlannerReplanner(self.planner)
+            if self.joiner is not None:
+                options["joiner"] = self.joiner
+        options.update(overrides)
+        registry = options.pop("registry", self.registry)
+        return Engine(registry, **options)
+
+    # --- the stages ------------------------------------------------------------------------------
+
+    async def route(self, goal: str) -> Route:
+        """One short call of the planner's model: does `goal` need a team (``plan``) or one agent (``single``)?"""
+        return await route(goal, self.models.planner)
+
+    async def plan(self, goal: str) -> Planning:
+        """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up."""
+        return await self.planner.draft(goal)
+
+    def plan_sync(self, goal: str) -> Planning:
+        """`plan` for code without an event loop."""
+        return asyncio.run(self.plan(goal))
+
+    def policy_context(self, previous: Plan | None = None) -> PolicyContext:
+        """What the policies read: the registry's tool metadata, the prices, the last approved version."""
+        return PolicyContext(registry=self.registry, prices=self.models.settings.prices, previous=previous)
+
+    async def review(self, plan: Plan, *, person_required: bool = True) -> ReviewOutcome:
+        """The policies' review, then the `reviewer`'s decision (or the team's default); see the class docstring.
+
+        `person_required` False (a hand-written plan) lets a plan every policy
+        approves run without asking the reviewer.
+        """
+        result = review_plan(plan, self.policies, self.policy_context())
+
+        def outcome(decision: Literal["approve", "reject"], by: Any, reason: str) -> ReviewOutcome:
+            return ReviewOutcome(decision=decision, by=by, reason=reason, plan=plan, verdicts=result.verdicts)
+
+        if result.decision == "reject":
+            return outcome("reject", "policy", "rejected by policy: " + "; ".join(result.reasons("reject")))
+        if self.reviewer is not None and (person_required or result.decision == "escalate"):
+            answer = self.reviewer(plan, result)
+            answer = await answer if inspect.isawaitable(answer) else answer
+            if isinstance(answer, ReviewOutcome):
+                return answer
+            return outcome(
+                "approve" if answer is True else "reject",
+                "person",
+                "approved by the reviewer" if answer is True else "rejected by the reviewer",
+            )
+        if result.decision == "escalate":
+            if self.auto_approve:
+                return outcome("approve", "--yes", "escalation approved by auto_approve: " + "; ".join(result.reasons("escalate")))
+            return outcome("reject", "nobody", "a policy asks for a person (" + "; ".join(result.reasons("escalate")) + ") and " + NO_ONE)
+        return outcome("approve", "policy", "every policy approved" if self.policies else "no policy objected (none configured)")
+
+    def start(
+        self,
+        plan: Plan,
+        *,
+        planning: Planning | None = None,
+        overhead: Mapping[str, Usage] | None = None,
+        run_id: str | None = None,
+        validate: bool = True,
+        **engine_overrides: Any,
+    ) -> Run:
+        """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle."""
+        engine = self.engine(**engine_overrides)
+        return engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup())
+
+    def start_single(
+        self,
+        goal: str,
+        *,
+        registry: Registry | None = None,
+        planning: Planning | None = None,
+        overhead: Mapping[str, Usage] | None = None,
+        run_id: str | None = None,
+        requires_approval: bool | None = None,
+        **engine_overrides: Any,
+    ) -> Run:
+        """Start one agent on `goal` with every tool of `registry` (default: the team's), on the workers' model for ``agent``."""
+        options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
+        if self.default_timeout:
+            options["default_timeout"] = self.default_timeout
+        if self.on_event is not None:
+            options["on_event"] = self.on_event
+        options.update(engine_overrides)
+        gated = self.auto_approve if requires_approval is None else requires_approval
+        return start_single(
+            goal,
+            model=self.models.for_role("agent"),
+            registry=registry if registry is not None else self.registry,
+            max_turns=self.bounds.agent_turns,
+            engine_options=options,
+            overhead=overhead,
+            run_id=run_id,
+            planning=planning,
+            requires_approval=gated,
+        )
+
+    def start_streaming(self, goal: str, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
+        """Start a run whose steps begin while the planner writes them; the policies cannot review such a plan."""
+        if self.policies:
+            raise ValueError("a streamed plan starts running before it is complete, so the policies cannot review it: use mode 'plan'")
+        engine = self.engine(**engine_overrides)
+        return engine.start_streaming(PlanStream(self.planner, goal), run_id=run_id)
+
+    def setup(self) -> dict[str, Any]:
+        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one."""
+        return {"tools": list(self.tools_modules)}
+
+    def single_agent_tools(self, step: Step) -> Registry | None:
+        """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
+
+        A step that calls a tool is already direct (no model in the loop), so it
+        runs as planned. For a role's task the agent takes that role's tools (the
+        planner chose them for the goal): the writer has none, so the agent
+        answers in plain text, which a small model writes far better than
+        JSON-mode replies.
+        """
+        worker = self.registry.workers.get(step.worker)
+        if not isinstance(worker, RoleWorker) or step.action not in worker.tasks:
+            return None
+        own = Registry()
+        for t in worker.tools.values():
+            own.add_tool(t, worker=TOOL_WORKER)
+        return own
+
+    # --- the whole job ---------------------------------------------------------------------------
+
+    async def start_goal(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> Run:
+        """Route, plan and review `goal`, then start the run; returns its handle (see `run`)."""
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        overhead: dict[str, Usage] = {}
+        if mode == "auto":
+            decision = await self.route(goal)
+            overhead["router"] = decision.usage
+            mode = decision.mode
+        if mode == "single":
+            return self.start_single(goal, overhead=overhead, run_id=run_id)
+        if mode == "stream":
+            return self.start_streaming(goal, run_id=run_id)
+        planning = await self.plan(goal)
+        if "router" in overhead and len(planning.plan.steps) == 1:  # nothing to coordinate
+            own = self.single_agent_tools(planning.plan.steps[0])
+            if own is not None:
+                return self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
+        outcome = await self.review(planning.plan)
+        if not outcome.approved:
+            spent = sum(overhead.values(), planning.usage)
+            raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=planning.plan.plan_id, usage=spent)
+        if outcome.edited:  # the reviewer's edit runs, not the planner's draft
+            check_plan(outcome.plan, self.registry)
+            planning = dataclasses.replace(planning, plan=outcome.plan)
+        return self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
+
+    async def run(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> RunResult:
+        """Work `goal` to the end: its `RunResult` holds the answer, every step, and the usage of every role.
+
+        The result's wall time counts routing and planning too. Raises
+        `PlanningError` when no valid plan could be written and
+        `PlanRejectedError` when the review did not approve it (nothing ran).
+        """
+        t0 = time.perf_counter()
+        run = await self.start_goal(goal, mode=mode, run_id=run_id)
+        result = await run.result()
+        return result.model_copy(update={"wall_time": time.perf_counter() - t0})
+
+    def run_sync(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> RunResult:
+        """`run` for code without an event loop."""
+        return asyncio.run(self.run(goal, mode=mode, run_id=run_id))
+
+    async def events(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> AsyncIterator[Any]:
+        """Work `goal` and yield every event of its run as it happens (drafts, steps, revisions, the end)."""
+        run = await self.start_goal(goal, mode=mode, run_id=run_id)
+        async for event in run.events():
+            yield event
+
+    async def execute(self, plan: Plan, *, run_id: str | None = None, review: bool = True) -> RunResult:
+        """Run a hand-written or saved plan: validated, reviewed by the policies (a person only if one escalates), then run."""
+        check_plan(plan, self.registry)
+        if review:
+            outcome = await self.review(plan, person_required=False)
+            if not outcome.approved:
+                raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=plan.plan_id)
+            plan = outcome.plan
+        return await self.start(plan, run_id=run_id, validate=False).result()
+
+    def execute_sync(self, plan: Plan, *, run_id: str | None = None, review: bool = True) -> RunResult:
+        """`execute` for code without an event loop."""
+        return asyncio.run(self.execute(plan, run_id=run_id, review=review))
+
+    def __repr__(self) -> str:
+        return f"Team(planner={self.models.planner.name!r}, workers={sorted(self.registry.workers)!r}, mode={self.mode!r})"

@@ -1,0 +1,171 @@
+"""The goal path as a library: `Team` routes, plans, reviews, runs and reports, with one set of defaults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from planexec.errors import PlanningError, PlanRejectedError
+from planexec.governance.rules import ForbidTools, ToolsNeedPerson
+from planexec.models.providers import register_provider
+from planexec.team.team import Team
+from planexec.testing import ScriptedModel
+
+FIRST_PROGRAM = """\
+from planexec import Team
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+team = Team("local:smollm2", tools=[add])
+print(team.run_sync("What is 17 plus 25?").answer)
+"""
+
+ROUTE_PLAN = json.dumps({"decompose": True, "reason": "a tool call"})
+ROUTE_SINGLE = json.dumps({"decompose": False, "reason": "one answer"})
+ADD_PLAN = json.dumps(
+    {"steps": [{"id": "s1", "worker": "tool", "action": "add", "instruction": "add", "parameters": {"a": 17, "b": 25}, "depends_on": []}]}
+)
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@pytest.fixture
+def script(monkeypatch, tmp_path):
+    """A provider ``script:NAME`` answering from a shared queue; every model it made is kept."""
+    answers: list = []
+    made: list[ScriptedModel] = []
+
+    def factory(model, options):
+        made.append(ScriptedModel(answers, name=f"script:{model}"))
+        return made[-1]
+
+    register_provider("script", factory, replace=True)
+    monkeypatch.chdir(tmp_path)
+    for key in ("OPENAI_API_KEY", "PLANEXEC_PLANNER_MODEL", "PLANEXEC_WORKER_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    return answers
+
+
+def test_the_first_program_runs_on_a_scripted_model(monkeypatch, tmp_path, capsys):
+    """The README's five lines, as written, with the ``local:`` provider played by a scripted model."""
+    from planexec.models import providers
+
+    answers = [ROUTE_PLAN, ADD_PLAN]
+    monkeypatch.setitem(providers._providers, "local", lambda model, options: ScriptedModel(answers, name=f"local:{model}"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    exec(compile(FIRST_PROGRAM, "first_program.py", "exec"), {})
+    assert capsys.readouterr().out.strip() == "42"
+    assert len(FIRST_PROGRAM.strip().splitlines()) - FIRST_PROGRAM.count("\n\n") <= 5  # five lines of code
+
+
+def test_run_reports_every_role_and_counts_routing_and_planning_in_its_time(script):
+    script.extend([ROUTE_PLAN, ADD_PLAN])
+    team = Team("script:p", tools=[add])
+    result = team.run_sync("What is 17 plus 25?")
+    assert result.status.value == "succeeded" and result.answer == 42
+    roles = result.usage_by_role()
+    assert roles["router"].model_calls == 1 and roles["planner"].model_calls == 1
+    assert result.usage.model_calls == 2
+    assert result.wall_time > 0
+
+
+def test_single_mode_runs_one_agent_with_the_team_tools(script):
+    script.extend([json.dumps({"tool": "add", "arguments": {"a": 2, "b": 3}}), "5"])
+    team = Team("script:p", tools=[add], mode="single")
+    result = team.run_sync("What is 2 plus 3?")
+    assert result.status.value == "succeeded"
+    assert list(result.steps) == ["agent"]
+    assert "router" not in result.usage_by_role()
+
+
+def test_a_policy_rejection_raises_and_nothing_runs(script):
+    calls = []
+
+    def risky(x: int) -> int:
+        calls.append(x)
+        return x
+
+    plan = json.dumps(
+        {"steps": [{"id": "s1", "worker": "tool", "action": "risky", "instruction": "go", "parameters": {"x": 1}, "depends_on": []}]}
+    )
+    script.extend([plan])
+    team = Team("script:p", tools=[risky], mode="plan", policies=[ForbidTools(["risky"])])
+    with pytest.raises(PlanRejectedError) as info:
+        team.run_sync("do the risky thing")
+    assert info.value.by == "policy" and "risky" in info.value.reason
+    assert info.value.usage.model_calls == 1
+    assert calls == []
+
+
+def test_an_escalation_needs_a_reviewer_or_auto_approve(script):
+    plan = json.dumps(
+        {"steps": [{"id": "s1", "worker": "tool", "action": "add", "instruction": "x", "parameters": {"a": 1, "b": 2}, "depends_on": []}]}
+    )
+    script.extend([plan, plan, plan])
+    policies = [ToolsNeedPerson(["add"])]
+    with pytest.raises(PlanRejectedError) as info:
+        Team("script:p", tools=[add], mode="plan", policies=policies).run_sync("add")
+    assert info.value.by == "nobody"
+    seen = []
+    reviewer = lambda plan, review: seen.append((plan.step_ids, review.decision)) or True  # noqa: E731
+    result = Team("script:p", tools=[add], mode="plan", policies=policies, reviewer=reviewer).run_sync("add")
+    assert result.answer == 3 and seen == [(["s1"], "escalate")]
+    assert Team("script:p", tools=[add], mode="plan", policies=policies, auto_approve=True).run_sync("add").answer == 3
+
+
+def test_plan_only_and_execute_a_saved_plan(script, tmp_path):
+    script.extend([ADD_PLAN])
+    team = Team("script:p", tools=[add])
+    planning = team.plan_sync("What is 17 plus 25?")
+    assert planning.plan.step_ids == ["s1"] and planning.usage.model_calls == 1
+    result = team.execute_sync(planning.plan)
+    assert result.answer == 42 and result.usage.model_calls == 0
+
+
+def test_events_iterates_a_goal_run(script):
+    script.extend([ADD_PLAN])
+    team = Team("script:p", tools=[add], mode="plan")
+
+    async def collect():
+        return [type(e).__name__ async for e in team.events("What is 17 plus 25?")]
+
+    kinds = asyncio.run(collect())
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished"
+    assert "PlanDrafted" in kinds and "StepSucceeded" in kinds
+
+
+def test_a_planner_that_gives_up_raises_planning_error_with_its_usage(script):
+    script.extend(["not json"] * 3)
+    with pytest.raises(PlanningError) as info:
+        Team("script:p", tools=[add], mode="plan").run_sync("add")
+    assert info.value.attempts == 3
+
+
+def test_local_models_get_shorter_plans_and_fewer_agent_turns(script):
+    local = Team(ScriptedModel([], name="local:tiny"), tools=[add])
+    remote = Team("script:p", tools=[add])
+    assert (local.planner.max_steps, local.bounds.agent_turns) == (5, 4)
+    assert (remote.planner.max_steps, remote.bounds.agent_turns) == (8, 12)
+
+
+def test_bad_arguments_are_clear_errors(script):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Team("script:p", mode="team")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_replans"):
+        Team("script:p", max_replans=-1)
+
+
+def test_the_first_program_runs_on_the_embedded_model(allow_requests, monkeypatch, tmp_path, capsys):
+    """The same five lines on SmolLM2-135M in-process: it routes, plans one `add` call and answers 42."""
+    pytest.importorskip("llama_cpp", reason="needs pip install 'planexec[local]'")
+    monkeypatch.chdir(tmp_path)
+    for key in ("OPENAI_API_KEY", "PLANEXEC_PLANNER_MODEL", "PLANEXEC_WORKER_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    exec(compile(FIRST_PROGRAM, "first_program.py", "exec"), {})
+    assert capsys.readouterr().out.strip() == "42"
