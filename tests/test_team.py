@@ -169,3 +169,15 @@ def test_the_first_program_runs_on_the_embedded_model(allow_requests, monkeypatc
         monkeypatch.delenv(key, raising=False)
     exec(compile(FIRST_PROGRAM, "first_program.py", "exec"), {})
     assert capsys.readouterr().out.strip() == "42"
+
+
+def test_eval_plans_with_the_same_settings_as_run(script):
+    """`planexec eval` builds its team with `team_for`, `planexec run` with `Team`: one set of planner bounds."""
+    from planexec.eval.harness import EvalOptions, team_for
+    from planexec.workers.registry import Registry
+
+    for model in (ScriptedModel([], name="local:tiny"), ScriptedModel([], name="script:remote")):
+        evaluated, run = team_for(model, Registry.default(), EvalOptions()), Team(model)
+        assert evaluated.bounds == run.bounds
+        a, b = evaluated.planner, run.planner
+        assert (a.max_steps, a.max_repairs, a.max_tokens, a.seed) == (b.max_steps, b.max_repairs, b.max_tokens, b.seed)

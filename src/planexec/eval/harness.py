@@ -1,8 +1,8 @@
 """The evaluation harness: runs a suite's goals in each mode, scores the answers, says where failures came from.
 
-Owns the modes (``single``: one ReAct agent, `agent.run_single`; ``plan``:
-`Planner.draft` then `Engine.start`; ``stream``: `PlanStream` into
-`Engine.start_streaming`), `EvalOptions`, running (`run_goal`, `run_suite`),
+Owns the modes, each on a `Team` (`team_for`: the same class and defaults
+as `planexec run`): ``single``, one ReAct agent (`Team.start_single`);
+``plan``, `Team.plan` then `Team.start`; ``stream``, `Team.start_streaming`), `EvalOptions`, running (`run_goal`, `run_suite`),
 scoring (`EvalRecord`, one per goal x mode x repeat; `ModeSummary`, per mode;
 `EvalReport`, the whole evaluation) and failure attribution (`STAGES`):
 
@@ -19,9 +19,8 @@ Plan and stream runs get a `PlannerReplanner` (``max_replans``) and a
 grammar the joiner's schema would break: `joiner_note` says why). Models come from
 a factory, one per goal: `scripted_models` (the `oracle`, optionally behind a
 `LatencyModel`) or `configured_models` (`ModelSettings`). Tables, charts and
-files are `eval_report`'s. Imports `eval_suite`, `oracle`, `planner`,
-`plan_stream`, `engine`, `agent`, `joiner`, `replanning`, `results`, `usage`,
-`models`, `pricing`, `records`, `errors`.
+files are `eval.report`'s. Imports `team`, `eval.suite`, `eval.oracle`,
+`planning`, `engine.results`, `usage`, `models`, `records`, `errors`.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from planexec.engine.engine import Engine
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ModelError, PlanningError
 from planexec.eval.oracle import LatencyModel, OracleModel
@@ -41,11 +39,10 @@ from planexec.eval.suite import GoalCase, Suite, answer_text
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
 from planexec.models.pricing import PriceTable
-from planexec.planning.joiner import ModelJoiner, joiner_note
-from planexec.planning.planner import Planner
-from planexec.planning.replanner import PlannerReplanner
+from planexec.planning.joiner import joiner_note
 from planexec.planning.stream import PlanStream
 from planexec.records import Record
+from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
 
@@ -86,13 +83,18 @@ def parse_modes(text: str | Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class EvalOptions:
-    """How each goal runs: planner bounds, the agent's turns, replanning, the joiner, a per-run timeout (seconds)."""
+    """How each goal runs: replanning, the joiner, a per-run timeout (seconds), and any bounds that differ from the team's.
 
-    max_steps: int = 8
+    `max_steps`, `planner_max_tokens` and `max_turns` left None are the
+    `Team`'s own (`team.assembly.bounds_for`), so an evaluation measures what
+    `planexec run` does.
+    """
+
+    max_steps: int | None = None
     max_repairs: int = 2
-    planner_max_tokens: int | None = 2048
+    planner_max_tokens: int | None = None
     positional: bool | None = None
-    max_turns: int = 12
+    max_turns: int | None = None
     max_replans: int = 2
     replan: bool = True
     join: bool = True
@@ -220,26 +222,27 @@ def configured_models(settings: Any) -> ModelFactory:
 # --- running one goal ---------------------------------------------------------------------------------
 
 
-def _planner(model: Model, registry: Registry, options: EvalOptions) -> Planner:
-    return Planner(
+def team_for(model: Model, registry: Registry, options: EvalOptions) -> Team:
+    """The `Team` a goal runs on: the same class and defaults as `planexec run`, with the evaluation's overrides.
+
+    Replanning follows `options.replan`; the model joiner `options.join`,
+    unless the model's grammar cannot decode its schema (`joiner_note`).
+    Every plan is approved: an evaluation measures what runs, not who reviews.
+    """
+    return Team(
         model,
-        registry,
+        registry=registry,
         max_steps=options.max_steps,
         max_repairs=options.max_repairs,
-        seed=options.seed,
-        max_tokens=options.planner_max_tokens,
+        planner_max_tokens=options.planner_max_tokens,
+        max_turns=options.max_turns,
         positional=options.positional,
+        max_replans=options.max_replans if options.replan else 0,
+        joiner=options.join and joiner_note(model) is None,
+        default_timeout=options.step_timeout,
+        seed=options.seed,
+        auto_approve=True,
     )
-
-
-def _engine(registry: Registry, planner: Planner, model: Model, options: EvalOptions) -> Engine:
-    """An engine with the planner's replanner and a model joiner (when the model can decode the joiner's schema)."""
-    kwargs: dict[str, Any] = {"seed": options.seed, "default_timeout": options.step_timeout}
-    if options.replan:
-        kwargs.update(replanner=PlannerReplanner(planner), max_replans=options.max_replans)
-    if options.join and joiner_note(model) is None:
-        kwargs["joiner"] = ModelJoiner(model, seed=options.seed)
-    return Engine(registry, **kwargs)
 
 
 def score(case: GoalCase, result: RunResult, *, planner_failed: bool = False) -> tuple[bool, str | None, str]:
@@ -293,28 +296,13 @@ def _from_result(
 async def _run(
     suite: Suite, case: GoalCase, mode: str, model: Model, registry: Registry, options: EvalOptions, repeat: int, t0: float
 ) -> EvalRecord:
+    team = team_for(model, registry, options)
     if mode == "single":
-        try:
-            from planexec.team.agent import run_single
-        except ImportError as exc:
-            return _record(
-                suite,
-                case,
-                mode,
-                repeat,
-                success=False,
-                stage="error",
-                status="unavailable",
-                reason=f"single mode needs planexec.team.agent: {exc}",
-            )
-        engine_options = {"seed": options.seed, "default_timeout": options.step_timeout}
-        result = await run_single(case.goal, model=model, registry=registry, max_turns=options.max_turns, engine_options=engine_options)
+        result = await team.start_single(case.goal, requires_approval=False).result()
         return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0)
-    planner = _planner(model, registry, options)
-    engine = _engine(registry, planner, model, options)
     if mode == "plan":
         try:
-            planning = await planner.draft(case.goal)
+            planning = await team.plan(case.goal)
         except (PlanningError, ModelError) as exc:
             used = getattr(exc, "usage", None)
             usage = used if isinstance(used, Usage) else Usage()
@@ -323,10 +311,10 @@ async def _run(
                 suite, case, mode, repeat, success=False, stage="planner", status="no_plan", reason=f"{kind}: {str(exc).splitlines()[0]}",
                 usage=usage, usage_by_role={"planner": usage} if not usage.is_zero() else {}, wall_time=time.perf_counter() - t0,
             )  # fmt: skip
-        result = await engine.start(planning.plan, planning=planning).result()
+        result = await team.start(planning.plan, planning=planning, validate=False).result()
         return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0)
-    stream = PlanStream(planner, case.goal)
-    result = await engine.start_streaming(stream).result()
+    stream = PlanStream(team.planner, case.goal)
+    result = await team.start_streaming(stream).result()
     no_plan = stream.plan is None and result.status is RunStatus.FAILED
     return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0, planner_failed=no_plan)
 

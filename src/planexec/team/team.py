@@ -66,6 +66,9 @@ class Team:
     ``auto`` (a router call decides), ``single`` (one agent with every
     tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
     start while the plan is written; nothing can be reviewed first).
+    `max_steps`, `planner_max_tokens` and `max_turns` (the single agent's)
+    default to `bounds_for(model)`: shorter on a small local model;
+    `positional` picks the planner's draft shape (see `Planner`).
 
     Review: every plan goes through `policies`; then `reviewer`, if given,
     decides (a person at a terminal, a web page, a program). Without one, a
@@ -96,6 +99,9 @@ class Team:
         mode: Mode = "auto",
         max_steps: int | None = None,
         max_repairs: int = 2,
+        planner_max_tokens: int | None = None,
+        max_turns: int | None = None,
+        positional: bool | None = None,
         max_replans: int | None = None,
         joiner: bool | Joiner | None = None,
         policies: Iterable[Policy] = (),
@@ -113,6 +119,7 @@ class Team:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.config = config if config is not None else Config()
+        self.seed = seed
         self.models = TeamModels.resolve(
             self.config, model=model, worker_model=worker_model, role_models=role_models, base_url=base_url, seed=seed, env=env
         )
@@ -127,8 +134,15 @@ class Team:
         )
         self.tools_modules = [*self.config.tools, *tools_modules]
         self.mode: Mode = mode
-        self.max_steps = max_steps or self.bounds.max_steps
+        if max_steps is not None or planner_max_tokens is not None or max_turns is not None:
+            self.bounds = PlannerBounds(
+                max_steps=max_steps or self.bounds.max_steps,
+                max_tokens=planner_max_tokens or self.bounds.max_tokens,
+                agent_turns=max_turns or self.bounds.agent_turns,
+            )
+        self.max_steps = self.bounds.max_steps
         self.max_repairs = max_repairs
+        self.positional = positional
         self.max_replans = (
             max_replans if max_replans is not None else (self.config.max_replans if self.config.max_replans is not None else 2)
         )
@@ -143,7 +157,6 @@ class Team:
         self.budget = budget
         self.max_concurrency = max_concurrency or self.config.max_concurrency
         self.default_timeout = default_timeout or self.config.default_timeout
-        self.seed = seed
         self.on_event = on_event
 
     @classmethod
@@ -170,6 +183,7 @@ class Team:
             max_repairs=self.max_repairs,
             seed=self.seed,
             max_tokens=self.bounds.max_tokens,
+            positional=self.positional,
         )
 
     def _joiner(self, joiner: bool | Joiner) -> Joiner | None:
@@ -291,12 +305,13 @@ class Team:
             requires_approval=gated,
         )
 
-    def start_streaming(self, goal: str, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
-        """Start a run whose steps begin while the planner writes them; the policies cannot review such a plan."""
+    def start_streaming(self, goal: str | PlanStream, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
+        """Start a run whose steps begin while the planner writes them (a goal, or a `PlanStream` to keep); no review is possible."""
         if self.policies:
             raise ValueError("a streamed plan starts running before it is complete, so the policies cannot review it: use mode 'plan'")
         engine = self.engine(**engine_overrides)
-        return engine.start_streaming(PlanStream(self.planner, goal), run_id=run_id)
+        stream = goal if isinstance(goal, PlanStream) else PlanStream(self.planner, goal)
+        return engine.start_streaming(stream, run_id=run_id)
 
     def setup(self) -> dict[str, Any]:
         """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one."""
