@@ -255,7 +255,7 @@ def test_a_tool_requiring_approval_runs_in_the_loop_only_in_an_approved_step():
 
     assert "requires approval and this step was not approved" in run(False)
     assert writes == []
-    assert run(True) == '"written"'
+    assert run(True) == "written"  # a string result reaches the model as text, not JSON-quoted
     assert writes == ["a.txt"]
 
 

@@ -3,7 +3,8 @@
 Owns name lookup and loading. Tools, workers and predicates are registered
 in code (`Registry.tool`, `add_worker`, `predicate`), from Python modules
 (`load_module`: a module's `register(registry)` function and its module-level
-`Tool`, `Predicate` and worker objects), and from the ``planexec.plugins``
+`Tool`, `Predicate` and worker objects; a module that declares none is an
+error, since plain functions are not tools), and from the ``planexec.plugins``
 entry-point group, through which planexec's own built-ins register too.
 Every tool is reachable through the catch-all worker ``tool``; a tool
 registered with ``worker="name"`` also belongs to that role.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -60,11 +62,14 @@ class Registry:
         worker: str | None = None,
         description: str | None = None,
         idempotent: bool = False,
+        requires_approval: bool = False,
+        read_only: bool = False,
     ) -> Any:
         """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
+        options = {"idempotent": idempotent, "requires_approval": requires_approval, "read_only": read_only}
 
         def wrap(f: Callable[..., Any]) -> Tool:
-            t = f if isinstance(f, Tool) else Tool(f, name=name, description=description, worker=worker, idempotent=idempotent)
+            t = f if isinstance(f, Tool) else Tool(f, name=name, description=description, worker=worker, **options)
             self.add_tool(t)
             return t
 
@@ -148,19 +153,50 @@ class Registry:
 
         The module's ``register(registry)`` is called if it has one; its
         module-level `Tool`, `Predicate` and worker objects are registered.
+        A module that declares none of these is a `RegistryError` naming it
+        and saying how to declare a tool: its plain functions are not tools.
         """
         module = import_spec(spec)
+        before = self._sizes()
         hook = getattr(module, "register", None)
         if callable(hook) and not isinstance(hook, (Tool, Predicate)):
             hook(self)
+        declared = False
         for value in list(vars(module).values()):
-            if isinstance(value, Tool) and self.tools.get(value.name) is not value:
-                self.add_tool(value)
-            elif isinstance(value, Predicate) and self.predicates.get(value.name) is not value:
-                self.predicate(value)
-            elif not isinstance(value, type) and isinstance(value, Worker) and self.workers.get(value.name) is not value:
-                self.add_worker(value)
+            if isinstance(value, Tool):
+                declared = True
+                if self.tools.get(value.name) is not value:
+                    self.add_tool(value)
+            elif isinstance(value, Predicate):
+                declared = True
+                if self.predicates.get(value.name) is not value:
+                    self.predicate(value)
+            elif not isinstance(value, type) and isinstance(value, Worker):
+                declared = True
+                if self.workers.get(value.name) is not value:
+                    self.add_worker(value)
+        if not declared and self._sizes() == before:
+            raise RegistryError(_nothing_declared(spec, module), name=spec)
         self.loaded.append(f"module {spec}")
+
+    def _sizes(self) -> tuple[int, int, int]:
+        return len(self.tools), len(self.predicates), len(self.workers)
+
+
+def _nothing_declared(spec: str, module: Any) -> str:
+    """Why a tools module gave the registry nothing, and how to declare a tool."""
+    name = getattr(module, "__name__", spec)
+    functions = sorted(
+        key for key, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == name and not key.startswith("_")
+    )
+    if len(functions) == 1:
+        found = f"; its function {functions[0]} is a plain function, not a tool"
+    else:
+        found = f"; its functions {', '.join(functions)} are plain functions, not tools" if functions else ""
+    return (
+        f"tools module {spec!r} declares no tool, predicate or worker{found}. Declare a tool with the @tool decorator "
+        "(from planexec import tool), as a module-level Tool object, or in a register(registry) function that adds them"
+    )
 
 
 def import_spec(spec: str, *, what: str = "tools") -> Any:

@@ -13,6 +13,9 @@ Owns the two tool-calling protocols of `RoleWorker`'s loop:
   only produce valid calls. Results go back as user messages
   ``"Result of tool X: ..."``, since there is no tool role in that mode.
 
+In both, a tool's result is the text `result_text` gives: a string result
+as it is, any other value as JSON.
+
 Both read a reply into a `Reply`: tool calls, a final answer, or a `problem`
 (a reply that could not be used, fed back to the model by the worker).
 The instructions the model reads are data files under ``prompts/toolcalls/``.
@@ -37,6 +40,7 @@ __all__ = [
     "Reply",
     "json_mode_schema",
     "prompt_file",
+    "result_text",
 ]
 
 # An explicit "any JSON value": llama.cpp's grammar builder reads an empty schema as "an object".
@@ -58,6 +62,11 @@ def prompt_file(*parts: str, **values: str) -> str:
     """
     # one pass, so a filled-in value that happens to contain a marker stays as it is
     return _MARKER.sub(lambda m: values.get(m[1], m[0]), _read_prompt(parts))
+
+
+def result_text(result: Any) -> str:
+    """A tool's result as the model reads it: a string as it is (no quotes, no escapes), anything else as JSON."""
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""Tools and predicates: plain Python functions with a schema taken from their type hints.
+"""Tools and predicates: functions with a schema, from their type hints or from a JSON Schema.
 
-Owns `Tool` (a sync or async function whose arguments are checked by a
-pydantic model built from its signature before it runs, and whose return
-value is checked against its return annotation) and `Predicate` (a named
-check on a step's output, registered like a tool). Imports `errors`,
-`calls` and `models.base` only.
+Owns `Tool` (a sync or async function whose arguments are checked before
+it runs, by a pydantic model built from its signature or, for
+`Tool.from_schema`, by a JSON Schema; it receives them as the caller gave
+them, and its return value is checked against its return annotation or
+output schema) and `Predicate` (a named check on a step's output,
+registered like a tool). Imports `errors`, `models.base`, `plan.validation`
+and `workers` (`io`, `context`, `arguments`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,19 @@ import contextvars
 import inspect
 import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError
 
 from planexec.errors import RegistryError, ToolInputError, ToolOutputError
 from planexec.models.base import ToolDefinition
 from planexec.plan.validation import input_problems
+from planexec.workers.arguments import SchemaInput
+from planexec.workers.context import is_context_annotation, tool_context
 from planexec.workers.io import StepCall
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
@@ -68,21 +74,60 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:  # an annotation that does not resolve is the author's bug: say which
-        raise RegistryError(f"cannot read the type hints of {fn.__qualname__}: {exc}", name=fn.__name__) from exc
+        name = getattr(fn, "__name__", repr(fn))
+        raise RegistryError(f"cannot read the type hints of {getattr(fn, '__qualname__', name)}: {exc}", name=name) from exc
+
+
+def _handler_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A schema tool's handler need not be a plain function (a partial, a callable object): no hints, nothing injected."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return {}
 
 
 def _first_line(doc: str | None) -> str:
     return inspect.cleandoc(doc).strip() if doc else ""
 
 
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to inject
+        return []
+
+
+def _validator(name: str, schema: dict[str, Any]) -> Any:
+    """A jsonschema validator for a tool's output schema; `RegistryError` when the schema is not one."""
+    check = jsonschema.validators.validator_for(schema)
+    try:
+        check.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise RegistryError(f"tool {name!r}: output_schema is not a valid JSON Schema: {exc.message}", name=name) from None
+    return check(schema)
+
+
 class Tool:
     """A function the engine can call with checked arguments.
 
-    The input schema is a pydantic model built from the signature (defaults
-    make a parameter optional; extra arguments are refused). A parameter
+    Built from a function (`Tool(fn)`, `@tool`), the input schema is a
+    pydantic model built from the signature (defaults make a parameter
+    optional; extra arguments are refused); built with `from_schema`, it is
+    the given JSON Schema, checked with jsonschema (`arguments.SchemaInput`).
+    Either way `input_model` offers ``model_validate``, ``model_json_schema``
+    and ``model_fields``, which is all the planner and the validator read.
+
+    The function receives the arguments as the caller gave them, validated,
+    and the defaults of those left out; nothing else (see `keywords`).
+    Two kinds of parameter are injected, not part of the schema: one
     annotated `StepCall` receives the call itself (dependency outputs as
-    context) and is not part of the schema. Sync functions run in a worker
-    thread so a slow one never blocks the event loop.
+    context), one annotated `ToolContext` (or ``ToolContext[MyDeps]``) the
+    run's dependencies, run id and step id (`workers.context`). Sync
+    functions run in a worker thread so a slow one never blocks the event loop.
+
+    `idempotent`, `requires_approval` and `read_only` are declarations the
+    engine and policies read: a step calling a tool that `requires_approval`
+    waits for the approver; `read_only` says the tool changes nothing.
     """
 
     def __init__(
@@ -94,34 +139,98 @@ class Tool:
         worker: str | None = None,
         idempotent: bool = False,
         requires_approval: bool = False,
+        read_only: bool = False,
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> None:
         self.fn = fn
-        # a step calling it waits for the approver, as if the step said requires_approval
-        self.requires_approval = requires_approval
         self.name = name or fn.__name__
         self.description = description if description is not None else _first_line(fn.__doc__)
         self.worker = worker
         self.idempotent = idempotent
+        # a step calling it waits for the approver, as if the step said requires_approval
+        self.requires_approval = requires_approval
+        self.read_only = read_only
         self.is_async = inspect.iscoroutinefunction(fn)
-        hints = _hints(fn)
-        fields: dict[str, Any] = {}
+        by_schema = input_schema is not None
+        hints = _hints(fn) if not by_schema else _handler_hints(fn)
         self.call_param: str | None = None
-        for pname, param in inspect.signature(fn).parameters.items():
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise RegistryError(f"tool {self.name!r}: *args/**kwargs cannot have a schema", name=self.name)
-            annotation = hints.get(pname, Any)
-            if annotation is StepCall:
-                self.call_param = pname
-                continue
-            default = ... if param.default is param.empty else param.default
-            fields[pname] = (annotation, default)
-        model_name = "".join(part.title() for part in self.name.replace("-", "_").split("_")) + "Input"
-        self.input_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-            model_name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+        self.context_param: str | None = None
+        params = self._schema_parameters(hints, varargs=by_schema)
+        # the function's own default objects, passed for arguments left out (pydantic would pass a copy)
+        self.defaults: dict[str, Any] = {}
+        self.input_model: type[BaseModel] | SchemaInput = (
+            SchemaInput(input_schema, name=self.name) if input_schema is not None else self._signature_model(params, hints)
         )
-        ret = hints.get("return", Any)
+        self._output_schema = dict(output_schema) if output_schema is not None else None
+        self._output_validator = _validator(self.name, self._output_schema) if self._output_schema is not None else None
+        ret = hints.get("return", Any) if not by_schema else Any
         self.output_type = Any if ret is inspect.Signature.empty else ret
         self.output_adapter: TypeAdapter[Any] = TypeAdapter(self.output_type)
+
+    def _schema_parameters(self, hints: dict[str, Any], *, varargs: bool) -> list[inspect.Parameter]:
+        """The parameters that take arguments; those annotated `StepCall` or `ToolContext` are noted as injected."""
+        params = []
+        for param in _parameters(self.fn):
+            annotation = hints.get(param.name, Any)
+            if annotation is StepCall:
+                self.call_param = param.name
+            elif is_context_annotation(annotation):
+                self.context_param = param.name
+            elif param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                if not varargs:  # a schema tool's handler may well be ``handler(**arguments)``
+                    raise RegistryError(f"tool {self.name!r}: *args/**kwargs cannot have a schema", name=self.name)
+            else:
+                params.append(param)
+        return params
+
+    def _signature_model(self, params: list[inspect.Parameter], hints: dict[str, Any]) -> type[BaseModel]:
+        fields: dict[str, Any] = {}
+        for param in params:
+            default = ... if param.default is param.empty else param.default
+            if param.default is not param.empty and not isinstance(param.default, FieldInfo):
+                self.defaults[param.name] = param.default
+            fields[param.name] = (hints.get(param.name, Any), default)
+        model_name = "".join(part.title() for part in self.name.replace("-", "_").split("_")) + "Input"
+        return create_model(  # type: ignore[call-overload, no-any-return]
+            model_name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
+        )
+
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        handler: Callable[..., Any],
+        *,
+        output_schema: Mapping[str, Any] | None = None,
+        worker: str | None = None,
+        idempotent: bool = False,
+        requires_approval: bool = False,
+        read_only: bool = False,
+    ) -> Tool:
+        """A tool declared by a name, a description and a JSON Schema of its arguments (an MCP tool, another framework's).
+
+        `handler` (sync or async) is called with the arguments as keywords,
+        exactly as given once the schema accepts them (no coercion), plus the
+        ``default`` of each top-level property left out; a parameter of the
+        handler annotated `ToolContext` or `StepCall` is injected as for a
+        function tool. A schema without ``additionalProperties`` refuses
+        unknown arguments. With `output_schema` the result must match it
+        (`ToolOutputError` otherwise).
+        """
+        return cls(
+            handler,
+            name=name,
+            description=description,
+            worker=worker,
+            idempotent=idempotent,
+            requires_approval=requires_approval,
+            read_only=read_only,
+            input_schema=input_schema,
+            output_schema=output_schema,
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (the decorator keeps it usable)."""
@@ -136,14 +245,16 @@ class Tool:
 
     def output_schema(self) -> dict[str, Any]:
         """The JSON Schema of the return value."""
+        if self._output_schema is not None:
+            return dict(self._output_schema)
         return self.output_adapter.json_schema()
 
     def definition(self) -> ToolDefinition:
         """The tool as a model sees it."""
         return ToolDefinition(name=self.name, description=self.description, parameters=self.input_schema())
 
-    def check_arguments(self, arguments: dict[str, Any], *, step_id: str | None = None) -> BaseModel:
-        """Validate arguments; `ToolInputError` lists every problem and the function does not run."""
+    def check_arguments(self, arguments: dict[str, Any], *, step_id: str | None = None) -> Any:
+        """Validate arguments (a pydantic model instance, or a schema tool's arguments dict); `ToolInputError` lists every problem."""
         try:
             return self.input_model.model_validate(arguments)
         except ValidationError as exc:
@@ -151,26 +262,53 @@ class Tool:
             detail = "; ".join(p.render() for p in problems)
             raise ToolInputError(f"tool {self.name!r} refused its arguments: {detail}", tool=self.name, problems=problems) from None
 
+    def keywords(self, checked: Any) -> dict[str, Any]:
+        """The keyword arguments the function receives for checked arguments: as given, plus defaults for those left out.
+
+        For a function tool an argument the caller gave is its validated
+        value (``"5"`` becomes 5 for an ``int`` parameter; a dict given to a
+        pydantic-model parameter becomes that model, as annotated), and one
+        left out is the function's own default object. Arguments the caller
+        did not give never appear with any other value. A schema tool's
+        handler receives the arguments unchanged (see `SchemaInput`).
+        """
+        if not isinstance(checked, BaseModel):
+            return dict(checked)
+        given = checked.model_fields_set
+        out = {}
+        for key in type(checked).model_fields:
+            if key in given:
+                out[key] = getattr(checked, key)
+            elif key in self.defaults:
+                out[key] = self.defaults[key]
+            else:  # a default declared as ``= Field(default=...)``: pydantic has read it
+                out[key] = getattr(checked, key)
+        return out
+
     async def invoke(self, arguments: dict[str, Any], call: StepCall | None = None) -> Any:
         """Check the arguments, run the function, check and JSON-encode what it returns."""
         checked = self.check_arguments(arguments, step_id=call.step_id if call else None)
-        kwargs = dict(checked.__dict__)  # the validated fields, as pydantic stores them
+        kwargs = self.keywords(checked)
         if self.call_param is not None:
             kwargs[self.call_param] = call
+        if self.context_param is not None:
+            kwargs[self.context_param] = tool_context(self.name, call)
         if self.is_async:
             result = await self.fn(**kwargs)
         else:
             result = await in_thread(self.fn, **kwargs)
+            if inspect.isawaitable(result):  # a callable object or a partial that returns a coroutine
+                result = await result
         return self.encode_output(result)
 
     def encode_output(self, result: Any) -> Any:
-        """The return value checked against the declared type, as JSON-able data."""
+        """The return value checked against the declared type (or output schema), as JSON-able data."""
         kind = type(result)
-        if kind in _SCALARS and (self.output_type is Any or self.output_type is kind):
+        if self._output_validator is None and kind in _SCALARS and (self.output_type is Any or self.output_type is kind):
             return result  # already JSON and of the declared type
         try:
             value = self.output_adapter.validate_python(result)
-            return self.output_adapter.dump_python(value, mode="json")
+            value = self.output_adapter.dump_python(value, mode="json")
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ToolOutputError(
@@ -183,6 +321,15 @@ class Tool:
                 f"tool {self.name!r} returned a {type(result).__name__} that cannot be stored as JSON: {exc}",
                 tool=self.name,
             ) from None
+        if self._output_validator is not None:
+            error = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path)
+                raise ToolOutputError(
+                    f"tool {self.name!r} returned a value its output schema rejects{f' at {where}' if where else ''}: {error.message}",
+                    tool=self.name,
+                )
+        return value
 
 
 def tool(
@@ -193,11 +340,20 @@ def tool(
     worker: str | None = None,
     idempotent: bool = False,
     requires_approval: bool = False,
+    read_only: bool = False,
 ) -> Any:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, worker=worker, idempotent=idempotent, requires_approval=requires_approval)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            worker=worker,
+            idempotent=idempotent,
+            requires_approval=requires_approval,
+            read_only=read_only,
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -5,8 +5,9 @@ by calling one of its tools with the step's parameters), `RoleWorker` (a
 role with a description the planner reads, a system prompt, a set of tools
 and a model; it works the step in a bounded tool-calling loop, natively or
 in JSON mode) and `CriticWorker` (a role whose answer is a `Verdict`, and
-whose approvals count only after a tool check). Imports `calls`, `tools`,
-`toolcalls`, `usage`, `errors` and `models.base`.
+whose approvals count only after a tool check). A tool's result reaches the
+model as text when it is a string, as JSON otherwise. Imports `workers`
+(`io`, `tools`, `tool_calls`, `arguments`), `usage`, `errors` and `models.base`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from planexec.errors import (
 )
 from planexec.models.base import Message, Model, ToolCall
 from planexec.usage import Usage
+from planexec.workers.arguments import InputModel
 from planexec.workers.io import StepCall, WorkResult
-from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file
+from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file, result_text
 from planexec.workers.tools import Tool
 
 __all__ = ["CriticWorker", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
@@ -50,7 +52,8 @@ class Worker(Protocol):
     """Something that performs a plan step.
 
     `actions` are the action names it accepts; `input_model(action)` gives the
-    argument schema the validator checks parameters against (None when the
+    argument model the validator checks parameters against (a pydantic model
+    class, or any `InputModel` such as a JSON Schema tool's; None when the
     action takes free-form parameters); `max_concurrency` caps how many of
     its steps run at once (None: only the global limit).
     """
@@ -62,7 +65,7 @@ class Worker(Protocol):
     @property
     def actions(self) -> set[str]: ...
 
-    def input_model(self, action: str) -> type[BaseModel] | None: ...
+    def input_model(self, action: str) -> InputModel | None: ...
 
     async def perform(self, call: StepCall) -> WorkResult: ...
 
@@ -96,7 +99,7 @@ class ToolWorker:
         """The names of its tools."""
         return set(self.tools)
 
-    def input_model(self, action: str) -> type[BaseModel] | None:
+    def input_model(self, action: str) -> InputModel | None:
         """The tool's argument model."""
         return self.tools[action].input_model if action in self.tools else None
 
@@ -184,7 +187,7 @@ class RoleWorker:
             return not getattr(self.model, "supports_tools", True)
         return self.tool_calling == "json"
 
-    def input_model(self, action: str) -> type[BaseModel] | None:
+    def input_model(self, action: str) -> InputModel | None:
         """Free-form parameters for tasks; a tool's model when the action is a tool."""
         return self.tools[action].input_model if action in self.tools and action not in self.tasks else None
 
@@ -292,7 +295,7 @@ class RoleWorker:
             return f"error: {exc}", True
         except Exception as exc:  # the model sees the failure and may try again
             return f"error: {type(exc).__name__}: {exc}", True
-        return json.dumps(result, ensure_ascii=False), True
+        return result_text(result), True
 
 
 def _schema_of(name: str, schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:
