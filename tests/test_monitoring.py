@@ -17,7 +17,9 @@ from planexec import (
     StepState,
     parse_event,
 )
+from planexec.engine.config import EngineConfig
 from planexec.testing import ScriptedModel, tool_call
+from planexec.usage import Budget, Usage, record_usage
 from planexec.workers.tools import tool
 from planexec.workers.worker import CriticWorker
 
@@ -162,3 +164,88 @@ def test_a_sentinel_failure_is_rerouted_to_another_role_and_the_recovery_is_in_t
     assert result.steps["line"].usage.model_calls == 2
     assert result.steps["line"].output.provenance.worker == "writer"
     assert json.loads(result.model_dump_json())["steps"]["line"]["worker"] == "writer"
+
+
+def _rollback_team():
+    """A deploy that succeeds (a side effect), a smoke test that aborts, and two undo steps that may run at once."""
+    reg = Registry.default()
+    seen = {"running": 0, "most": 0, "undone": []}
+
+    @reg.tool
+    async def deploy(name: str) -> str:
+        return f"deployed {name}"
+
+    @reg.tool
+    async def broken(name: str) -> str:
+        raise RuntimeError("smoke test failed")
+
+    @reg.tool
+    async def undeploy(name: str) -> str:
+        seen["running"] += 1
+        seen["most"] = max(seen["most"], seen["running"])
+        record_usage(Usage(model_calls=3))  # as a model-backed undo would
+        await asyncio.sleep(0.02)
+        seen["running"] -= 1
+        seen["undone"].append(name)
+        return f"undeployed {name}"
+
+    plan = Plan.model_validate(
+        {
+            "plan_id": "p",
+            "goal": "release",
+            "steps": [
+                {"id": "deploy", "action": "deploy", "parameters": {"name": "v2"}},
+                {"id": "smoke", "action": "broken", "parameters": {"name": "v2"}, "depends_on": ["deploy"]},
+            ],
+            "rollback_plan": {
+                "goal": "put v1 back",
+                "steps": [
+                    {"id": "undo_web", "action": "undeploy", "parameters": {"name": "web"}},
+                    {"id": "undo_api", "action": "undeploy", "parameters": {"name": "api"}},
+                ],
+            },
+        }
+    )
+    return reg, plan, seen
+
+
+def test_a_rollback_run_keeps_the_engines_worker_limits_and_checker():
+    reg, plan, seen = _rollback_team()
+    checked = []
+
+    class Recording:
+        async def check(self, step, output):
+            checked.append(step.step_id)
+
+    result = Engine(reg, worker_limits={"tool": 1}, checker=Recording()).run_sync(plan)
+    assert result.status is RunStatus.ABORTED
+    assert result.rollback is not None and result.rollback.status is RunStatus.SUCCEEDED
+    assert sorted(seen["undone"]) == ["api", "web"]
+    assert seen["most"] == 1  # the undo steps waited for the worker's one slot, as the run's steps would
+    assert {"undo_web", "undo_api"} <= set(checked)  # the engine's checker judged the rollback's steps too
+
+
+def test_a_rollback_run_keeps_the_engines_budget():
+    reg, plan, _ = _rollback_team()
+    result = Engine(reg, budget=Budget(max_model_calls=4), worker_limits={"tool": 1}).run_sync(plan)
+    assert result.status is RunStatus.ABORTED
+    rollback = result.rollback
+    assert rollback is not None and rollback.status is RunStatus.FAILED
+    assert rollback.error is not None and rollback.error.rule == "budget"
+    assert "exceeded its budget" in rollback.error.message  # the undo steps' 6 model calls went over the 4 allowed
+
+
+def test_engine_config_holds_every_setting_and_replace_validates_again():
+    budget = Budget(max_model_calls=1)
+    reg = Registry.default()
+    engine = Engine(reg, max_concurrency=3, budget=budget, worker_limits={"tool": 2})
+    config = engine.config
+    assert (config.registry, config.max_concurrency, config.budget, dict(config.worker_limits)) == (reg, 3, budget, {"tool": 2})
+    assert Engine(config=config).config == config
+    assert Engine(config=config, max_concurrency=5).config.max_concurrency == 5
+    with pytest.raises(ValueError, match="max_concurrency"):
+        config.replace(max_concurrency=0)
+    with pytest.raises(TypeError):
+        config.replace(no_such_setting=1)
+    with pytest.raises(ValueError, match="worker_limits"):
+        EngineConfig(worker_limits={"tool": 0})

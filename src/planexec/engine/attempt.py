@@ -1,15 +1,17 @@
 """One attempt at one step: resolving its inputs, calling its worker, judging the output.
 
-Owns `Attempts`, the part of a `Run` (in `execution`) that runs a single
-attempt: the `StepCall` with references resolved, the worker called through
-the engine's runner within the step's deadline and the worker limits, every
+Owns `Attempts`, the collaborator of a `Run` that runs single attempts on
+the run's `RunState`, acting on the run only through `RunControl`: the
+`StepCall` with references resolved, the worker called through the
+engine's runner within the step's deadline and the worker limits, every
 exception mapped to a recorded `ErrorInfo` (a tool's failure never escapes),
 usage metered even when the attempt is cut off, the success criteria and
 critics' verdicts (`StepJudged`), and abandoning a tool that ignores its
 timeout. Also owns `CURRENT_STEP`, the (run, step) whose attempt is in
 progress, so a run started there (a sub-team) knows its parent.
-Imports `calls`, `checks`, `deadline`, `events`, `limits`, `plan`, `results`,
-`usage`, `workers` and `errors`.
+Imports `engine.config`, `engine.criteria`, `engine.deadline`,
+`engine.events`, `engine.limits`, `engine.results`, `engine.state`, `plan`,
+`usage`, `workers` and `errors`; never the run.
 """
 
 from __future__ import annotations
@@ -18,78 +20,95 @@ import asyncio
 import logging
 import time
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import Deadline
 from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
-from planexec.engine.limits import Slots
-from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
+from planexec.engine.limits import Limits, Slots
+from planexec.engine.results import ErrorInfo, RunStatus, StepState
+from planexec.engine.state import ZERO, RunControl, RunState, update_record
 from planexec.errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
-if TYPE_CHECKING:
-    from planexec.engine.run import Run
-
 __all__ = ["CURRENT_STEP", "Attempts"]
 
 log = logging.getLogger("planexec.engine")
 
 # the run and step whose attempt is in progress in this context: a run started there is its sub-run
-CURRENT_STEP: ContextVar[tuple[Run, str] | None] = ContextVar("planexec_current_step", default=None)
-_ZERO = Usage()
+CURRENT_STEP: ContextVar[tuple[RunControl, str] | None] = ContextVar("planexec_current_step", default=None)
 
 
 class Attempts:
-    """Single attempts at steps, for a `Run`; see the module docstring."""
+    """Single attempts at the steps of one run; see the module docstring.
 
-    async def _attempt(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
-        rec = self.records[step.step_id]
+    Reads and writes the run's `RunState`; reports through the run's
+    `RunControl` (its events, a step that failed for good). The engine's
+    settings it needs are read once here, off the hot path.
+    """
+
+    def __init__(self, state: RunState, run: RunControl, host: Host) -> None:
+        self._state = state
+        self._run = run
+        self._runner = host.runner
+        self._checker = host.checker
+        self._by_criteria = isinstance(host.checker, CriteriaChecker)
+        self._default_timeout = host.config.default_timeout
+        self._grace = host.config.cancel_grace
+        self._limits = Limits(host.config.max_concurrency, host.limit_for)
+
+    async def run(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
+        """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError."""
+        state = self._state
+        rec = state.records[step.step_id]
         async with self._slots(step.step_id, worker):
-            _update(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
+            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
             if rec.started_at is None:
-                _update(rec, started_at=utcnow())
-            self._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
-            t0 = self._attempt_t0[step.step_id] = time.perf_counter()
-            timeout = step.timeout or self.engine.default_timeout
-            deadline = None
+                update_record(rec, started_at=utcnow())
+            self._run._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+            t0 = state.attempt_t0[step.step_id] = time.perf_counter()
+            timeout = step.timeout or self._default_timeout
             # every model call of this attempt reports here, so a timeout or cancel still counts what it used
             meter, token = start_meter()
             try:
                 call = self._call(step, worker, attempt)
-                deadline = Deadline(timeout, on_stuck=lambda: self._abandon(step, timeout), grace=self.engine.cancel_grace)
+                stuck = (lambda: self.abandon(step, timeout)) if timeout is not None else None  # no deadline, never stuck
+                deadline = Deadline(timeout, on_stuck=stuck, grace=self._grace)
                 try:
-                    here = CURRENT_STEP.set((self, step.step_id))
+                    here = CURRENT_STEP.set((self._run, step.step_id))
                     try:
-                        result = await self.engine.runner.run(call)
+                        result = await self._runner.run(call)
                     finally:
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
                     result = result.as_json(worker)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
-                    if step.success_criteria or not isinstance(self.engine.checker, CriteriaChecker):
+                    if step.success_criteria or not self._by_criteria:
                         judged = await self._check(step, result.output, call, attempt)
-                        if judged is not _ZERO:
+                        if judged is not ZERO:
                             worked = worked + judged
                 except CheckFailedError as exc:
                     judged = self._judged(step.step_id, attempt, exc.judgement)
-                    return None, _error("check_failed", exc), time.perf_counter() - t0, worked + judged if judged is not _ZERO else worked
+                    return None, _error("check_failed", exc), time.perf_counter() - t0, worked + judged if judged is not ZERO else worked
                 except asyncio.CancelledError as exc:
                     if deadline.expired():
+                        assert timeout is not None  # only a deadline with a delay expires
                         return None, _error("timeout", StepTimeoutError(step.step_id, timeout)), time.perf_counter() - t0, meter.total
-                    if asyncio.current_task().cancelling() == 0:  # type: ignore[union-attr]
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling() == 0:
                         # nobody cancelled this step: the tool raised CancelledError itself (a cancelled inner task)
                         return None, _error("exception", exc), time.perf_counter() - t0, meter.total
-                    _update(rec, usage=rec.usage + meter.total)  # the run is being cancelled: keep what was used
+                    update_record(rec, usage=rec.usage + meter.total)  # the run is being cancelled: keep what was used
                     raise
                 finally:
                     deadline.disarm()
             except _ReferenceError as exc:
-                return None, _error("reference", exc), time.perf_counter() - t0, _ZERO
+                return None, _error("reference", exc), time.perf_counter() - t0, ZERO
             except ToolInputError as exc:
                 return None, _error("tool_input", exc), time.perf_counter() - t0, meter.total
             except ToolOutputError as exc:
@@ -104,21 +123,21 @@ class Attempts:
 
     async def _check(self, step: Step, output: Any, call: StepCall, attempt: int) -> Usage:
         """Apply the step's success criteria; record the critics' verdicts; return what judging cost."""
-        checker = self.engine.checker
+        checker = self._checker
         if isinstance(checker, CriteriaChecker):
             if not step.success_criteria:
-                return _ZERO
+                return ZERO
             return self._judged(step.step_id, attempt, await checker.check(step, output, call=call))
         await checker.check(step, output)
-        return _ZERO
+        return ZERO
 
     def _judged(self, sid: str, attempt: int, judgement: Judgement | None) -> Usage:
         """Emit a `StepJudged` per verdict and keep them on the step's record."""
         if judgement is None:
-            return _ZERO
+            return ZERO
         for critic, v in judgement.verdicts:
-            self.records[sid].verdicts.append({"attempt": attempt, "critic": critic, **v})
-            self._emit(
+            self._state.records[sid].verdicts.append({"attempt": attempt, "critic": critic, **v})
+            self._run._emit(
                 StepJudged,
                 step_id=sid,
                 attempt=attempt,
@@ -128,21 +147,21 @@ class Attempts:
                 reasons=list(v.get("reasons", [])),
                 tools_used=list(v.get("tools_used", [])),
             )
-        return _ZERO if judgement.usage.is_zero() else judgement.usage
+        return ZERO if judgement.usage.is_zero() else judgement.usage
 
     def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
-        deps = self._deps[step.step_id]
+        state = self._state
         context = {}
         failed = {}
-        for d in deps:
-            out = self._outputs.get(d)
+        for d in state.deps[step.step_id]:
+            out = state.outputs.get(d)
             if out is None:
-                failed[d] = self._failure_text(d)
+                failed[d] = state.failure_text(d)
             else:
                 context[d] = out
         values = {d: out.value for d, out in context.items()}
         try:
-            if step.step_id in self._verbatim:  # no references, no escapes: nothing to resolve
+            if step.step_id in state.verbatim:  # no references, no escapes: nothing to resolve
                 params, instruction = step.parameters, step.instruction
             else:
                 missing = frozenset(failed)
@@ -150,11 +169,12 @@ class Attempts:
                 instruction = resolve_references(step.instruction, values, missing)
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
+        plan = state.plan
         return StepCall(
-            run_id=self.run_id,
-            plan_id=self.plan.plan_id,
-            plan_version=self.plan.version,
-            goal=self.plan.goal,
+            run_id=state.run_id,
+            plan_id=plan.plan_id,
+            plan_version=plan.version,
+            goal=plan.goal,
             step=step,
             worker=worker,
             instruction=instruction,
@@ -164,27 +184,24 @@ class Attempts:
             attempt=attempt,
         )
 
-    def _failure_text(self, sid: str) -> str:
-        rec = self.records[sid]
-        return rec.error.render() if rec.error else (rec.reason or rec.state.value)
-
     def _slots(self, step_id: str, worker: str) -> Slots:
-        slots = self._held[step_id] = self._limits.slots(worker)
+        slots = self._state.held[step_id] = self._limits.slots(worker)
         return slots
 
-    def _abandon(self, step: Step, timeout: float) -> None:
+    def abandon(self, step: Step, timeout: float) -> None:
         """The step's tool ignored its timeout for the grace period: record the timeout and go on without it."""
+        state = self._state
         sid = step.step_id
-        rec = self.records[sid]
-        if rec.state.terminal or self._status is not RunStatus.RUNNING:
+        rec = state.records[sid]
+        if rec.state.terminal or state.status is not RunStatus.RUNNING:
             return
-        self._abandoned.add(sid)
-        grace = self.engine.cancel_grace
-        log.warning("run %s: step %s ignored its %gs timeout for %gs; abandoned", self.run_id, sid, timeout, grace)
-        t0 = self._attempt_t0.pop(sid, None)
+        state.abandoned.add(sid)
+        grace = self._grace
+        log.warning("run %s: step %s ignored its %gs timeout for %gs; abandoned", state.run_id, sid, timeout, grace)
+        t0 = state.attempt_t0.pop(sid, None)
         wall = time.perf_counter() - t0 if t0 is not None else 0.0
-        _update(rec, wall_time=rec.wall_time + wall)
-        slots = self._held.pop(sid, None)
+        update_record(rec, wall_time=rec.wall_time + wall)
+        slots = state.held.pop(sid, None)
         if slots is not None:
             slots.release()  # its slots go back to the steps that can still run
         error = ErrorInfo(
@@ -195,18 +212,14 @@ class Attempts:
         fa = step.failure_action
         then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
         then = then if then in ("skip", "replan") else "abort"  # an uncooperative tool is not tried again
-        self._emit(StepFailed, step_id=sid, attempt=rec.attempts, worker=rec.worker, error=error, then=then, wall_time=wall, usage=_ZERO)
-        self._fail(step, error, then)
+        self._run._emit(
+            StepFailed, step_id=sid, attempt=rec.attempts, worker=rec.worker, error=error, then=then, wall_time=wall, usage=ZERO
+        )
+        self._run._fail(step, error, then)
 
 
 class _ReferenceError(Exception):
     """A reference did not resolve against the upstream output (a wrong path)."""
-
-
-def _update(record: StepRecord, **fields: Any) -> None:
-    """Set fields of a step record the engine owns, skipping pydantic's per-attribute
-    `__setattr__` (the hot path sets about ten fields per step; the values are the engine's own)."""
-    record.__dict__.update(fields)
 
 
 def _error(rule: str, exc: BaseException) -> ErrorInfo:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Deadline"]
 
@@ -29,8 +30,9 @@ class Deadline:
     __slots__ = ("_cancelling", "_fired", "_grace", "_handle", "_on_stuck", "_settled", "_task")
 
     def __init__(self, delay: float | None, *, on_stuck: Callable[[], None] | None = None, grace: float = 5.0) -> None:
-        self._task = asyncio.current_task()
-        assert self._task is not None
+        task = asyncio.current_task()
+        assert task is not None, "a deadline is armed inside the task it bounds"
+        self._task: asyncio.Task[Any] = task
         self._fired = self._settled = False
         self._cancelling = self._task.cancelling()
         self._on_stuck, self._grace = on_stuck, grace
@@ -38,7 +40,7 @@ class Deadline:
 
     def _fire(self) -> None:
         self._fired = True
-        self._task.cancel()  # type: ignore[union-attr]
+        self._task.cancel()
         if self._on_stuck is not None:
             # code that swallows CancelledError cannot be stopped; after the grace period, say so
             self._handle = asyncio.get_running_loop().call_later(self._grace, self._stuck)
@@ -53,7 +55,7 @@ class Deadline:
         if not self._fired:
             return False
         self._settled = True
-        return self._task.uncancel() <= self._cancelling  # type: ignore[union-attr]
+        return self._task.uncancel() <= self._cancelling
 
     def disarm(self) -> None:
         """Stop the timer (the attempt ended); withdraw a cancellation the attempt swallowed."""
@@ -61,4 +63,4 @@ class Deadline:
         if self._handle is not None:
             self._handle.cancel()
         if self._fired and not self._settled:
-            self._task.uncancel()  # type: ignore[union-attr]
+            self._task.uncancel()

@@ -1,10 +1,13 @@
 """The execution engine: runs validated plans with asyncio, driven by dependencies alone.
 
-Owns the engine's configuration (registry, runner, concurrency limits,
-default timeout, synthesizer, checker, approver, seed, subscribers) and
-starting runs: `Engine.start` validates a plan and hands it to a `Run`
-(in `execution`), which does the running. Imports `plan`, `registry`,
-`runner`, `checks`, `synthesis`, `validation`, `execution`, `results`.
+Owns `Engine`: its settings are one frozen `EngineConfig` (in `config`),
+from which it resolves its collaborators (registry, runner, checker, the
+seeded random source, subscribers); it starts runs (`start`, `resume`,
+`start_streaming`), each a `Run` (in `run`) that does the running, and the
+rollback run of an aborted one, with the settings a rollback keeps.
+Imports `engine.config`, `engine.criteria`, `engine.recording`,
+`engine.results`, `engine.resume`, `engine.run`, `engine.runner`,
+`engine.streaming`, `plan`, `usage` and `workers.registry`.
 """
 
 from __future__ import annotations
@@ -16,24 +19,22 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from planexec.engine.approval import Approver, PlanApprover
+from planexec.engine.approval import Approver
+from planexec.engine.config import EngineConfig, Subscriber
 from planexec.engine.criteria import Checker, CriteriaChecker
-from planexec.engine.join import Joiner
-from planexec.engine.recording import DurableRunner, RunLog, record_run
-from planexec.engine.replan import Replanner
+from planexec.engine.recording import DurableRunner, record_run
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
-from planexec.engine.run import Run, Subscriber
-from planexec.engine.runner import LocalRunner, Runner
-from planexec.engine.streaming import StepStream, StreamingRun, follow
-from planexec.engine.synthesis import Synthesizer
+from planexec.engine.run import Run
+from planexec.engine.runner import LocalRunner
+from planexec.engine.streaming import StepStream, StreamingRun
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import check_plan
-from planexec.usage import Budget, Usage
+from planexec.usage import Usage
 from planexec.workers.registry import Registry
 
-__all__ = ["Approver", "Engine", "Run"]
+__all__ = ["Approver", "Engine", "EngineConfig", "Run"]
 
 
 class Engine:
@@ -63,57 +64,31 @@ class Engine:
     aborts after steps with side effects (not idempotent) succeeded, the
     plan's `rollback_plan` runs as the sub-run ``<run>/rollback`` and its
     result is `RunResult.rollback`.
+
+    Give the settings as keywords (`Engine(registry, max_concurrency=8)`) or
+    as one `EngineConfig` (`Engine(config=...)`; keywords given as well
+    replace its values); `engine.config` is what the engine runs with.
     """
 
-    def __init__(
-        self,
-        registry: Registry | None = None,
-        *,
-        runner: Runner | None = None,
-        max_concurrency: int = 64,
-        worker_limits: Mapping[str, int] | None = None,
-        default_timeout: float | None = 300.0,
-        synthesizer: Synthesizer | None = None,
-        checker: Checker | None = None,
-        seed: int | None = None,
-        on_event: Subscriber | None = None,
-        approver: Approver | None = None,
-        cancel_grace: float = 5.0,
-        replanner: Replanner | None = None,
-        max_replans: int = 2,
-        joiner: Joiner | None = None,
-        replan_failed_checks: bool = True,
-        budget: Budget | None = None,
-        store: RunLog | None = None,
-        plan_approver: PlanApprover | None = None,
-    ) -> None:
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        bad = {w: n for w, n in (worker_limits or {}).items() if not isinstance(n, int) or n < 1}
-        if bad:
-            raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
-        self.registry = registry if registry is not None else Registry.default()
-        self.runner = runner if runner is not None else LocalRunner(self.registry)
-        self.store = store
-        self.plan_approver = plan_approver
-        if store is not None and not isinstance(self.runner, DurableRunner):
+    def __init__(self, registry: Registry | None = None, *, config: EngineConfig | None = None, **settings: Any) -> None:
+        config = config if config is not None else EngineConfig()
+        if registry is not None:
+            settings["registry"] = registry
+        if settings:
+            config = config.replace(**settings)  # validated again, and a TypeError names a keyword that is no setting
+        self._config = config
+        self.registry = config.registry if config.registry is not None else Registry.default()
+        self.runner = config.runner if config.runner is not None else LocalRunner(self.registry)
+        if config.store is not None and not isinstance(self.runner, DurableRunner):
             self.runner = DurableRunner(self.runner)  # no step runs before its start is stored
-        self.max_concurrency = max_concurrency
-        self.worker_limits = dict(worker_limits or {})
-        self.default_timeout = default_timeout
-        self.synthesizer = synthesizer
-        self.checker = checker if checker is not None else CriteriaChecker(self.registry)
-        self.random = random.Random(seed)
-        self.subscribers: list[Subscriber] = [on_event] if on_event else []
-        self.approver = approver
-        self.cancel_grace = cancel_grace
-        if max_replans < 0:
-            raise ValueError("max_replans must be 0 or more")
-        self.replanner = replanner
-        self.max_replans = max_replans
-        self.joiner = joiner
-        self.replan_failed_checks = replan_failed_checks
-        self.budget = budget
+        self.checker: Checker | CriteriaChecker = config.checker if config.checker is not None else CriteriaChecker(self.registry)
+        self.random = random.Random(config.seed)
+        self.subscribers: list[Subscriber] = [config.on_event] if config.on_event else []
+
+    @property
+    def config(self) -> EngineConfig:
+        """The settings this engine runs with (frozen; `config.replace(...)` makes another)."""
+        return self._config
 
     def start(
         self,
@@ -135,14 +110,15 @@ class Engine:
         """
         if validate:
             check_plan(plan, self.registry)
-        run = Run(self, plan, run_id or new_run_id())
-        run.setup = dict(setup or {})
+        drafts = [
+            {"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time}
+            for d in (planning.drafts if planning is not None else ())
+        ]
+        run = Run(self, plan, run_id or new_run_id(), setup=setup, drafts=drafts)
         for role, used in (overhead or {}).items():
             run.add_overhead(role, used)
-        for d in planning.drafts if planning is not None else ():
-            run._drafts.append({"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time})
         self._record(run)
-        run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id}")
+        run.launch(name=f"planexec {run.run_id}")
         return run
 
     def resume(self, run_id: str) -> Run:
@@ -153,20 +129,21 @@ class Engine:
         otherwise the run ends ``needs_decision`` once nothing else can go on.
         Raises `ResumeError` for a run that finished, `RunNotFoundError` for an unknown one.
         """
-        if self.store is None:
+        store = self._config.store
+        if store is None:
             raise ValueError("resume needs an engine with a store: Engine(..., store=open_store(...))")
-        events = self.store.events(run_id)
-        versions = self.store.plan_versions(run_id)
+        events = store.events(run_id)
+        versions = store.plan_versions(run_id)
         resumption = plan_resumption(run_id, events, versions, self.is_idempotent)
         check_plan(resumption.plan, self.registry)
         run = Run(self, resumption.plan, run_id, resumption=resumption)
         self._record(run)
-        run._task = asyncio.get_running_loop().create_task(run._main(), name=f"planexec {run.run_id} (resumed)")
+        run.launch(name=f"planexec {run.run_id} (resumed)")
         return run
 
     def _record(self, run: Run) -> None:
-        if self.store is not None:
-            record_run(run, self.store)
+        if self._config.store is not None:
+            record_run(run, self._config.store)
 
     def start_streaming(self, stream: StepStream, *, run_id: str | None = None) -> Run:
         """Start a run whose steps arrive from a `PlanStream`: each starts once it is parsed and its dependencies end.
@@ -177,17 +154,37 @@ class Engine:
         plan cannot be approved before its steps start: an engine with a
         `plan_approver` refuses to stream (ValueError).
         """
-        if self.plan_approver is not None:
+        if self._config.plan_approver is not None:
             raise ValueError(
                 "a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver"
             )
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
         run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
-        loop = asyncio.get_running_loop()
-        run._task = loop.create_task(run._main(), name=f"planexec {run.run_id}")
+        run.launch(name=f"planexec {run.run_id}")
         self._record(run)
-        run._tasks[PLAN_TASK] = loop.create_task(follow(run, stream), name=f"planexec {run.run_id} plan stream")
+        run.feed(stream, name=f"planexec {run.run_id} plan stream")
         return run
+
+    def start_rollback(self, plan: Plan, *, run_id: str) -> Run:
+        """Start the rollback plan of an aborted run, with this engine's settings less those a rollback must not have."""
+        config = self._config.replace(
+            # the same resolved collaborators, not new defaults: the steps undone ran on these
+            registry=self.registry,
+            runner=self.runner,
+            checker=self.checker,
+            # dropped: a rollback is not revised (it undoes the plan; it does not pursue its goal), so no replanner or joiner
+            replanner=None,
+            joiner=None,
+            # dropped: its answer is not read (only its steps matter), so no synthesizer spends a model call on one
+            synthesizer=None,
+            # dropped: its events reach the store and the subscribers through the aborted run (as `SubRunEvent`);
+            # recorded or delivered again they would count twice, and it would look resumable on its own
+            store=None,
+            on_event=None,
+            # dropped: the rollback plan is part of the plan's content hash, approved with it (a saved plan by its name)
+            plan_approver=None,
+        )  # kept: the budget (bounding the rollback's own use), limits, timeouts, cancel grace, step approver, checker, seed
+        return Engine(config=config).start(plan, run_id=run_id)
 
     async def run(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
         """Run the plan to the end and return its result."""
@@ -217,13 +214,11 @@ class Engine:
 
     def limit_for(self, worker: str) -> int | None:
         """How many steps of this worker may run at once (None: only the global limit)."""
-        if worker in self.worker_limits:
-            return self.worker_limits[worker]
+        limits = self._config.worker_limits
+        if worker in limits:
+            return limits[worker]
         w = self.registry.workers.get(worker)
         return getattr(w, "max_concurrency", None) if w is not None else None
-
-
-PLAN_TASK = "<plan stream>"  # the key of the task that feeds a streaming run (no step id can look like it)
 
 
 def new_run_id() -> str:

@@ -193,14 +193,14 @@ def record_run(run: Any, store: RunLog) -> Recorder:
     runner, steps wait for their start to be stored (group commit).
     """
     runner = getattr(getattr(run, "engine", None), "runner", None)
-    gated = isinstance(runner, DurableRunner)
-    recorder = Recorder(run, store, gated=gated)
+    durable = runner if isinstance(runner, DurableRunner) else None
+    recorder = Recorder(run, store, gated=durable is not None)
     if run.plan.steps:  # a streamed run starts with an empty plan
         recorder._save_plan()
     recorder._queue.extend(run.history)
     recorder.flush()
     run.subscribe(recorder)
-    if gated:
-        runner.recorders[run.run_id] = recorder  # type: ignore[union-attr]
-        run.subscribe(lambda ev: runner.recorders.pop(run.run_id, None) if ev.type == "run_finished" else None)  # type: ignore[union-attr]
+    if durable is not None:
+        durable.recorders[run.run_id] = recorder
+        run.subscribe(lambda ev: durable.recorders.pop(run.run_id, None) if ev.type == "run_finished" else None)
     return recorder

@@ -109,9 +109,10 @@ def revised_plan(plan: Plan, steps: list[Step], done: list[str]) -> Plan:
         )
     if not steps:
         raise PlanParseError([Problem("empty_revision", "a revision must add at least one step")], plan_id=plan.plan_id)
-    return plan.model_copy(
+    revised: Plan = plan.model_copy(  # `Plan.model_copy` is typed loosely (Any); this is a Plan
         update={"steps": kept + list(steps), "version": plan.version + 1, "revises": plan.version, "answer_step": steps[-1].step_id}
     )
+    return revised
 
 
 class FunctionReplanner:

@@ -10,7 +10,7 @@ idempotent, or when a person said ``retry``; otherwise it is held, and the
 run ends ``needs_decision`` once nothing else can go on. A person's
 decision (`StepResolved`: retry, skip, or mark done with a value) counts
 only when it came after the step's last start. Pure: no I/O.
-Imports `store.replay`, `calls`, `dag`, `plan`, `results`, `events`, `usage`, `errors`.
+Imports `engine.events`, `engine.replay`, `engine.results`, `plan`, `usage`, `workers.io` and `errors`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from planexec.engine.events import StepResolved, utcnow
 from planexec.engine.replay import replay
 from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError
@@ -180,8 +181,6 @@ def resolve_step(store: Any, run_id: str, step_id: str, decision: str, value: An
     (finished, or still running in another process as far as the store
     says), or the step was not cut off mid-attempt. Returns the event.
     """
-    from planexec.engine.events import StepResolved, utcnow
-
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
     summary = store.run(run_id)
@@ -195,6 +194,6 @@ def resolve_step(store: Any, run_id: str, step_id: str, decision: str, value: An
         raise ResumeError(f"run {run_id!r} has no step {step_id!r}", run_id=run_id)
     if rec.state not in (StepState.RUNNING, StepState.NEEDS_DECISION) and step_id not in cut_off:
         raise ResumeError(f"step {step_id!r} of run {run_id!r} is {rec.state.value}, not waiting for a decision", run_id=run_id)
-    event = StepResolved(run_id=run_id, seq=view.last_seq + 1, at=utcnow(), step_id=step_id, decision=decision, value=value, by=by)  # type: ignore[arg-type]
+    event = StepResolved(run_id=run_id, seq=view.last_seq + 1, at=utcnow(), step_id=step_id, decision=decision, value=value, by=by)  # type: ignore[arg-type]  # a str checked against DECISIONS above
     store.append([event])
     return event

@@ -4,8 +4,10 @@ Owns `StreamingRun` (a `Run` that takes steps while it runs: `extend`,
 `close`, `fail`), `StepStream` (what feeds it: an async iterable of steps
 that holds the whole plan, and the draft it came from, once it ended) and
 `follow`, which feeds a run from a stream. The planner's stream is
-`planning.stream.PlanStream`. Imports `engine.run`, `engine.events`,
-`engine.results`, `plan`, `usage` and `errors`.
+`planning.stream.PlanStream`. A subclass of `Run` because it is one: the
+same state and collaborators, plus three ways in for steps that arrive.
+Imports `engine.run`, `engine.state`, `engine.events`, `engine.results`,
+`plan` and `errors`.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Protocol
 from planexec.engine.events import PlanCompleted, PlanStepParsed
 from planexec.engine.results import RunStatus, StepRecord
 from planexec.engine.run import Run
+from planexec.engine.state import ZERO
 from planexec.errors import ModelError, PlanningError
 from planexec.plan.drafts import PlanDraft
 from planexec.plan.model import Plan, Step
-from planexec.usage import Usage
 
 __all__ = ["StepStream", "StreamingRun", "follow"]
 
@@ -44,34 +46,43 @@ class StreamingRun(Run):
 
     def extend(self, step: Step) -> None:
         """Add a step of a streamed plan, already checked on its own; it starts once its dependencies end."""
-        if not self._open:
+        state = self.state
+        if not state.open:
             raise RuntimeError(f"run {self.run_id} is not taking steps (it was not started streaming, or it ended)")
         sid = step.step_id
-        self._sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
-        self.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=Usage())
-        self._steps[sid], self._deps[sid] = step, step.dependencies
+        state.sched.add(sid, step.dependencies, tolerant=step.accepts_failed_inputs)
+        state.records[sid] = StepRecord(step_id=sid, worker=step.worker, action=step.action, usage=ZERO)
+        state.steps[sid], state.deps[sid] = step, step.dependencies
         if not step.references and "$${" not in repr((step.parameters, step.instruction)):
-            self._verbatim.add(sid)
-        self.plan = self.plan.model_copy(update={"steps": [*self.plan.steps, step]})
+            state.verbatim.add(sid)
+        state.plan = state.plan.model_copy(update={"steps": [*state.plan.steps, step]})
         self._emit(PlanStepParsed, step_id=sid, worker=step.worker, action=step.action, depends_on=step.dependencies)
         self._launch_ready()
 
     def close(self, plan: Plan) -> None:
         """The streamed plan is complete and valid: it becomes the run's plan; the run ends when its steps do."""
-        if not self._open:
+        state = self.state
+        if not state.open:
             return
-        if plan.step_ids != self.plan.step_ids:
-            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {self.plan.step_ids}")
+        if plan.step_ids != state.plan.step_ids:
+            self._end(RunStatus.FAILED, f"the completed plan's steps {plan.step_ids} differ from those streamed {state.plan.step_ids}")
             return
-        self._open = False
-        self.plan = plan
+        state.open = False
+        state.plan = plan
         self._emit(PlanCompleted, content_hash=plan.content_hash, step_ids=plan.step_ids)
-        if not self._sched.is_active():
-            self._done.set()
+        if not state.sched.is_active():
+            state.done.set()
 
     def fail(self, reason: str) -> None:
         """The plan could not be completed (a late validation error, a planner failure): stop cleanly."""
         self._end(RunStatus.FAILED, reason)
+
+    def feed(self, stream: StepStream, *, name: str) -> None:
+        """Start the task that feeds this run from `stream` (see `follow`); `cancel()` and the run's end stop it."""
+        self.state.tasks[PLAN_TASK] = asyncio.get_running_loop().create_task(follow(self, stream), name=name)
+
+
+PLAN_TASK = "<plan stream>"  # the key of the task that feeds a streaming run (no step id can look like it)
 
 
 async def follow(run: StreamingRun, stream: StepStream) -> None:

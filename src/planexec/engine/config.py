@@ -1,0 +1,126 @@
+"""The engine's settings, and what a run sees of the engine that started it.
+
+Owns `EngineConfig` (every setting `Engine` takes, validated once, frozen,
+changed only through `replace`), `Subscriber` (an event callback), `Host`
+(the narrow view a `Run` has of its engine; `Engine` is the one
+implementation) and `RunHandle` (what a run started by a host offers back).
+Settings left None here are resolved by the `Engine` (a default registry, a
+local runner, the criteria checker), so `replace(registry=...)` never keeps
+a runner or checker built for another registry.
+Imports `engine.approval`, `engine.criteria`, `engine.join`,
+`engine.recording`, `engine.replan`, `engine.results`, `engine.runner`,
+`engine.synthesis`, `plan`, `usage` and `workers.registry`; never the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from planexec.engine.approval import Approver, PlanApprover
+from planexec.engine.criteria import Checker, CriteriaChecker
+from planexec.engine.join import Joiner
+from planexec.engine.recording import RunLog
+from planexec.engine.replan import Replanner
+from planexec.engine.results import RunResult
+from planexec.engine.runner import Runner
+from planexec.engine.synthesis import Synthesizer
+from planexec.plan.model import Plan, Step
+from planexec.usage import Budget
+from planexec.workers.registry import Registry
+
+__all__ = ["EngineConfig", "Host", "RunHandle", "Subscriber"]
+
+Subscriber = Callable[[Any], None]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Every setting of an `Engine`; see `Engine` for what each does. Invalid values raise `ValueError` here.
+
+    `registry`, `runner` and `checker` left None are the engine's defaults
+    (`Registry.default()`, a `LocalRunner` on the registry, the criteria
+    checker). `worker_limits` is kept as a read-only mapping.
+    """
+
+    registry: Registry | None = None
+    runner: Runner | None = None
+    max_concurrency: int = 64
+    worker_limits: Mapping[str, int] = field(default_factory=dict)
+    default_timeout: float | None = 300.0
+    synthesizer: Synthesizer | None = None
+    checker: Checker | None = None
+    seed: int | None = None
+    on_event: Subscriber | None = None
+    approver: Approver | None = None
+    cancel_grace: float = 5.0
+    replanner: Replanner | None = None
+    max_replans: int = 2
+    joiner: Joiner | None = None
+    replan_failed_checks: bool = True
+    budget: Budget | None = None
+    store: RunLog | None = None
+    plan_approver: PlanApprover | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        limits = dict(self.worker_limits or {})
+        bad = {w: n for w, n in limits.items() if not isinstance(n, int) or n < 1}
+        if bad:
+            raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
+        if self.max_replans < 0:
+            raise ValueError("max_replans must be 0 or more")
+        # frozen: the one way in is object.__setattr__; a copy, so the caller's dict cannot change it later
+        object.__setattr__(self, "worker_limits", MappingProxyType(limits))
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with `changes` applied and validated again (`TypeError` for a name that is not a setting)."""
+        return dataclasses.replace(self, **changes)
+
+
+class RunHandle(Protocol):
+    """What a run started by a `Host` offers the run that started it (a rollback's parent)."""
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Call `callback(event)` for every later event."""
+        ...
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result."""
+        ...
+
+
+class Host(Protocol):
+    """What a `Run` needs of the engine that started it: its settings, resolved collaborators and step rules."""
+
+    registry: Registry
+    runner: Runner
+    checker: Checker | CriteriaChecker
+    random: random.Random
+    subscribers: list[Subscriber]
+
+    @property
+    def config(self) -> EngineConfig:
+        """The settings, as given."""
+        ...
+
+    def needs_approval(self, step: Step) -> bool:
+        """True when a person (the approver) must allow the step first."""
+        ...
+
+    def is_idempotent(self, step: Step) -> bool:
+        """True when running the step twice does no harm."""
+        ...
+
+    def limit_for(self, worker: str) -> int | None:
+        """How many steps of this worker may run at once (None: only the global limit)."""
+        ...
+
+    def start_rollback(self, plan: Plan, *, run_id: str) -> RunHandle:
+        """Start the rollback plan of an aborted run (raises `PlanValidationError` when it cannot run)."""
+        ...

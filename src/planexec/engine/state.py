@@ -1,0 +1,113 @@
+"""The state of one run, in one place, and the operations its collaborators may call on the run.
+
+Owns `RunState` (the plan in force, each step's record and output, the
+scheduler, the tasks and slots of running attempts, how the run stands and
+why) and `RunControl`, the narrow protocol through which a run's
+collaborators (`attempt.Attempts`, `revisions.Revisions`) act on it: emit
+an event, fail a step, end the run, launch what is ready. They read and
+write the state directly, so the run, its attempts and its revisions agree
+on it without subclassing one another. Imports `engine.limits`,
+`engine.results`, `plan`, `usage` and `workers.io`; never the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Set
+from typing import Any, Protocol
+
+from planexec.engine.limits import Slots
+from planexec.engine.results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord
+from planexec.plan.model import Plan, Step
+from planexec.plan.scheduler import Scheduler
+from planexec.usage import Usage
+from planexec.workers.io import Output
+
+__all__ = ["ZERO", "RunControl", "RunState", "update_record"]
+
+ZERO = Usage()  # records are immutable: one shared zero
+
+
+class RunState:
+    """Everything one run knows while it runs; its `Run`, attempts and revisions share this one object."""
+
+    def __init__(self, run_id: str, plan: Plan, *, streaming: bool = False) -> None:
+        self.run_id = run_id
+        self.open = streaming  # steps are still arriving (see `streaming.StreamingRun`)
+        self.status = RunStatus.RUNNING
+        self.reason: str | None = None
+        self.replan: ReplanRequest | None = None  # the request a run that ends asking for a replan carries
+        self.pending: ReplanRequest | None = None  # a replan asked for, served once running steps end
+        self.error: ErrorInfo | None = None
+        self.result: RunResult | None = None
+        self.done = asyncio.Event()  # set when nothing runs any more (the steps ended, or the run is ending)
+        self.tasks: dict[str, asyncio.Task[Any]] = {}  # step tasks, and the monitor's under keys no step id looks like
+        self.outputs: dict[str, Output] = {}
+        self.attempt_t0: dict[str, float] = {}  # start of the attempt in progress, per step
+        self.abandoned: set[str] = set()  # steps whose tool ignored its timeout's cancellation
+        self.held: dict[str, Slots] = {}  # the slots each running attempt holds
+        self.held_steps: set[str] = set()  # cut off by a crash, waiting for a person (see `resume`)
+        self.planning = ZERO  # what the planner's drafts cost
+        self.overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
+        self.load_plan(plan)
+
+    def load_plan(self, plan: Plan, *, kept: Set[str] = frozenset()) -> None:
+        """Make `plan` the one to run; `kept` steps (a revision's finished ones) start settled as succeeded."""
+        self.plan = plan
+        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=ZERO) for s in plan.steps}
+        self.steps = {s.step_id: s for s in plan.steps}
+        self.outputs = {sid: out for sid, out in self.outputs.items() if sid in kept}
+        self.deps = {s.step_id: s.dependencies for s in plan.steps}
+        # steps with no references and no escapes: their parameters are passed as written, nothing to resolve
+        self.verbatim = {s.step_id for s in plan.steps if not s.references and "$${" not in repr((s.parameters, s.instruction))}
+        self.sched = Scheduler(self.deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs], succeeded=kept)
+
+    def failure_text(self, sid: str) -> str:
+        """Why a step has no output, in a line (its error, or the reason it was skipped or cancelled)."""
+        rec = self.records[sid]
+        return rec.error.render() if rec.error else (rec.reason or rec.state.value)
+
+
+class RunControl(Protocol):
+    """What a run's collaborators may ask of the run (a `Run` is one); engine-internal, hence the underscores."""
+
+    run_id: str
+    depth: int
+
+    def _emit(self, cls: type, **fields: Any) -> None:
+        """Record an event and deliver it."""
+        ...
+
+    def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:
+        """The step failed for good; `then` (abort, skip, replan) says what follows."""
+        ...
+
+    def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False) -> None:
+        """Stop the run with `status`."""
+        ...
+
+    def _stop(self, rule: str, message: str, replan: ReplanRequest | None = None) -> None:
+        """End the run as ``failed`` with a typed error."""
+        ...
+
+    def _launch_ready(self) -> None:
+        """Start every step whose dependencies ended."""
+        ...
+
+    def record_draft(self, **fields: Any) -> None:
+        """Record one of the planner's drafts; its usage counts toward the run's."""
+        ...
+
+    def add_overhead(self, role: str, usage: Usage) -> None:
+        """Count work done around the run under `role`."""
+        ...
+
+    def relay(self, step_id: str, depth: int, event: Any) -> None:
+        """Put an event of a sub-run into this run's stream."""
+        ...
+
+
+def update_record(record: StepRecord, **fields: Any) -> None:
+    """Set fields of a step record the engine owns, skipping pydantic's per-attribute
+    `__setattr__` (the hot path sets about ten fields per step; the values are the engine's own)."""
+    record.__dict__.update(fields)
