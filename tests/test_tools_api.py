@@ -17,7 +17,7 @@ import pytest
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from planexec import Plan, Registry, RoleWorker, StepCall, Tool, tool
+from planexec import Engine, Plan, Registry, RoleWorker, StepCall, Tool, tool
 from planexec.errors import RegistryError, ToolInputError, ToolOutputError
 from planexec.plan.validation import validate_plan
 from planexec.planning.draft_schema import draft_schema
@@ -293,6 +293,31 @@ def test_one_registry_serves_concurrent_runs_with_their_own_dependencies():
         (12, "south:lamp=12 (run r2, step s2, tool in_stock)"),
     ]
     assert shops["r1"].stock == {"lamp": 3} and shops["r2"].stock == {"lamp": 12}
+
+
+def test_runs_of_one_engine_started_inside_run_dependencies_see_their_own():
+    registry = Registry()
+    registry.add_tool(in_stock)
+    steps = [
+        {"id": "a", "action": "in_stock", "parameters": {"item": "lamp"}},
+        {"id": "b", "action": "in_stock", "parameters": {"item": "cup"}},
+    ]
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": steps})
+    engine = Engine(registry=registry)
+
+    async def one_run(shop: Shop, run_id: str) -> dict[str, Any]:
+        with run_dependencies(shop):
+            result = await engine.run(plan, run_id=run_id)
+        return result.outputs()
+
+    async def both() -> list[dict[str, Any]]:
+        return await asyncio.gather(one_run(Shop("north", {"lamp": 1}), "r1"), one_run(Shop("south", {"cup": 2}), "r2"))
+
+    north, south = asyncio.run(both())
+    assert north == {"a": "north:lamp=1 (run r1, step a, tool in_stock)", "b": "north:cup=0 (run r1, step b, tool in_stock)"}
+    assert south == {"a": "south:lamp=0 (run r2, step a, tool in_stock)", "b": "south:cup=2 (run r2, step b, tool in_stock)"}
+    with run_dependencies(Shop("east", {"cup": 5})):
+        assert engine.run_sync(plan, run_id="r3").outputs()["b"] == "east:cup=5 (run r3, step b, tool in_stock)"
 
 
 def test_a_schema_tools_handler_may_take_the_context_too():

@@ -38,14 +38,15 @@ _NOT_NESTED = ("$schema", "$id")  # meaningful at a document's root only; the sc
 
 
 class InputModel(Protocol):
-    """What the planner, the validator and the catalog read of a tool's argument model (a pydantic model class is one)."""
+    """What the planner, the validator and the catalog read of a tool's argument model (a pydantic model class is one).
+
+    Readers that name parameters (plan text formats, evaluation suites) also
+    read ``model_fields``: names in order, each with ``is_required()``.
+    """
 
     def model_validate(self, obj: Any) -> Any: ...
 
     def model_json_schema(self) -> dict[str, Any]: ...
-
-    @property
-    def model_fields(self) -> Mapping[str, Any]: ...
 
 
 class SchemaField:
@@ -90,23 +91,23 @@ class SchemaInput:
     def __init__(self, schema: Mapping[str, Any], *, name: str) -> None:
         if not isinstance(schema, Mapping):
             raise RegistryError(f"tool {name!r}: input_schema must be a JSON Schema object, not {type(schema).__name__}", name=name)
-        schema = copy.deepcopy(dict(schema))
-        kind = schema.setdefault("type", "object")
+        given = copy.deepcopy(dict(schema))
+        kind = given.setdefault("type", "object")
         if kind != "object":
             raise RegistryError(f"tool {name!r}: input_schema must describe an object (its arguments by name), not {kind!r}", name=name)
-        validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        schema = {k: v for k, v in _rewrite_definitions(schema).items() if k not in _NOT_NESTED}
-        if not any(key in schema for key in _OPEN_KEYS):
-            schema["additionalProperties"] = False  # like a function tool: an argument it does not declare is refused
+        validator_class = jsonschema.validators.validator_for(given, default=jsonschema.Draft202012Validator)
+        document = {k: v for k, v in _rewrite_definitions(given).items() if k not in _NOT_NESTED}
+        if not any(key in document for key in _OPEN_KEYS):
+            document["additionalProperties"] = False  # like a function tool: an argument it does not declare is refused
         try:
-            validator_class.check_schema(schema)
+            validator_class.check_schema(document)
         except jsonschema.SchemaError as exc:
             raise RegistryError(f"tool {name!r}: input_schema is not a valid JSON Schema: {exc.message}", name=name) from None
         self.name = name
-        self.schema = schema
-        self._validator = validator_class(schema)
-        required = set(schema.get("required", []))
-        properties = schema.get("properties", {})
+        self.schema = document
+        self._validator = validator_class(document)
+        required = set(document.get("required", []))
+        properties = document.get("properties", {})
         self.model_fields: dict[str, SchemaField] = {
             key: SchemaField(key, value, required=key in required) for key, value in properties.items()
         }
@@ -127,9 +128,9 @@ class SchemaInput:
             seen: set[tuple[str, tuple[Any, ...]]] = set()
             for error in self._validator.iter_errors(obj):
                 for line in _line_errors(error):
-                    key = (str(line["type"]), line["loc"])
-                    if key not in seen:
-                        seen.add(key)
+                    seen_key = (str(line["type"]), line["loc"])
+                    if seen_key not in seen:
+                        seen.add(seen_key)
                         line_errors.append(line)
         if line_errors:
             raise ValidationError.from_exception_data(self.name, line_errors)
@@ -149,8 +150,9 @@ def _line_errors(error: jsonschema.ValidationError) -> list[dict[str, Any]]:
     """One jsonschema error as pydantic line errors: missing and unknown arguments get pydantic's own types."""
     loc = tuple(error.absolute_path)
     instance = error.instance
+    expected: Any = error.validator_value
     if error.validator == "required" and isinstance(instance, dict):
-        return [{"type": "missing", "loc": (*loc, key), "input": instance} for key in error.validator_value if key not in instance]
+        return [{"type": "missing", "loc": (*loc, key), "input": instance} for key in expected if key not in instance]
     if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(instance, dict):
         schema = error.schema if isinstance(error.schema, dict) else {}
         declared = schema.get("properties", {})
@@ -159,6 +161,6 @@ def _line_errors(error: jsonschema.ValidationError) -> list[dict[str, Any]]:
         if extra:
             return [{"type": "extra_forbidden", "loc": (*loc, key), "input": instance[key]} for key in extra]
     if error.validator == "type":
-        expected = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
-        return [_custom(loc, f"Input should be of type {expected}", instance)]
+        types = expected if isinstance(expected, str) else " or ".join(expected)
+        return [_custom(loc, f"Input should be of type {types}", instance)]
     return [_custom(loc, error.message, instance)]

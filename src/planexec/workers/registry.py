@@ -66,10 +66,20 @@ class Registry:
         read_only: bool = False,
     ) -> Any:
         """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
-        options = {"idempotent": idempotent, "requires_approval": requires_approval, "read_only": read_only}
 
         def wrap(f: Callable[..., Any]) -> Tool:
-            t = f if isinstance(f, Tool) else Tool(f, name=name, description=description, worker=worker, **options)
+            if isinstance(f, Tool):
+                t = f
+            else:
+                t = Tool(
+                    f,
+                    name=name,
+                    description=description,
+                    worker=worker,
+                    idempotent=idempotent,
+                    requires_approval=requires_approval,
+                    read_only=read_only,
+                )
             self.add_tool(t)
             return t
 

@@ -102,7 +102,8 @@ def _hoist_defs(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> di
 
     for name, sub in own.items():
         defs[renamed[name]] = rewrite(sub)
-    return rewrite(schema)
+    hoisted: dict[str, Any] = rewrite(schema)
+    return hoisted
 
 
 _SHAPING = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "properties", "items", "prefixItems", "not"}

@@ -192,9 +192,7 @@ class Tool:
                 self.defaults[param.name] = param.default
             fields[param.name] = (hints.get(param.name, Any), default)
         model_name = "".join(part.title() for part in self.name.replace("-", "_").split("_")) + "Input"
-        return create_model(  # type: ignore[call-overload, no-any-return]
-            model_name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
-        )
+        return create_model(model_name, __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields)
 
     @classmethod
     def from_schema(
