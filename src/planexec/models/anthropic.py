@@ -86,7 +86,7 @@ def _wire_messages(messages: list[Message], model: str) -> tuple[str, list[dict[
             if not message.call_id:
                 raise ModelBadRequestError(f"{model}: a tool message has no call_id to answer", model=model)
             role = "user"
-            blocks = [{"type": "tool_result", "tool_use_id": message.call_id, "content": message.content}]
+            blocks: list[dict[str, Any]] = [{"type": "tool_result", "tool_use_id": message.call_id, "content": message.content}]
         else:
             role = message.role
             # the API rejects empty text blocks; a turn that only calls tools has none

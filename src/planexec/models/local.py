@@ -80,7 +80,7 @@ def _import_llama_cpp() -> Any:
 def _counting_llama(llama_cpp: Any) -> type:
     """A `Llama` that counts the prompt and completion tokens of its latest generation."""
 
-    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc, valid-type]
+    class CountingLlama(llama_cpp.Llama):  # type: ignore[misc]  # llama_cpp ships no type information
         prompt_tokens = 0
         completion_tokens = 0
 
@@ -233,7 +233,8 @@ class LocalModel:
     def _generate(self, request: ModelRequest) -> dict[str, Any]:
         llama, kwargs = self._prepare(request)
         with self._generation(llama):
-            return llama.create_chat_completion(**kwargs)
+            out: dict[str, Any] = llama.create_chat_completion(**kwargs)
+            return out
 
     def _generate_stream(self, request: ModelRequest, emit: Callable[[Any], None], stopped: threading.Event) -> None:
         # Runs in a worker thread; everything it produces, errors included, goes through emit.

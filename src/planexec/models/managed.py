@@ -75,8 +75,8 @@ class ManagedModel:
     def delay(self, retry: int, error: ModelError) -> float:
         """Seconds to wait before retry number `retry` (1-based)."""
         if error.retry_after is not None:
-            return min(max(error.retry_after, 0.0), self.max_backoff)
-        base = min(self.backoff * 2 ** (retry - 1), self.max_backoff)
+            return min(max(float(error.retry_after), 0.0), self.max_backoff)
+        base: float = min(self.backoff * 2 ** (retry - 1), self.max_backoff)
         return base * (1 + 0.25 * self.random.random())
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

@@ -244,7 +244,7 @@ class OpenAIModel:
                     self.name,
                     self._server_key(),
                 )
-            tool_calls = [tuple(calls[index]) for index in sorted(calls)]
+            tool_calls: list[tuple[str, str, str | None]] = [(c[0], c[1], c[2]) for c in (calls[index] for index in sorted(calls))]
             yield self._response("".join(parts), tool_calls, usage, model, finish_reason, schema)
 
     @contextlib.asynccontextmanager

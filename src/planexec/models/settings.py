@@ -56,14 +56,15 @@ class ModelSettings:
         self.api_key = api_key
         self.seed = seed
         self.prices = PriceTable.default(self.config.prices)
-        self.planner = self._pick(planner, "--model", "PLANEXEC_PLANNER_MODEL", self.config.planner_model, "planner_model")
-        if self.planner is None:
+        picked = self._pick(planner, "--model", "PLANEXEC_PLANNER_MODEL", self.config.planner_model, "planner_model")
+        if picked is None:
             if base_url:
-                self.planner = ModelChoice("openai:default", f"--base-url {base_url} was given")
+                picked = ModelChoice("openai:default", f"--base-url {base_url} was given")
             elif self.env.get("OPENAI_API_KEY"):
-                self.planner = ModelChoice(OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY is set and no model is configured")
+                picked = ModelChoice(OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY is set and no model is configured")
             else:
-                self.planner = ModelChoice(DEFAULT_MODEL, "nothing configured: the embedded model")
+                picked = ModelChoice(DEFAULT_MODEL, "nothing configured: the embedded model")
+        self.planner: ModelChoice = picked
         self.worker = self._pick(
             worker, "--worker-model", "PLANEXEC_WORKER_MODEL", self.config.worker_model, "worker_model"
         ) or ModelChoice(self.planner.name, "same as the planner")

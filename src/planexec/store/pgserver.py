@@ -65,9 +65,10 @@ class TempPostgres:
     """
 
     def __init__(self, *, start_timeout: float = 60.0) -> None:
-        self.bin = find_pg_bin()
-        if self.bin is None:
+        found = find_pg_bin()
+        if found is None:
             raise PostgresUnavailable("PostgreSQL server binaries not found (apt-get install postgresql, or set PG_BIN)")
+        self.bin: Path = found
         self.start_timeout = start_timeout
         self.user: str | None = None
         if os.geteuid() == 0:

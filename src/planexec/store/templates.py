@@ -82,9 +82,10 @@ class Templates:
 
     def delete_template(self, name: str, version: int | None = None) -> int:
         """Delete one version of template `name`, or all of them; how many; `TemplateNotFoundError` when none."""
-        sql, params = "DELETE FROM templates WHERE name = ?", (name,)
+        sql = "DELETE FROM templates WHERE name = ?"
+        params: list[object] = [name]
         if version is not None:
-            sql, params = sql + " AND version = ?", (name, version)
+            sql, params = sql + " AND version = ?", [name, version]
         with self._tx(write=True) as cur:
             cur.execute(self._q(sql), params)
             deleted = cur.rowcount
