@@ -416,7 +416,13 @@ def test_a_register_hook_that_adds_nothing_is_an_error_and_a_module_loads_twice(
     registry.load_module("good_tools")
     registry.load_module("good_tools")  # its tools are registered already, yet it declares one: not "nothing"
     assert "ping" in registry.tools and registry.loaded == ["module good_tools", "module good_tools"]
+    hooked = "from planexec import tool\n\nmade = {}\n\ndef register(registry):\n    registry.add_tool(made.setdefault('t', tool(lambda: 'pong', name='ping2')))\n"
+    (tmp_path / "hooked_tools.py").write_text(hooked)
+    registry.load_module("hooked_tools")
+    registry.load_module("hooked_tools")  # the hook registers the same tool again: still a declaration
+    assert "ping2" in registry.tools
     sys.modules.pop("good_tools", None)
+    sys.modules.pop("hooked_tools", None)
 
 
 def test_a_plain_worker_tool_still_works_with_a_step_call():

@@ -42,6 +42,7 @@ class Registry:
             TOOL_WORKER: ToolWorker(TOOL_WORKER, self.tools, description="calls any registered tool directly")
         }
         self.loaded: list[str] = []
+        self._registrations = 0  # calls that registered something (again, too): how load_module tells a module added nothing
 
     @classmethod
     def default(cls, *modules: str) -> Registry:
@@ -89,6 +90,7 @@ class Registry:
         """Register a `Tool`; with a worker name (or `tool.worker`) it joins that role's `ToolWorker`."""
         if tool.name in self.tools and self.tools[tool.name] is not tool:
             raise RegistryError(f"a tool named {tool.name!r} is already registered", name=tool.name)
+        self._registrations += 1
         self.tools[tool.name] = tool
         role = worker or tool.worker
         if role and role != TOOL_WORKER:
@@ -107,6 +109,7 @@ class Registry:
             raise RegistryError(f"{worker!r} does not implement the Worker protocol", name=getattr(worker, "name", None))
         if worker.name in self.workers and not replace and self.workers[worker.name] is not worker:
             raise RegistryError(f"a worker named {worker.name!r} is already registered", name=worker.name)
+        self._registrations += 1
         self.workers[worker.name] = worker
         return worker
 
@@ -117,6 +120,7 @@ class Registry:
             p = f if isinstance(f, Predicate) else Predicate(f, name=name)
             if p.name in self.predicates and self.predicates[p.name] is not p:
                 raise RegistryError(f"a predicate named {p.name!r} is already registered", name=p.name)
+            self._registrations += 1
             self.predicates[p.name] = p
             return p
 
@@ -167,7 +171,7 @@ class Registry:
         and saying how to declare a tool: its plain functions are not tools.
         """
         module = import_spec(spec)
-        before = self._sizes()
+        before = self._registrations
         hook = getattr(module, "register", None)
         if callable(hook) and not isinstance(hook, (Tool, Predicate)):
             hook(self)
@@ -185,12 +189,9 @@ class Registry:
                 declared = True
                 if self.workers.get(value.name) is not value:
                     self.add_worker(value)
-        if not declared and self._sizes() == before:
+        if not declared and self._registrations == before:
             raise RegistryError(_nothing_declared(spec, module), name=spec)
         self.loaded.append(f"module {spec}")
-
-    def _sizes(self) -> tuple[int, int, int]:
-        return len(self.tools), len(self.predicates), len(self.workers)
 
 
 def _nothing_declared(spec: str, module: Any) -> str:
