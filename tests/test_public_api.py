@@ -12,7 +12,7 @@ EXPECTED = {
     # plans
     "Plan", "Step", "FailureAction", "check_plan", "validate_plan", "Problem",
     # workers and tools
-    "Registry", "Tool", "tool", "Worker", "RoleWorker", "StepCall", "SubTeam",
+    "Registry", "Tool", "ToolContext", "tool", "Worker", "RoleWorker", "StepCall", "SubTeam",
     # execution
     "Engine", "Run", "RunResult", "RunStatus", "StepRecord", "StepState", "Usage", "Budget",
     # planning and models

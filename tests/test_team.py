@@ -12,6 +12,7 @@ from planexec.governance.rules import ForbidTools, ToolsNeedPerson
 from planexec.models.providers import register_provider
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
+from planexec.workers.context import ToolContext
 
 FIRST_PROGRAM = """\
 from planexec import Team
@@ -181,3 +182,22 @@ def test_eval_plans_with_the_same_settings_as_run(script):
         assert evaluated.bounds == run.bounds
         a, b = evaluated.planner, run.planner
         assert (a.max_steps, a.max_repairs, a.max_tokens, a.seed) == (b.max_steps, b.max_repairs, b.max_tokens, b.seed)
+
+
+def test_one_team_serves_runs_with_different_dependencies(script):
+    """A tool taking a `ToolContext` gets each run's own `deps`, even when two runs go side by side."""
+
+    def lookup(ctx: ToolContext[dict], key: str) -> str:
+        return ctx.deps[key]
+
+    plan = json.dumps(
+        {"steps": [{"id": "s1", "worker": "tool", "action": "lookup", "instruction": "x", "parameters": {"key": "k"}, "depends_on": []}]}
+    )
+    script.extend([plan, plan])
+    team = Team("script:p", tools=[lookup], mode="plan")
+
+    async def both():
+        return await asyncio.gather(team.run("look k up", deps={"k": "first"}), team.run("look k up", deps={"k": "second"}))
+
+    first, second = asyncio.run(both())
+    assert (first.answer, second.answer) == ("first", "second")

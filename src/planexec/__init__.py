@@ -32,6 +32,7 @@ from planexec.planning.planner import Planner
 from planexec.team.subteam import SubTeam
 from planexec.team.team import Team
 from planexec.usage import Budget, Usage
+from planexec.workers.context import ToolContext
 from planexec.workers.io import StepCall
 from planexec.workers.registry import Registry
 from planexec.workers.tools import Tool, tool
@@ -61,6 +62,7 @@ __all__ = [
     "SubTeam",
     "Team",
     "Tool",
+    "ToolContext",
     "Usage",
     "Worker",
     "check_plan",

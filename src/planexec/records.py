@@ -22,8 +22,14 @@ R = TypeVar("R", bound="Record")
 
 
 @functools.cache
-def _adapter(cls: type) -> TypeAdapter[Any]:
+def _cached_adapter(cls: Any) -> TypeAdapter[Any]:
     return TypeAdapter(cls)
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    """One `TypeAdapter` per record class, built once."""
+    key: Any = cls  # a class is hashable; typeshed's `Hashable` does not see it through a slotted dataclass
+    return _cached_adapter(key)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +40,8 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form as Python data."""
-        return _adapter(type(self)).dump_python(self, mode="json")  # type: ignore[no-any-return]
+        data: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
+        return data
 
     def to_json(self, *, indent: int | None = None) -> str:
         """The JSON form as text."""
@@ -43,9 +50,11 @@ class Record:
     @classmethod
     def from_dict(cls: type[R], data: Any) -> R:
         """Validate decoded JSON (or Python data) as this record."""
-        return _adapter(cls).validate_python(data)  # type: ignore[no-any-return]
+        record: R = _adapter(cls).validate_python(data)
+        return record
 
     @classmethod
     def from_json(cls: type[R], text: str | bytes) -> R:
         """Validate JSON text as this record."""
-        return _adapter(cls).validate_json(text)  # type: ignore[no-any-return]
+        record: R = _adapter(cls).validate_json(text)
+        return record

@@ -41,7 +41,8 @@ def _as_response(item: Any, request: ModelRequest, name: str) -> ModelResponse:
     if isinstance(item, ModelResponse):
         if item.usage.is_zero():
             item = item.model_copy(update={"usage": _usage(request, item.text)})
-        return item if item.model else item.model_copy(update={"model": name})
+        named: ModelResponse = item if item.model else item.model_copy(update={"model": name})
+        return named
     if isinstance(item, str):
         return ModelResponse(text=item, usage=_usage(request, item), model=name, finish_reason="stop")
     if isinstance(item, ToolCall):

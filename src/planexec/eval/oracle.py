@@ -70,7 +70,7 @@ def _find_property(schema: Any, name: str) -> Any:
 def _is_json_tool_union(schema: Any) -> bool:
     """A JSON-mode turn (`toolcalls.json_mode_schema`) that offers at least one tool."""
     branches = schema.get("anyOf") if isinstance(schema, dict) else None
-    return bool(branches) and any("tool" in (b.get("properties") or {}) for b in branches if isinstance(b, dict))
+    return isinstance(branches, list) and any("tool" in (b.get("properties") or {}) for b in branches if isinstance(b, dict))
 
 
 def _decode(text: str) -> Any:

@@ -158,7 +158,7 @@ class FunctionPolicy:
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", type(fn).__name__)
+        self.name: str = name or str(getattr(fn, "__name__", type(fn).__name__))
         try:
             params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):  # no signature to read: pass both

@@ -445,11 +445,11 @@ def _check_names(names: Iterable[str]) -> None:
 def _plan_data(plan: Plan) -> dict[str, Any]:
     data = plan.model_dump(mode="json", by_alias=True, exclude={"content_hash"})
     data.update(version=1, revises=None)
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _dump_step(plan: Plan, step_id: str) -> dict[str, Any]:
-    return plan.step(step_id).model_dump(mode="json", by_alias=True)  # type: ignore[no-any-return]
+    return plan.step(step_id).model_dump(mode="json", by_alias=True)
 
 
 def _in_parameters(where: str) -> bool:

@@ -13,7 +13,7 @@ Real model requests can be switched off process-wide with
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -120,7 +120,7 @@ class StreamingModel(Model, Protocol):
         ...
 
 
-async def stream_response(model: Model, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+async def stream_response(model: Model, request: ModelRequest) -> AsyncGenerator[ModelDelta | ModelResponse, None]:
     """Stream from any model: its own `stream` when it has one, else one delta then the response."""
     if isinstance(model, StreamingModel):
         async for item in model.stream(request):

@@ -220,4 +220,5 @@ def draft_to_plan_data(draft: Any, goal: str, *, plan_id: str | None = None) -> 
         for key in ("answer_step", "risk_level"):
             if key in draft:
                 data[key] = draft[key]
-    return json.loads(json.dumps(data))  # a private copy: the caller's draft is not shared with the plan
+    copied: dict[str, Any] = json.loads(json.dumps(data))  # a private copy: the caller's draft is not shared with the plan
+    return copied

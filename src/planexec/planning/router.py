@@ -98,8 +98,8 @@ async def route(goal: str, model: Model) -> Route:
     except ModelOutputError as exc:  # refused as off-schema; its text may still say what we need
         text, usage = exc.text, exc.usage if isinstance(exc.usage, Usage) else Usage(model_calls=1)
     except Exception as exc:  # routing must not end the command: the team is the safe default
-        usage = getattr(exc, "usage", None)
-        usage = usage if isinstance(usage, Usage) else Usage()
+        spent = getattr(exc, "usage", None)
+        usage = spent if isinstance(spent, Usage) else Usage()
         return Route(
             mode="plan", reason=f"the router's model failed ({type(exc).__name__}: {_short(str(exc))}), so the team plans", usage=usage
         )

@@ -82,7 +82,7 @@ def single_plan(goal: str, *, worker: str = AGENT_WORKER, requires_approval: boo
     `requires_approval` marks the step so the engine's approver is asked
     before it starts; once approved, the agent may use tools that need approval.
     """
-    step = Step(id=AGENT_STEP, worker=worker, action="respond", instruction=goal, requires_approval=requires_approval)
+    step = Step(step_id=AGENT_STEP, worker=worker, action="respond", instruction=goal, requires_approval=requires_approval)
     return Plan(plan_id=plan_id_for(goal), goal=goal, steps=[step])
 
 

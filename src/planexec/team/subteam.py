@@ -30,7 +30,7 @@ from planexec.errors import PlanningError
 from planexec.planning.joiner import Joiner
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.usage import Budget
+from planexec.usage import Budget, Usage
 from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
@@ -108,7 +108,9 @@ class SubTeam:
         try:
             planning = await self.planner.draft(goal)
         except PlanningError as exc:
-            raise WorkerError(f"sub-team {self.name!r} could not plan its task: {exc}", usage=exc.usage) from exc
+            raise WorkerError(
+                f"sub-team {self.name!r} could not plan its task: {exc}", usage=exc.usage if isinstance(exc.usage, Usage) else None
+            ) from exc
         engine = Engine(
             self.planner.registry,
             replanner=PlannerReplanner(self.planner),

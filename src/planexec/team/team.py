@@ -41,6 +41,7 @@ from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
 from planexec.usage import Budget, Usage
+from planexec.workers.context import run_dependencies
 from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
@@ -364,29 +365,33 @@ class Team:
             planning = dataclasses.replace(planning, plan=outcome.plan)
         return self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
 
-    async def run(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> RunResult:
+    async def run(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> RunResult:
         """Work `goal` to the end: its `RunResult` holds the answer, every step, and the usage of every role.
 
-        The result's wall time counts routing and planning too. Raises
-        `PlanningError` when no valid plan could be written and
-        `PlanRejectedError` when the review did not approve it (nothing ran).
+        `deps` reaches every tool that takes a `ToolContext` (a database
+        handle, an environment): one team serves many runs. The result's wall
+        time counts routing and planning too. Raises `PlanningError` when no
+        valid plan could be written and `PlanRejectedError` when the review
+        did not approve it (nothing ran).
         """
         t0 = time.perf_counter()
-        run = await self.start_goal(goal, mode=mode, run_id=run_id)
+        with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
+            run = await self.start_goal(goal, mode=mode, run_id=run_id)
         result = await run.result()
         return result.model_copy(update={"wall_time": time.perf_counter() - t0})
 
-    def run_sync(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> RunResult:
+    def run_sync(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> RunResult:
         """`run` for code without an event loop."""
-        return asyncio.run(self.run(goal, mode=mode, run_id=run_id))
+        return asyncio.run(self.run(goal, mode=mode, run_id=run_id, deps=deps))
 
-    async def events(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> AsyncIterator[Any]:
+    async def events(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> AsyncIterator[Any]:
         """Work `goal` and yield every event of its run as it happens (drafts, steps, revisions, the end)."""
-        run = await self.start_goal(goal, mode=mode, run_id=run_id)
+        with run_dependencies(deps):
+            run = await self.start_goal(goal, mode=mode, run_id=run_id)
         async for event in run.events():
             yield event
 
-    async def execute(self, plan: Plan, *, run_id: str | None = None, review: bool = True) -> RunResult:
+    async def execute(self, plan: Plan, *, run_id: str | None = None, review: bool = True, deps: Any = None) -> RunResult:
         """Run a hand-written or saved plan: validated, reviewed by the policies (a person only if one escalates), then run."""
         check_plan(plan, self.registry)
         if review:
@@ -394,11 +399,13 @@ class Team:
             if not outcome.approved:
                 raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=plan.plan_id)
             plan = outcome.plan
-        return await self.start(plan, run_id=run_id, validate=False).result()
+        with run_dependencies(deps):
+            run = self.start(plan, run_id=run_id, validate=False)
+        return await run.result()
 
-    def execute_sync(self, plan: Plan, *, run_id: str | None = None, review: bool = True) -> RunResult:
+    def execute_sync(self, plan: Plan, *, run_id: str | None = None, review: bool = True, deps: Any = None) -> RunResult:
         """`execute` for code without an event loop."""
-        return asyncio.run(self.execute(plan, run_id=run_id, review=review))
+        return asyncio.run(self.execute(plan, run_id=run_id, review=review, deps=deps))
 
     def __repr__(self) -> str:
         return f"Team(planner={self.models.planner.name!r}, workers={sorted(self.registry.workers)!r}, mode={self.mode!r})"
