@@ -28,7 +28,7 @@ from planexec.engine.deadline import Deadline
 from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
-from planexec.engine.state import ZERO, RunControl, RunState, update_record
+from planexec.engine.state import ZERO, RunControl, RunState, final_action, update_record
 from planexec.errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
@@ -209,9 +209,7 @@ class Attempts:
             type="StepTimeoutError",
             message=f"step {sid!r} timed out after {timeout:g}s and did not stop within {grace:g}s; abandoned",
         )
-        fa = step.failure_action
-        then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
-        then = then if then in ("skip", "replan") else "abort"  # an uncooperative tool is not tried again
+        then = final_action(step.failure_action)  # an uncooperative tool is not tried again
         self._run._emit(
             StepFailed, step_id=sid, attempt=rec.attempts, worker=rec.worker, error=error, then=then, wall_time=wall, usage=ZERO
         )

@@ -5,7 +5,7 @@ Owns `Run`: a step starts the moment its last dependency ends (the pure
 limits; failure actions retry with exponential backoff and jitter, skip,
 fall back to another worker, abort or request a replan; `cancel()` stops
 the run and every step still ends in a recorded state. Every transition
-becomes an event, delivered to subscribers and to async iterators.
+becomes an event, kept and delivered by the run's `History`.
 
 The run's state is one `RunState` (in `state`). Two collaborators work on
 it and act on the run only through `RunControl`: `Attempts` (one attempt at
@@ -14,7 +14,7 @@ joining, plan approval, rollback). The run sees its engine only as a
 `Host` (in `config`): settings, resolved collaborators and step rules.
 Where a step runs is the `Runner`'s business.
 Imports `engine.approval`, `engine.attempt`, `engine.config`,
-`engine.events`, `engine.results`, `engine.resume` (the type only),
+`engine.events`, `engine.history`, `engine.results`, `engine.resume`,
 `engine.revisions`, `engine.state`, `engine.synthesis`, `plan`, `usage`
 and `workers.io`; never `engine.engine`.
 """
@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from planexec.engine.approval import ask_approval, step_hash
@@ -48,30 +48,19 @@ from planexec.engine.events import (
     SubRunEvent,
     utcnow,
 )
+from planexec.engine.history import History
 from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
 from planexec.engine.resume import Resumption
 from planexec.engine.revisions import Revisions
-from planexec.engine.state import ZERO, RunControl, RunState, update_record
+from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_error, update_record
 from planexec.engine.synthesis import assemble, default_answer
 from planexec.plan.model import Plan, Step
-from planexec.plan.scheduler import Scheduler
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance, WorkResult
 
 __all__ = ["Run", "Subscriber"]
 
 log = logging.getLogger("planexec.engine")
-
-# the `ErrorInfo.type` of each rule a run stops on (`Run._stop`)
-_ERROR_TYPES = {
-    "replan_limit": "ReplanLimitError",
-    "replan_loop": "ReplanLoopError",
-    "replan_invalid": "PlanningError",
-    "replanner": "ReplannerError",
-    "joiner": "JoinerError",
-    "budget": "BudgetExceededError",
-    "plan_rejected": "PlanRejectedError",
-}
 
 
 class Run:
@@ -97,14 +86,15 @@ class Run:
         self.run_id = run_id
         self.state = state = RunState(run_id, plan, streaming=streaming)
         self.setup: dict[str, Any] = dict(setup or {})  # recorded in RunStarted, for whoever resumes the run
-        self.history: list[Any] = []
+        self._history = History(run_id, host.subscribers)
+        self.history: list[Any] = self._history.events  # every event so far, the first first
+        self._emit: Callable[..., None] = self._history.emit  # bound once: the hot path emits about five events a step
         self._drafts = [dict(d) for d in drafts]
-        self._subscribers = list(host.subscribers)
-        self._queues: list[asyncio.Queue[Any]] = []
         # the collaborators reach the run through a weak proxy: the run owns them, and a strong reference back
         # would make a cycle that keeps every record and output alive until the cyclic GC runs (+25 MiB after
         # 10,000 steps in benchmarks/engine_overhead.py); nothing calls them once the run is gone
-        control: RunControl = weakref.proxy(self)
+        me: RunControl = self  # checked here: the run is what its collaborators expect
+        control: RunControl = weakref.proxy(me)
         self._attempts = Attempts(state, control, host)
         self._revisions = Revisions(state, control, host)
         self._synth_task: asyncio.Task[Any] | None = None
@@ -116,22 +106,14 @@ class Run:
         self.depth = parent[0].depth + 1 if parent is not None else 0
         self.parent: tuple[str, str] | None = (parent[0].run_id, parent[1]) if parent is not None else None
         self._spent = ZERO  # what the run has used so far, kept only under a budget
-        self._seq_base = 0  # a resumed run's events follow those stored before
         self._resumption = resumption
         if resumption is not None:
             self._resume_from(resumption)
 
     def _resume_from(self, r: Resumption) -> None:
         """Start from a stopped run's state: ended steps settled, cut-off ones re-run or held."""
-        state = self.state
-        state.records = r.records
-        state.outputs = {sid: rec.output for sid, rec in r.records.items() if rec.output is not None and sid in r.settled}
-        state.held_steps = set(r.held)
-        tolerant = [s.step_id for s in state.plan.steps if s.accepts_failed_inputs]
-        state.sched = Scheduler(state.deps, tolerant, settled=r.settled, held=r.held)
-        self._seq_base = r.next_seq
-        state.planning = r.planning
-        state.overhead = dict(r.overhead)
+        self.state.resume_from(r)
+        self._history.seq_base = r.next_seq
         if r.started_at is not None:
             self._started_at = r.started_at
         self._revisions.resume_from(r.versions, r.replan)
@@ -160,22 +142,11 @@ class Run:
 
     def subscribe(self, callback: Subscriber) -> None:
         """Call `callback(event)` for every later event (exceptions in it are logged, not raised)."""
-        self._subscribers.append(callback)
+        self._history.subscribe(callback)
 
-    async def events(self) -> AsyncIterator[Any]:
+    def events(self) -> AsyncIterator[Any]:
         """Every event of the run from the first, then live ones, ending with `RunFinished`."""
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        for ev in self.history:
-            queue.put_nowait(ev)
-        self._queues.append(queue)
-        try:
-            while True:
-                ev = await queue.get()
-                yield ev
-                if isinstance(ev, RunFinished):
-                    return
-        finally:
-            self._queues.remove(queue)
+        return self._history.follow()
 
     def cancel(self, reason: str = "cancelled from outside") -> None:
         """Stop the run: running steps are cancelled, waiting ones never start; all are recorded."""
@@ -205,19 +176,6 @@ class Run:
     def relay(self, step_id: str, depth: int, event: Any) -> None:
         """Put an event of a sub-run (a sub-team working on `step_id`) into this run's stream."""
         self._emit(SubRunEvent, step_id=step_id, depth=depth, event=event.to_dict())
-
-    # --- events ------------------------------------------------------------
-
-    def _emit(self, cls: type, **fields: Any) -> None:
-        ev = cls(run_id=self.run_id, seq=self._seq_base + len(self.history), at=utcnow(), **fields)
-        self.history.append(ev)
-        for q in self._queues:
-            q.put_nowait(ev)
-        for cb in self._subscribers:
-            try:
-                cb(ev)
-            except Exception:  # a broken subscriber must not break the run
-                log.exception("event subscriber %r failed on %s", cb, ev.type)
 
     # --- the run -----------------------------------------------------------
 
@@ -364,7 +322,7 @@ class Run:
 
     def _stop(self, rule: str, message: str, replan: ReplanRequest | None = None) -> None:
         """End the run as ``failed`` with a typed error."""
-        self.state.error = ErrorInfo(rule=rule, type=_ERROR_TYPES.get(rule, "RunError"), message=message)
+        self.state.error = run_error(rule, message)
         self._end(RunStatus.FAILED, message, replan)
 
     def _launch_ready(self) -> None:
@@ -441,10 +399,7 @@ class Run:
         self._emit(ApprovalDecided, step_id=sid, content_hash=digest, approved=refusal is None)
         if refusal is None:
             return True
-        # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does
-        fa = step.failure_action
-        then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
-        then = then if then in ("skip", "replan") else "abort"
+        then = final_action(step.failure_action)  # a refusal is not the worker's fault: retry and fallback do not apply
         self._emit(StepFailed, step_id=sid, attempt=0, worker=worker, error=refusal, then=then, wall_time=0.0, usage=Usage())
         self._fail(step, refusal, then)
         return False

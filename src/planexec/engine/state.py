@@ -7,7 +7,7 @@ collaborators (`attempt.Attempts`, `revisions.Revisions`) act on it: emit
 an event, fail a step, end the run, launch what is ready. They read and
 write the state directly, so the run, its attempts and its revisions agree
 on it without subclassing one another. Imports `engine.limits`,
-`engine.results`, `plan`, `usage` and `workers.io`; never the run.
+`engine.results`, `engine.resume`, `plan`, `usage` and `workers.io`; never the run.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from typing import Any, Protocol
 
 from planexec.engine.limits import Slots
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord
-from planexec.plan.model import Plan, Step
+from planexec.engine.resume import Resumption
+from planexec.plan.model import FailureAction, Plan, Step
 from planexec.plan.scheduler import Scheduler
 from planexec.usage import Usage
 from planexec.workers.io import Output
 
-__all__ = ["ZERO", "RunControl", "RunState", "update_record"]
+__all__ = ["ZERO", "RunControl", "RunState", "final_action", "run_error", "update_record"]
 
 ZERO = Usage()  # records are immutable: one shared zero
 
@@ -61,6 +62,16 @@ class RunState:
         # steps with no references and no escapes: their parameters are passed as written, nothing to resolve
         self.verbatim = {s.step_id for s in plan.steps if not s.references and "$${" not in repr((s.parameters, s.instruction))}
         self.sched = Scheduler(self.deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs], succeeded=kept)
+
+    def resume_from(self, r: Resumption) -> None:
+        """Take a stopped run's records: ended steps settled, cut-off ones to run again or held for a person."""
+        self.records = r.records
+        self.outputs = {sid: rec.output for sid, rec in r.records.items() if rec.output is not None and sid in r.settled}
+        self.held_steps = set(r.held)
+        tolerant = [s.step_id for s in self.plan.steps if s.accepts_failed_inputs]
+        self.sched = Scheduler(self.deps, tolerant, settled=r.settled, held=r.held)
+        self.planning = r.planning
+        self.overhead = dict(r.overhead)
 
     def failure_text(self, sid: str) -> str:
         """Why a step has no output, in a line (its error, or the reason it was skipped or cancelled)."""
@@ -105,6 +116,29 @@ class RunControl(Protocol):
     def relay(self, step_id: str, depth: int, event: Any) -> None:
         """Put an event of a sub-run into this run's stream."""
         ...
+
+
+# the `ErrorInfo.type` of each rule a run stops on
+_ERROR_TYPES = {
+    "replan_limit": "ReplanLimitError",
+    "replan_loop": "ReplanLoopError",
+    "replan_invalid": "PlanningError",
+    "replanner": "ReplannerError",
+    "joiner": "JoinerError",
+    "budget": "BudgetExceededError",
+    "plan_rejected": "PlanRejectedError",
+}
+
+
+def run_error(rule: str, message: str) -> ErrorInfo:
+    """The typed error of a run that could not go on (rule ``replan_limit``, ``budget``...)."""
+    return ErrorInfo(rule=rule, type=_ERROR_TYPES.get(rule, "RunError"), message=message)
+
+
+def final_action(fa: FailureAction) -> str:
+    """What follows a failure that is not the worker's (a refusal, an abandoned tool): retry and fallback do not apply."""
+    then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
+    return then if then in ("skip", "replan") else "abort"
 
 
 def update_record(record: StepRecord, **fields: Any) -> None:
