@@ -48,7 +48,7 @@ class Engine:
     `cancel_grace` (seconds) is how long a cancelled step may take to stop
     before the run ends without it. The synthesizer is bounded by `default_timeout`.
 
-    Monitoring (see `monitor`): with a `replanner`, a step's ``replan``
+    Revisions (see `revisions`): with a `replanner`, a step's ``replan``
     failure action, a failed success check (unless `replan_failed_checks` is
     False) or the `joiner`'s request produce a new version of the plan that
     keeps every finished step, at most `max_replans` times. With a `joiner`,

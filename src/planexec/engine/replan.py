@@ -5,7 +5,7 @@ size-bounded outputs, the failure), `Revision` (the steps still to do, and
 what writing them cost), the `Replanner` protocol, `FunctionReplanner`
 (your function writes the revision) and `revised_plan`, which composes the
 next version: the finished steps, unchanged, then the new ones. Finished
-steps are never given back to run: the monitor starts the new version with
+steps are never given back to run: `revisions` starts the new version with
 them settled. The model replanner is `planning.replanner.PlannerReplanner`.
 Imports `plan`, `engine.results`, `records`, `usage` and `errors`.
 """

@@ -42,7 +42,7 @@ class RunState:
         self.error: ErrorInfo | None = None
         self.result: RunResult | None = None
         self.done = asyncio.Event()  # set when nothing runs any more (the steps ended, or the run is ending)
-        self.tasks: dict[str, asyncio.Task[Any]] = {}  # step tasks, and the monitor's under keys no step id looks like
+        self.tasks: dict[str, asyncio.Task[Any]] = {}  # step tasks, and the revisions' and plan stream's under keys no step id looks like
         self.outputs: dict[str, Output] = {}
         self.attempt_t0: dict[str, float] = {}  # start of the attempt in progress, per step
         self.abandoned: set[str] = set()  # steps whose tool ignored its timeout's cancellation
