@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -124,8 +125,9 @@ def scripted_providers(monkeypatch, tmp_path):
     for name in providers.provider_names():
         monkeypatch.setitem(providers._providers, name, factory_for(name))
     monkeypatch.chdir(tmp_path)
-    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "PLANEXEC_PLANNER_MODEL", "PLANEXEC_WORKER_MODEL", "PLANEXEC_MODEL_AGENT", "PLANEXEC_STORE"):
-        monkeypatch.delenv(key, raising=False)
+    for key in list(os.environ):
+        if key.startswith("PLANEXEC_") or key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+            monkeypatch.delenv(key)
     return queue
 
 
@@ -148,7 +150,9 @@ def test_python_block_runs(block: Block, scripted_providers):
 
 def test_a_marker_is_read_from_the_comment_right_above_a_block(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text('Text.\n\n<!-- test\nmodel: {"a": 1}\nmodel: hello\nprints: 42\n-->\n```python\nprint(42)\n```\n\n```python\nx = 1\n```\n')
+    page.write_text(
+        'Text.\n\n<!-- test\nmodel: {"a": 1}\nmodel: hello\nprints: 42\n-->\n```python\nprint(42)\n```\n\n```python\nx = 1\n```\n'
+    )
     first, second = python_blocks(page)
     assert (first.line, first.answers, first.prints, first.code) == (8, ['{"a": 1}', "hello"], "42", "print(42)\n")
     assert (second.answers, second.prints) == ([], None)
