@@ -14,7 +14,7 @@ EXPECTED = {
     # workers and tools
     "Registry", "Tool", "ToolContext", "tool", "Worker", "RoleWorker", "StepCall", "SubTeam",
     # execution
-    "Engine", "Run", "RunResult", "RunStatus", "StepRecord", "StepState", "Usage", "Budget",
+    "Engine", "EngineConfig", "Run", "RunResult", "RunStatus", "StepRecord", "StepState", "Usage", "Budget",
     # planning and models
     "Planner", "Planning", "Model", "resolve_model",
     # errors

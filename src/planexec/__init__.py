@@ -20,6 +20,7 @@ import importlib
 import warnings
 from typing import Any
 
+from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine, Run
 from planexec.engine.results import RunResult, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError, Problem
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Budget",
     "Engine",
+    "EngineConfig",
     "FailureAction",
     "Model",
     "Plan",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from planexec.errors import RegistryError
 from planexec.models.base import Model
@@ -42,7 +43,7 @@ class RoleSpec:
         """The role as a worker, with the tools of `tools` it names (missing ones are left out)."""
         chosen = [tools[name] for name in self.tools if name in tools]
         names = ", ".join(t.name for t in chosen) or "none"
-        options = {
+        options: dict[str, Any] = {
             "model": model,
             "description": f"{self.description} Tools: {names}.",
             "system_prompt": role_prompt(self.name),

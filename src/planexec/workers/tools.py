@@ -17,7 +17,7 @@ import inspect
 import threading
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, overload
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
@@ -330,6 +330,32 @@ class Tool:
         return value
 
 
+@overload
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    worker: str | None = None,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+    read_only: bool = False,
+) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    worker: str | None = None,
+    idempotent: bool = False,
+    requires_approval: bool = False,
+    read_only: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -339,7 +365,7 @@ def tool(
     idempotent: bool = False,
     requires_approval: bool = False,
     read_only: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 
     def wrap(f: Callable[..., Any]) -> Tool:

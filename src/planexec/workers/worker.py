@@ -85,7 +85,12 @@ class ToolWorker:
         self.description = description or f"calls its tools directly: {name}"
         self.max_concurrency = max_concurrency
         # A Mapping is shared, not copied: the registry's catch-all 'tool' worker sees tools added later.
-        self.tools: dict[str, Tool] = tools if isinstance(tools, dict) else {t.name: t for t in tools}
+        if isinstance(tools, dict):
+            self.tools: dict[str, Tool] = tools
+        elif isinstance(tools, Mapping):
+            self.tools = dict(tools)
+        else:
+            self.tools = {t.name: t for t in tools}
 
     def __repr__(self) -> str:
         return f"ToolWorker({self.name!r}, tools={sorted(self.tools)})"

@@ -125,4 +125,5 @@ def calculator(expression: str) -> float | int:
         raise _refuse(f"{expression!r} cannot be computed: {exc}") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise _refuse(f"{expression!r} is not a finite number ({value})")
-    return value
+    number: float | int = value
+    return number
