@@ -201,3 +201,19 @@ def test_one_team_serves_runs_with_different_dependencies(script):
 
     first, second = asyncio.run(both())
     assert (first.answer, second.answer) == ("first", "second")
+
+
+def test_the_readme_main_job_answers_on_the_embedded_model(tmp_path):
+    """The README's first command's goal, on SmolLM2-135M for real: a plan, its run, and the right deliverable."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("llama_cpp", reason="needs pip install 'planexec[local]'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANEXEC_") and k != "OPENAI_API_KEY"}
+    command = [sys.executable, "-m", "planexec", "run", "What is 17 times 23, plus 5?", "--yes", "--json", "--no-store"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "succeeded" and result["answer"] == 396
+    assert [s["action"] for s in result["plan"]["steps"]] == ["calculator"]
