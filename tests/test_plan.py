@@ -183,3 +183,25 @@ def test_copies_recompute_derived_values():
     assert changed.content_hash != before
     new_step = step.model_copy(update={"parameters": {"a": 1, "b": 2}})
     assert new_step.dependencies == []
+
+
+def test_an_exported_plan_shows_decisions_not_defaults_and_round_trips_to_the_same_hash():
+    plan = Plan.from_data(
+        {
+            "plan_id": "p",
+            "goal": "g",
+            "steps": [
+                {"id": "a", "action": "echo", "parameters": {"x": 1}},
+                {"id": "b", "worker": "tool", "action": "echo", "depends_on": ["a"], "failure_action": "retry"},
+            ],
+            "rollback_plan": {"steps": [{"id": "undo", "action": "echo"}]},
+        }
+    )
+    text = plan.to_json()
+    data = json.loads(text)
+    assert data["steps"][0] == {"id": "a", "worker": "tool", "action": "echo", "parameters": {"x": 1}}
+    assert data["steps"][1]["failure_action"] == {"kind": "retry"}
+    assert data["rollback_plan"]["steps"] == [{"id": "undo", "worker": "tool", "action": "echo"}]
+    assert "version" not in data and "instruction" not in data["steps"][0]
+    back = Plan.from_json(text)
+    assert back == plan and back.content_hash == plan.content_hash == data["content_hash"]

@@ -310,8 +310,19 @@ class Plan(_Record):
         return [s.step_id for s in self.steps if s.step_id not in used]
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """The stable JSON form (aliases, content hash included)."""
-        return self.model_dump_json(by_alias=True, indent=indent, exclude_none=False)
+        """The stable JSON form: what the plan decides, without defaults (each step keeps its worker), and its content hash.
+
+        A reviewer reads what the planner chose, not eight fields of a default
+        failure action per step; `from_json` restores the defaults, so the
+        plan and its content hash come back the same.
+        """
+        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        _keep_kinds(data, self.model_dump(mode="json", by_alias=True))
+        _keep_workers(data, self.steps)
+        if isinstance(self.rollback_plan, RollbackPlan):
+            _keep_workers(data["rollback_plan"], self.rollback_plan.steps)
+        data["content_hash"] = self.content_hash
+        return json.dumps(data, indent=indent, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Plan:
@@ -331,6 +342,24 @@ class Plan(_Record):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise PlanParseError(_shape_problems(exc, data), plan_id=_plan_id_of(data)) from None
+
+
+def _keep_kinds(short: Any, full: Any) -> None:
+    """Put back each ``kind`` a default-free dump dropped: it tags a union (criteria), so a reader needs it."""
+    if isinstance(short, dict) and isinstance(full, dict):
+        if "kind" in full and "kind" not in short:
+            short["kind"] = full["kind"]
+        for key, value in short.items():
+            _keep_kinds(value, full.get(key))
+    elif isinstance(short, list) and isinstance(full, list):
+        for a, b in zip(short, full):
+            _keep_kinds(a, b)
+
+
+def _keep_workers(data: dict[str, Any], steps: list[Step]) -> None:
+    """Every dumped step names its worker, the default ``tool`` too: who does a step is a decision worth reading."""
+    for dumped, step in zip(data.get("steps", []), steps):
+        dumped.setdefault("worker", step.worker)
 
 
 def _plan_id_of(data: Any) -> str | None:
