@@ -14,7 +14,7 @@ by the policies (against the last approved version), then approved by
 ``--yes``, asked at the terminal with its diff, or waited for
 (`ReviewingPlanApprover`). Without a store the step approvers are those
 of `cli` (``--yes``, a prompt, else a denial). An unknown run, nothing
-pending, and a store that cannot be opened are `cli.UsageError`s (exit 2)
+pending, and a store that cannot be opened are `common.UsageError`s (exit 2)
 that change nothing. Thin: the store, `approval` and `policies` do the work.
 """
 
@@ -30,9 +30,8 @@ from typing import Any
 
 from rich.table import Table
 
-from planexec.cli import main as cli
+from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
-from planexec.cli.resume import STORE_HELP, _user, open_run_store
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
 from planexec.errors import ApprovalError, PolicyError, StoreError
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
@@ -64,7 +63,7 @@ def add_approval_commands(sub: Any) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="only this run's")
     p.add_argument("--all", action="store_true", help="decided ones too")
     p.add_argument("--json", action="store_true", help="print them as a JSON list")
-    p.add_argument("--store", metavar="STORE", help=STORE_HELP)
+    p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_approvals)
 
     p = sub.add_parser("approve", help="approve (or --deny) a pending step or plan version of a run, from any process")
@@ -73,7 +72,7 @@ def add_approval_commands(sub: Any) -> None:
     p.add_argument("--deny", action="store_true", help="deny it instead")
     p.add_argument("--reason", metavar="TEXT", help="why (recorded)")
     p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
-    p.add_argument("--store", metavar="STORE", help=STORE_HELP)
+    p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_approve)
 
 
@@ -82,22 +81,22 @@ def add_approval_commands(sub: Any) -> None:
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     """``planexec approvals``: what waits for approval (with ``--all``, what was decided too)."""
-    store = open_run_store(args.store, cli._config(), create=False)
+    store = common.open_run_store(args.store, common.config(), create=False)
     try:
         found = store.approvals(args.run, pending_only=not args.all)
         rows = [(a, _describe(store, a)) for a in found]
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     if args.json:
         print(json.dumps([{**a.to_dict(), **what} for a, what in rows], indent=2, ensure_ascii=False))
-        return cli.EXIT_OK
-    out = cli._console()
+        return common.EXIT_OK
+    out = common.console()
     if not rows:
         whose = f" for run {args.run}" if args.run else ""
         out.print(f"no {'' if args.all else 'pending '}approvals{whose} in {store.location}", markup=False, highlight=False)
-        return cli.EXIT_OK
+        return common.EXIT_OK
     table = Table(title=f"{'approvals' if args.all else 'pending approvals'} in {store.location}", title_justify="left")
     for name in ("run", "what", "details", "requested (UTC)", *(("state", "by", "reason") if args.all else ())):
         table.add_column(name, overflow="fold")
@@ -113,34 +112,34 @@ def cmd_approvals(args: argparse.Namespace) -> int:
             markup=False,
             highlight=False,
         )
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """``planexec approve RUN_ID [--step ID] [--deny]``: decide the pending request; a waiting run goes on."""
-    store = open_run_store(args.store, cli._config(), create=False)
-    by = args.by or _user()
+    store = common.open_run_store(args.store, common.config(), create=False)
+    by = args.by or common.user()
     try:
         store.run(args.run_id)
         if args.step is not None:
             known = {s.step_id for v in store.plan_versions(args.run_id) for s in v.plan.steps}
             if args.step not in known:
-                raise cli.UsageError(f"run {args.run_id!r} has no step {args.step!r} (its steps: {', '.join(sorted(known)) or 'none'})")
+                raise common.UsageError(f"run {args.run_id!r} has no step {args.step!r} (its steps: {', '.join(sorted(known)) or 'none'})")
         decided = store.decide_approval(args.run_id, step_id=args.step, approved=not args.deny, by=by, reason=args.reason)
         what = _describe(store, decided)["what"]
     except StoreError as exc:  # an unknown run, nothing pending (ApprovalError): named in the message
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     verb = "denied" if args.deny else "approved"
     why = f": {args.reason}" if args.reason else ""
-    cli._console().print(
+    common.console().print(
         f"{verb} {what} of run {args.run_id} (by {by}){why}; a run waiting for it goes on, a stopped one with: planexec resume {args.run_id}",
         markup=False,
         highlight=False,
         soft_wrap=True,
     )
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
@@ -226,13 +225,13 @@ def step_approver(store: RunStore | None, *, yes: bool, interactive: bool, displ
     decide here; with neither the step waits for ``planexec approve`` from
     another process. Without a store: `cli`'s approver (with neither, a denial).
     """
-    here = cli._approver(yes=yes, interactive=interactive, display=display)
+    here = common.approver(yes=yes, interactive=interactive, display=display)
     if store is None:
         return here
     if yes:
         return StoreApprover(store, ask=here, by="--yes")
     if interactive:
-        return StoreApprover(store, ask=here, by=_user())
+        return StoreApprover(store, ask=here, by=common.user())
     flag = _store_flag(store_option)
 
     def waiting(run_id: str, step_id: str | None) -> None:
@@ -312,7 +311,7 @@ class ReviewingPlanApprover(PlanApprover):
         return None
 
     async def _ask_person(self, run_id: str, plan: Plan, diff: PlanDiff | None, review: Review) -> tuple[bool, str, str | None]:
-        terminal, by = self.terminal, _user()
+        terminal, by = self.terminal, common.user()
         assert terminal is not None
 
         def ask() -> tuple[bool, str, str | None]:
@@ -362,7 +361,7 @@ def _context(registry: Any, config: Any) -> PolicyContext:
 
 
 def _terminal(interactive: bool) -> ReviewTerminal | None:
-    return ReviewTerminal(cli._console(stderr=True), interactive=True) if interactive else None
+    return ReviewTerminal(common.console(stderr=True), interactive=True) if interactive else None
 
 
 def run_approvers(
@@ -384,7 +383,7 @@ def run_approvers(
     if store is not None:
         options["plan_approver"] = ReviewingPlanApprover(
             store, reviewed=outcome.plan.content_hash if outcome.approved else None,
-            reviewed_by=_user() if outcome.by == "person" else outcome.by,
+            reviewed_by=common.user() if outcome.by == "person" else outcome.by,
             policies=policies, context=_context(registry, config), yes=yes, terminal=_terminal(interactive),
             display=display, store_option=store_option,
         )  # fmt: skip
@@ -409,7 +408,7 @@ def resume_approvers(
         gated = any(a.step_id is None for a in store.approvals(run_id))
         policies = load_policies(config.policies) if gated else []
     except (StoreError, PolicyError) as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     if gated:
         options["plan_approver"] = ReviewingPlanApprover(
             store, policies=policies, context=_context(registry, config), yes=yes, terminal=_terminal(interactive),

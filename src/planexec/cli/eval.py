@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from planexec.cli import main as cli
+from planexec.cli import _common as common
 from planexec.errors import ConfigError
 from planexec.eval.harness import (
     MODES,
@@ -59,7 +59,7 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
 def _progress(record: EvalRecord) -> None:
     mark = "ok" if record.success else f"FAIL ({record.stage}: {record.reason[:160]})"
     line = f"{record.suite} {record.goal_id} [{record.mode}] {mark} · {record.usage.model_calls} calls · {record.wall_time:.2f} s"
-    cli._console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+    common.console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _latency(text: str) -> dict[str, float]:
@@ -68,7 +68,7 @@ def _latency(text: str) -> dict[str, float]:
     except ValueError:
         values = []
     if len(values) != 3 or min(values) < 0:
-        raise cli.UsageError(f"--latency takes three numbers of 0 or more, OVERHEAD,PER_IN,PER_OUT (seconds), not {text!r}")
+        raise common.UsageError(f"--latency takes three numbers of 0 or more, OVERHEAD,PER_IN,PER_OUT (seconds), not {text!r}")
     return dict(zip(("overhead", "per_input_token", "per_output_token"), values))
 
 
@@ -77,26 +77,26 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         modes = parse_modes(args.modes)
     except ValueError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     if args.repeat < 1:
-        raise cli.UsageError("--repeat must be at least 1")
+        raise common.UsageError("--repeat must be at least 1")
     try:
         suites = [load_suite(path) for path in args.suites]
     except SuiteError as exc:
-        raise cli.UsageError(str(exc)) from None
-    err, out = cli._console(stderr=True), cli._console()
+        raise common.UsageError(str(exc)) from None
+    err, out = common.console(stderr=True), common.console()
     options: dict[str, Any] = {"timeout": args.timeout}
     latency = _latency(args.latency) if args.latency else None
     if latency is not None and not args.scripted:
-        raise cli.UsageError("--latency sets the scripted model's latency: add --scripted")
+        raise common.UsageError("--latency sets the scripted model's latency: add --scripted")
     described = LatencyModel.describe_values(**latency) if latency is not None else None
     if args.scripted:
         models, name = scripted_models(latency), "test:oracle (scripted from each goal's solution)"
     else:
         try:
-            settings = ModelSettings(cli._config(), planner=args.model, base_url=args.base_url, seed=0)
+            settings = ModelSettings(common.config(), planner=args.model, base_url=args.base_url, seed=0)
         except ConfigError as exc:
-            raise cli.UsageError(str(exc)) from None
+            raise common.UsageError(str(exc)) from None
         err.print(f"model: {settings.planner.name} ({settings.planner.reason})", markup=False, highlight=False)
         models, name = configured_models(settings), settings.planner.name
         if name.startswith("local:"):  # a small local model writes short plans faster and better, as in `planexec run`
@@ -106,7 +106,7 @@ def run_eval(args: argparse.Namespace) -> int:
         unknown = [g for g in args.goal if g not in known]
         if unknown:
             names = ", ".join(repr(suite.name) for suite in suites)
-            raise cli.UsageError(f"no goal {', '.join(map(repr, unknown))} in suite(s) {names}")
+            raise common.UsageError(f"no goal {', '.join(map(repr, unknown))} in suite(s) {names}")
         suites = [suite for suite in suites if any(c.goal_id in args.goal for c in suite.goals)]
     for suite in suites:
         wanted = [g for g in args.goal if g in {c.goal_id for c in suite.goals}] if args.goal else None
@@ -122,4 +122,4 @@ def run_eval(args: argparse.Namespace) -> int:
             out.print(line, markup=False, highlight=False, soft_wrap=True)
         paths = write_report(report, args.output)
         err.print(f"wrote {paths['json']} and {paths['png']}", markup=False, highlight=False)
-    return cli.EXIT_OK
+    return common.EXIT_OK

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planexec.cli import main as cli
+from planexec.cli import _common as common
 from planexec.cli.approvals import run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.engine.engine import Engine
@@ -84,7 +84,7 @@ def _monitoring(args: argparse.Namespace, config: Any, planner: Planner) -> dict
     """Engine options for monitoring a team's run: the planner replans (bounded), and the joiner if asked for."""
     limit = args.max_replans if args.max_replans is not None else (config.max_replans if config.max_replans is not None else 2)
     if limit < 0:
-        raise cli.UsageError("--max-replans must be 0 or more")
+        raise common.UsageError("--max-replans must be 0 or more")
     options: dict[str, Any] = {"max_replans": limit}
     if limit:
         options["replanner"] = PlannerReplanner(planner)
@@ -94,11 +94,11 @@ def _monitoring(args: argparse.Namespace, config: Any, planner: Planner) -> dict
 
 
 def _settings(args: argparse.Namespace) -> tuple[ModelSettings, Any]:
-    config = cli._config()
+    config = common.config()
     try:
         settings = ModelSettings(config, planner=args.model, worker=args.worker_model, base_url=args.base_url, seed=args.seed)
     except ConfigError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     return settings, config
 
 
@@ -107,7 +107,7 @@ def _team(args: argparse.Namespace, settings: ModelSettings, config: Any) -> Reg
     try:
         return build_team(settings, workspace=workspace, modules=[*config.tools, *args.tools])
     except RegistryError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
 
 
 def _planner(args: argparse.Namespace, settings: ModelSettings, registry: Registry) -> Planner:
@@ -119,7 +119,7 @@ def _planner(args: argparse.Namespace, settings: ModelSettings, registry: Regist
 
 
 def _announce(settings: ModelSettings) -> None:
-    err = cli._console(stderr=True)
+    err = common.console(stderr=True)
     for line in settings.describe():
         err.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -130,7 +130,7 @@ async def _draft(planner: Planner, goal: str) -> Planning:
 
 def _plan_or_exit(planner: Planner, goal: str) -> Planning | None:
     """The planning, or None after printing why there is no plan."""
-    err = cli._console(stderr=True)
+    err = common.console(stderr=True)
     err.print(f"planning with {planner.model.name} …", markup=False, highlight=False)
     try:
         return asyncio.run(_draft(planner, goal))
@@ -142,7 +142,7 @@ def _plan_or_exit(planner: Planner, goal: str) -> Planning | None:
 
 
 def _show_plan(planning: Planning, *, graph: bool) -> None:
-    out = cli._console()
+    out = common.console()
     out.print(plan_table(planning.plan))
     if graph:
         out.print(plan_graph(planning.plan))
@@ -162,21 +162,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     registry = _team(args, settings, config)
     planning = _plan_or_exit(_planner(args, settings, registry), args.goal)
     if planning is None:
-        return cli.EXIT_FAILED
+        return common.EXIT_FAILED
     if args.output:
         Path(args.output).write_text(planning.plan.to_json() + "\n", encoding="utf-8")
-        cli._console(stderr=True).print(f"wrote {args.output}", markup=False, highlight=False)
+        common.console(stderr=True).print(f"wrote {args.output}", markup=False, highlight=False)
     if args.json:
         print(planning.plan.to_json())
     else:
         _show_plan(planning, graph=args.show_graph)
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def _engine_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
-    from planexec.cli.resume import run_store
-
-    options: dict[str, Any] = {"seed": args.seed, "store": run_store(args, config)}
+    options: dict[str, Any] = {"seed": args.seed, "store": common.run_store(args, config)}
     if args.max_concurrency or config.max_concurrency:
         options["max_concurrency"] = args.max_concurrency or config.max_concurrency
     if args.timeout or config.default_timeout:
@@ -185,7 +183,7 @@ def _engine_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 
 
 def _say(line: str) -> None:
-    cli._console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+    common.console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
@@ -193,7 +191,7 @@ def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
     mode = args.mode or "auto"
     if args.stream:
         if mode == "single":
-            raise cli.UsageError("--stream streams a plan into the team, so it cannot run with --mode single")
+            raise common.UsageError("--stream streams a plan into the team, so it cannot run with --mode single")
         return "plan", "--stream"
     return mode, f"--mode {mode}"
 
@@ -204,11 +202,11 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     settings, config = _settings(args)
     _announce(settings)
     registry = _team(args, settings, config)
-    policies = cli._policies(args, config)
+    policies = common.policies(args, config)
     if args.stream and len(policies):
-        raise cli.UsageError("--stream starts steps before the plan is complete, so the policies cannot review it: run without --stream")
+        raise common.UsageError("--stream starts steps before the plan is complete, so the policies cannot review it: run without --stream")
     planner = _planner(args, settings, registry)
-    out = cli._console()
+    out = common.console()
     options = _engine_options(args, config)
     overhead: dict[str, Usage] = {}
     routed = mode == "auto"
@@ -223,7 +221,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
 
     if args.stream:
         if not args.yes:
-            raise cli.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
+            raise common.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
         display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
         options["approver"] = step_approver(options["store"], yes=True, interactive=False, display=display, store_option=args.store)
         engine = Engine(registry, **options, **monitoring)  # no plan approver: a streamed plan runs before it is complete
@@ -231,7 +229,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     else:
         planning = _plan_or_exit(planner, args.goal)
         if planning is None:
-            return cli.EXIT_FAILED
+            return common.EXIT_FAILED
         if routed and len(planning.plan.steps) == 1:  # nothing to coordinate
             step = planning.plan.steps[0]
             role_tools = _role_tools(registry, step)
@@ -246,7 +244,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         if not args.json:
             _show_plan(planning, graph=args.show_graph)
         shown = not args.json
-        outcome = cli._review(
+        outcome = common.review(
             planning.plan,
             registry,
             policies,
@@ -258,7 +256,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
             can_wait=options["store"] is not None,
         )
         if outcome is None:
-            return cli.EXIT_FAILED
+            return common.EXIT_FAILED
         if outcome.edited:  # the person's edit runs, not the planner's draft
             planning = dataclasses.replace(planning, plan=outcome.plan)
         plan = planning.plan
@@ -276,7 +274,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         engine = Engine(registry, **options, **approvers, **monitoring)
         result = asyncio.run(_execute(engine, planning, display, overhead, run_id=args.run_id))
     _report(args, result)
-    return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
+    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
 
 
 def _role_tools(registry: Registry, step: Step) -> Registry | None:
@@ -312,7 +310,7 @@ def _run_single(
     # a local turn re-reads the whole prompt (tens of seconds on a CPU), and a small model loops on tools:
     # a few turns, the last of which must answer, fit the step's timeout
     max_turns = 4 if name.startswith("local:") else 12
-    out = cli._console()
+    out = common.console()
     plan = single_plan(args.goal)  # what the display shows; start_single runs the same one
     display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
     options = {
@@ -331,35 +329,33 @@ def _run_single(
             planning=planning,
             requires_approval=args.yes,
         )
-        return await cli._watch(run, display)
+        return await common.watch(run, display)
 
     result = asyncio.run(work())
     _report(args, result)
-    return cli._EXIT_BY_STATUS.get(result.status, cli.EXIT_FAILED)
+    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
 
 
 async def _execute(
     engine: Engine, planning: Planning, display: LiveProgress | EventLog | None, overhead: dict[str, Usage], *, run_id: str | None = None
 ) -> RunResult:
     run = engine.start(planning.plan, validate=False, planning=planning, overhead=overhead, run_id=run_id)  # the planner validated it
-    return await cli._watch(run, display)
+    return await common.watch(run, display)
 
 
 async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None, *, run_id: str | None = None) -> RunResult:
     run = engine.start_streaming(PlanStream(planner, goal), run_id=run_id)
-    return await cli._watch(run, display)
+    return await common.watch(run, display)
 
 
 def _report(args: argparse.Namespace, result: RunResult) -> None:
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return
-    out = cli._console()
+    out = common.console()
     print_summary(out, result)
     out.print(usage_table(result))
-    from planexec.cli.resume import resume_hint
-
-    hint = resume_hint(result, recorded=not getattr(args, "no_store", False))
+    hint = common.resume_hint(result, recorded=not getattr(args, "no_store", False))
     if hint:
         out.print(hint, markup=False, highlight=False, soft_wrap=True)
     if result.answer is not None:

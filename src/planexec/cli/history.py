@@ -8,7 +8,7 @@ followed from another process while the run goes on (``--follow`` polls the
 store and ends with `RunFinished`). The store is chosen by ``--store``,
 ``PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
 these commands only read, and never create a store. A store that cannot be
-opened or read, or an unknown run id, is a `cli.UsageError` (exit 2).
+opened or read, or an unknown run id, is a `common.UsageError` (exit 2).
 Reuses the plumbing of `cli` and the lines of `progress`; imports the store
 and records only.
 """
@@ -25,7 +25,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from planexec.cli import main as cli
+from planexec.cli import _common as common
 from planexec.cli.progress import describe_event
 from planexec.engine.replay import replay
 from planexec.engine.results import RunStatus
@@ -64,40 +64,38 @@ def add_history_commands(sub: Any) -> None:
 
 def _open(args: argparse.Namespace, *, missing_ok: bool = False) -> RunStore | None:
     """The store, opened to read; None when `missing_ok` and no SQLite store file exists yet."""
-    from planexec.cli.resume import open_run_store
-
-    config = cli._config()
+    config = common.config()
     if missing_ok:
         try:
             path = sqlite_path(store_target(args.store, config.store))
         except StoreError as exc:
-            raise cli.UsageError(str(exc)) from None
+            raise common.UsageError(str(exc)) from None
         if path is not None and not path.exists():
             return None
-    return open_run_store(args.store, config, create=False)
+    return common.open_run_store(args.store, config, create=False)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """``planexec runs``: the newest runs as a table (or JSON)."""
     if args.limit < 1:
-        raise cli.UsageError("--limit must be at least 1")
+        raise common.UsageError("--limit must be at least 1")
     store = _open(args, missing_ok=True)
     if store is None:
         print("[]" if args.json else "no runs recorded here yet (no run store file)")
-        return cli.EXIT_OK
+        return common.EXIT_OK
     try:
         runs = store.runs(limit=args.limit, status=args.status)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     if args.json:
         print(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
-        return cli.EXIT_OK
-    out = cli._console()
+        return common.EXIT_OK
+    out = common.console()
     if not runs:
         out.print(f"no runs{' with status ' + args.status if args.status else ''} in {store.location}", markup=False, highlight=False)
-        return cli.EXIT_OK
+        return common.EXIT_OK
     table = Table(title=f"runs in {store.location}", title_justify="left")
     for name, kw in (("run", {"no_wrap": True}), ("status", {"no_wrap": True}), ("goal", {"overflow": "fold"}),
                      ("started (UTC)", {"no_wrap": True}), ("duration", {"justify": "right"}), ("steps", {"justify": "right"}),
@@ -114,7 +112,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             r.usage.describe_cost(),
         )
     out.print(table)
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -127,7 +125,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         versions = store.plan_versions(args.run_id)
         approvals = store.approvals(args.run_id)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     plan = versions[-1].plan if versions else None
@@ -145,8 +143,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             "events": len(events),
         }
         print(json.dumps(data, indent=2, ensure_ascii=False))
-        return cli.EXIT_OK
-    out = cli._console()
+        return common.EXIT_OK
+    out = common.console()
 
     def say(text: str) -> None:
         out.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -197,13 +195,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         say(f"approval #{a.approval_id} of {what}: {a.state.value}{by}" + (f" ({a.reason})" if a.reason else ""))
     if summary.finished:
         say("answer: " + (_short(view.answer, 2000) if view.answer is not None else "none"))
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """``planexec logs RUN_ID [--follow]``: the run's events as lines, and new ones as they are stored."""
     if args.poll <= 0:
-        raise cli.UsageError("--poll must be greater than 0")
+        raise common.UsageError("--poll must be greater than 0")
     store = _open(args)
     assert store is not None
     try:
@@ -222,10 +220,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
             if batch:
                 after = batch[-1].seq
             if not args.follow or any(ev.type == "run_finished" for ev in batch):
-                return cli.EXIT_OK
+                return common.EXIT_OK
             time.sleep(args.poll)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
 

@@ -8,7 +8,7 @@ validates it against the registry, reviews it with the policies and runs
 it exactly like ``run --plan FILE``, with no planner and no model call.
 The store is chosen by ``--store``, ``PLANEXEC_STORE``, ``store`` in
 planexec.toml, else ``.planexec/runs.db``. A store, run, template or file
-that is not there, and bad parameters, are a `cli.UsageError` (exit 2)
+that is not there, and bad parameters, are a `common.UsageError` (exit 2)
 that stores nothing. Thin: it calls `library` and the store.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 from rich.table import Table
 
+from planexec.cli import _common as common
 from planexec.cli import history
-from planexec.cli import main as cli
 from planexec.errors import PlanValidationError, StoreError
 from planexec.library.export import export_templates, import_templates
 from planexec.library.templates import (
@@ -100,13 +100,13 @@ def add_library_commands(sub: Any) -> None:
 
 
 def check_template_args(args: argparse.Namespace) -> None:
-    """`cli.UsageError` when ``run --template`` (or ``-p``) comes with what it cannot take."""
+    """`common.UsageError` when ``run --template`` (or ``-p``) comes with what it cannot take."""
     if args.template is None:
-        raise cli.UsageError("-p gives a template's parameters: use it with --template NAME")
+        raise common.UsageError("-p gives a template's parameters: use it with --template NAME")
     if args.goal is not None or args.plan is not None:
-        raise cli.UsageError("--template runs a saved plan: give no GOAL and no --plan")
+        raise common.UsageError("--template runs a saved plan: give no GOAL and no --plan")
     if args.mode is not None or args.stream:
-        raise cli.UsageError("--mode and --stream are for planning a GOAL; a template runs as written")
+        raise common.UsageError("--mode and --stream are for planning a GOAL; a template runs as written")
 
 
 def template_plan(args: argparse.Namespace) -> Plan | None:
@@ -116,20 +116,20 @@ def template_plan(args: argparse.Namespace) -> Plan | None:
     try:
         values, _ = parse_values(args.template_params)
     except TemplateError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     store = _open(args)
     try:
         template = store.template(name, version)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     try:
         plan = instantiate(template, values)
     except TemplateError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     except PlanValidationError as exc:
-        cli._print_problems(exc.problems, exc.plan_id, as_json=args.json)
+        common.print_problems(exc.problems, exc.plan_id, as_json=args.json)
         return None
     given = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items()) or "no parameters"
     _say(f"template {template.name!r} v{template.version} with {given}: plan {plan.plan_id} (no planner)", stderr=True)
@@ -144,17 +144,17 @@ def cmd_save(args: argparse.Namespace) -> int:
     try:
         values, declared = parse_values(args.param, bare=True)
     except TemplateError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     store = _open(args)
     try:
         saved = save_run_template(store, args.run_id, args.template_name, values=values, declared=declared, description=args.description)
     except (TemplateError, StoreError) as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     if args.json:
         print(saved.to_json(indent=2))
-        return cli.EXIT_OK
+        return common.EXIT_OK
     t = saved.template
     _say(f"saved template {t.name!r} version {t.version} from plan v{saved.plan_version} of run {saved.run_id} in {store.location}")
     for name, places in saved.occurrences.items():
@@ -162,7 +162,7 @@ def cmd_save(args: argparse.Namespace) -> int:
         _say(f"  {{{{{name}}}}}{given}: {len(places)} place(s): {', '.join(places)}")
     if not saved.occurrences:
         _say("  no parameters: it runs as saved")
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -171,10 +171,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     templates = _read(store, lambda s: s.templates()) if store is not None else []
     if args.json:
         print(json.dumps([t.to_dict() for t in templates], indent=2, ensure_ascii=False))
-        return cli.EXIT_OK
+        return common.EXIT_OK
     if not templates:
         _say("no plan templates saved here yet" + (f" ({store.location})" if store is not None else ""))
-        return cli.EXIT_OK
+        return common.EXIT_OK
     latest: dict[str, Template] = {}
     count: dict[str, int] = {}
     for t in templates:
@@ -186,8 +186,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name, t in latest.items():
         table.add_row(name, f"v{t.version}", str(count[name]), ", ".join(t.params), str(len(t.plan.get("steps", []))),
                       t.source_run_id or "", f"{t.created_at:%Y-%m-%d %H:%M}", t.description)  # fmt: skip
-    cli._console().print(table)
-    return cli.EXIT_OK
+    common.console().print(table)
+    return common.EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -196,18 +196,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     template, versions = _read(store, lambda s: (s.template(args.template_name, args.version), s.templates(args.template_name)))
     if args.json:
         print(json.dumps({**template.to_dict(), "versions": [_brief(v) for v in versions]}, indent=2, ensure_ascii=False))
-        return cli.EXIT_OK
+        return common.EXIT_OK
     _say(
         f"template {template.name!r} version {template.version} of {len(versions)}"
         + (f": {template.description}" if template.description else "")
     )
     _say(f"  parameters: {', '.join('{{' + p + '}}' for p in template.params) or 'none'}")
-    cli._console().print(plan_table(Plan.from_data(template.plan)))
+    common.console().print(plan_table(Plan.from_data(template.plan)))
     for v in versions:
         mark = "*" if v.version == template.version else " "
         _say(f"{mark} v{v.version} · saved {v.created_at:%Y-%m-%d %H:%M:%S} UTC · params {', '.join(v.params) or 'none'}"
              + (f" · from run {v.source_run_id}" if v.source_run_id else "") + (f" · {v.description}" if v.description else ""))  # fmt: skip
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -219,7 +219,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(diff.to_json(indent=2))
     else:
         _say(diff.render() if not diff.empty else f"template {args.template_name!r}: v{args.old} and v{args.new} are the same")
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -228,7 +228,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     deleted = _read(store, lambda s: s.delete_template(args.template_name, args.version))
     what = f"version {args.version} of" if args.version is not None else f"{deleted} version(s) of"
     _say(f"deleted {what} template {args.template_name!r}")
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -238,33 +238,33 @@ def cmd_export(args: argparse.Namespace) -> int:
         store, lambda s: [s.template(args.template_name, args.version)] if args.version is not None else s.templates(args.template_name)
     )
     if not templates:
-        raise cli.UsageError(f"no template {args.template_name!r} in {store.location}")
+        raise common.UsageError(f"no template {args.template_name!r} in {store.location}")
     text = json.dumps(export_templates(templates), indent=2, ensure_ascii=False) + "\n"
     if args.output is None:
         sys.stdout.write(text)
-        return cli.EXIT_OK
+        return common.EXIT_OK
     try:
         Path(args.output).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise cli.UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
+        raise common.UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
     _say(f"exported {len(templates)} version(s) of template {args.template_name!r} to {args.output}", stderr=True)
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``planexec plans import FILE [--name NAME]``: each version in the file becomes a new version here."""
     if not Path(args.file).is_file():
-        raise cli.UsageError(f"no file {args.file!r}")
+        raise common.UsageError(f"no file {args.file!r}")
     store = _open(args, create=True)
     try:
         saved = import_templates(store, args.file, name=args.as_name)
     except (TemplateError, StoreError) as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     numbers = ", ".join(f"v{t.version}" for t in saved)
     _say(f"imported {args.file} as template {saved[0].name!r} {numbers} in {store.location}")
-    return cli.EXIT_OK
+    return common.EXIT_OK
 
 
 # --- plumbing -------------------------------------------------------------------------
@@ -275,9 +275,9 @@ def _open(args: argparse.Namespace, *, create: bool = False, missing_ok: bool = 
     if not create:
         return history._open(args, missing_ok=missing_ok)
     try:
-        return open_store(store_target(args.store, cli._config().store), create=True)
+        return open_store(store_target(args.store, common.config().store), create=True)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
 
 
 def _read(store: RunStore, read: Any) -> Any:
@@ -285,7 +285,7 @@ def _read(store: RunStore, read: Any) -> Any:
     try:
         return read(store)
     except StoreError as exc:
-        raise cli.UsageError(str(exc)) from None
+        raise common.UsageError(str(exc)) from None
     finally:
         store.close()
 
@@ -302,9 +302,9 @@ def _brief(t: Template) -> dict[str, Any]:
 
 def _version(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
-        raise cli.UsageError(f"a template version is a whole number from 1, not {text!r} (NAME@VERSION)")
+        raise common.UsageError(f"a template version is a whole number from 1, not {text!r} (NAME@VERSION)")
     return int(text)
 
 
 def _say(text: str, *, stderr: bool = False) -> None:
-    cli._console(stderr=stderr).print(text, markup=False, highlight=False, soft_wrap=True)
+    common.console(stderr=stderr).print(text, markup=False, highlight=False, soft_wrap=True)

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planexec.errors import ConfigError
+from planexec.models.anthropic import AnthropicModel
 from planexec.models.base import Model
+from planexec.models.local import LocalModel
 from planexec.models.managed import ManagedModel
+from planexec.models.openai import OpenAIModel
 from planexec.models.pricing import PriceTable
 
 __all__ = ["ProviderOptions", "parse_model_name", "provider_names", "register_provider", "resolve_model"]
@@ -44,14 +47,10 @@ ProviderFactory = Callable[[str, ProviderOptions], Model]
 
 
 def _openai(model: str, options: ProviderOptions) -> Model:
-    from planexec.models.openai import OpenAIModel
-
     return OpenAIModel(model, base_url=options.base_url, api_key=options.api_key, timeout=options.timeout or 600.0, max_retries=0)
 
 
 def _anthropic(model: str, options: ProviderOptions) -> Model:
-    from planexec.models.anthropic import AnthropicModel  # type: ignore[import-not-found,unused-ignore]
-
     return AnthropicModel(model, base_url=options.base_url, api_key=options.api_key, timeout=options.timeout or 600.0, max_retries=0)
 
 
@@ -60,8 +59,6 @@ _local_lock = threading.Lock()
 
 
 def _local(model: str, options: ProviderOptions) -> Model:
-    from planexec.models.local import LocalModel
-
     # one in-process model per file: loading twice would only cost memory, calls are serialised anyway
     path: Path | None = None if model in ("smollm2", "default") else Path(model).expanduser()
     if path is not None and not path.is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from planexec.errors import StoreError
 from planexec.store.base import RunStore
+from planexec.store.postgres import PostgresRunStore
 from planexec.store.sqlite import SqliteRunStore
 
 __all__ = ["DEFAULT_STORE", "STORE_ENV", "open_store", "sqlite_path", "store_target"]
@@ -45,8 +46,6 @@ def open_store(target: str | os.PathLike[str] | None = None, *, create: bool = T
     if path is not None:
         return SqliteRunStore(path, create=create)
     if spec.partition("://")[0].lower() in ("postgresql", "postgres"):
-        from planexec.store.postgres import PostgresRunStore
-
         return PostgresRunStore(spec, create=create)
     raise StoreError(f"unknown run store {spec!r}: use a file path, sqlite:///path or postgresql://host/database")
 

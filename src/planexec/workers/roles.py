@@ -19,6 +19,7 @@ from typing import Any
 from planexec.errors import RegistryError
 from planexec.models.base import Model
 from planexec.workers.tool_calls import prompt_file
+from planexec.workers.toolkit import default_toolkit
 from planexec.workers.tools import Tool
 from planexec.workers.worker import CriticWorker, RoleWorker
 
@@ -108,10 +109,6 @@ def role_prompt(role: str) -> str:
 def _default_tools(workspace: str | Path | None) -> list[Tool]:
     if workspace is None:
         raise RegistryError("builtin_roles needs a workspace for its default tools, or tools=", name="workspace")
-    try:
-        from planexec.workers.toolkit import default_toolkit
-    except ImportError as exc:
-        raise RegistryError(f"the default toolkit is not available ({exc}); pass tools=", name="toolkit") from exc
     return list(default_toolkit(workspace))
 
 

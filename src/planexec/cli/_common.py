@@ -1,0 +1,284 @@
+"""What the ``planexec`` commands share: exit codes, consoles, configuration, stores, reviews and watching a run.
+
+A private module: the command modules (`main`, `goals`, `runs`, `history`,
+`approvals`, `plans`, `eval`) import it, and it imports none of them, so
+the command line has no import cycle. Owns the exit codes and
+`UsageError` (one message, exit 2), the consoles, reading planexec.toml,
+plan files and tools modules, the policies and the terminal review,
+choosing and opening the run store, the step approver at a terminal, and
+`watch` (a run fed to a display, Ctrl-C turned into a recorded cancel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.prompt import Confirm
+
+from planexec.cli.progress import EventLog, LiveProgress
+from planexec.config import Config, load_config
+from planexec.engine.approval import Approver
+from planexec.engine.results import RunResult, RunStatus
+from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
+from planexec.governance.policies import PolicyContext
+from planexec.governance.policy_sets import PolicySet, load_policies
+from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.models.pricing import PriceTable
+from planexec.plan.model import Plan, Step
+from planexec.store import RunStore, open_store, store_target
+from planexec.workers.registry import Registry
+from planexec.workers.tools import in_thread
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BY_STATUS = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.CANCELLED: EXIT_INTERRUPTED}
+
+
+CTRL_C_REASON = "interrupted (Ctrl-C)"
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for (a file, a module, a setting): one message, exit 2."""
+
+
+async def watch(run: Any, display: LiveProgress | EventLog | None) -> RunResult:
+    """Feed the display from a started run and turn Ctrl-C into a recorded cancellation."""
+    if display is not None:
+        run.subscribe(display)
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def interrupted() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:  # the user insists: no summary, no waiting for steps to wind down
+            sys.stdout.flush()
+            sys.stderr.write("\nplanexec: interrupted again; exiting at once\n")
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+        note = "interrupted: cancelling the run (Ctrl-C again to exit at once)"
+        if display is not None:
+            display.note(note)
+        else:
+            print(note, file=sys.stderr, flush=True)
+        run.cancel(CTRL_C_REASON)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (NotImplementedError, RuntimeError):  # no signal handlers in this loop (Windows, not main thread)
+        pass
+    try:
+        if display is None:
+            return await run.result()
+        with display:
+            return await run.result()
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+
+def approver(*, yes: bool, interactive: bool, display: LiveProgress | EventLog | None) -> Approver:
+    """What decides a step with ``requires_approval``: --yes, a prompt on a terminal, else a denial."""
+    if yes:
+        return lambda step: True
+    if not interactive:
+        return lambda step: False
+    lock = asyncio.Lock()
+    err = console(stderr=True)
+
+    async def ask(step: Step) -> bool:
+        async with lock:  # one question at a time
+            if display is None:
+                return await in_thread(confirm, err, step)
+            with display.paused():
+                return await in_thread(confirm, err, step)
+
+    return ask
+
+
+def confirm(out: Console, step: Step) -> bool:
+    """Ask at the terminal whether a step may run (end of input: no)."""
+    what = f"{step.step_id!r} ({step.worker}: {step.action})"
+    if step.instruction:
+        out.print(f"  {step.instruction}", markup=False, highlight=False)
+    try:
+        return Confirm.ask(f"Approve step {what}?", console=out, default=False)
+    except EOFError:
+        return False
+
+
+def policies(args: argparse.Namespace, config: Config) -> PolicySet:
+    """The policies of planexec.toml and ``--policies``; UsageError naming the file that does not load."""
+    try:
+        return load_policies([*config.policies, *args.policies])
+    except PolicyError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def review(
+    plan: Plan,
+    registry: Registry,
+    policies: PolicySet,
+    config: Config,
+    *,
+    yes: bool,
+    json_output: bool,
+    person_required: bool = True,
+    plan_shown: bool = False,
+    graph_shown: bool = False,
+    can_wait: bool = False,
+) -> ReviewOutcome | None:
+    """The policies' and a person's (or --yes's) review of a plan; None, after saying why, when it may not run.
+
+    A plan file (`person_required` False) asks a person only when a policy
+    escalates. When a person is needed and none can be asked here, a run
+    that is recorded (`can_wait`) starts anyway and waits for
+    ``planexec approve RUN_ID`` from another process (the outcome is then
+    not approved, decided by ``nobody``); otherwise nothing runs.
+    """
+    terminal = ReviewTerminal(console(stderr=json_output), interactive=sys.stdin.isatty())
+    context = PolicyContext(registry=registry, prices=PriceTable.default(config.prices))
+    outcome = run_review(
+        plan, policies, context, terminal=terminal, yes=yes, person_required=person_required, plan_shown=plan_shown, graph_shown=graph_shown
+    )
+    err = console(stderr=True)
+    if not outcome.approved and outcome.by == "nobody" and can_wait:
+        err.print(
+            "the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return outcome
+    if not outcome.approved:
+        err.print(f"planexec: the plan was not run: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+        return None
+    if len(policies) or outcome.by != "policy":
+        err.print(f"plan approved by {outcome.by}: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+    return outcome
+
+
+def config() -> Config:
+    try:
+        return load_config(Path("."))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load_plan(path: Path, *, as_json: bool) -> Plan | None:
+    """The plan in `path`; None after printing its shape problems; UsageError when unreadable."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"plan file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read plan file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return Plan.from_json(text)
+    except PlanParseError as exc:
+        if any(p.rule == "malformed_json" for p in exc.problems):
+            detail = "; ".join(p.message for p in exc.problems)
+            raise UsageError(f"plan file {str(path)!r} is not valid JSON: {detail}") from None
+        print_problems(exc.problems, exc.plan_id, as_json=as_json)
+        return None
+
+
+def registry(modules: list[str]) -> Registry:
+    """Built-ins and installed plugins, then each tools module; UsageError naming one that fails."""
+    if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
+        sys.path.insert(0, os.getcwd())
+    try:
+        registry = Registry.default()
+    except Exception as exc:  # a broken installed plugin
+        raise UsageError(f"cannot load installed planexec plugins: {type(exc).__name__}: {exc}") from None
+    for module in dict.fromkeys(modules):
+        try:
+            registry.load_module(module)
+        except RegistryError as exc:
+            raise UsageError(str(exc)) from None
+        except Exception as exc:  # an error inside the module itself: say which module
+            raise UsageError(f"tools module {module!r} failed to load: {type(exc).__name__}: {exc}") from None
+    return registry
+
+
+def console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # not a terminal (a log, CI): wide enough that tables and lines do not wrap, unless COLUMNS says otherwise
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(stderr=stderr, width=width)
+
+
+def print_problems(problems: list[Problem], plan_id: str | None, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([p.to_dict() for p in problems], indent=2, ensure_ascii=False))
+    else:
+        console().print(PlanValidationError(problems, plan_id=plan_id).render(), markup=False, highlight=False, soft_wrap=True)
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0: {text!r}")
+        return value
+
+    return parse
+
+
+STORE_HELP = "the run store: a file, sqlite:///path or postgresql://... (default: $PLANEXEC_STORE, planexec.toml, .planexec/runs.db)"
+
+
+def add_store_options(p: argparse.ArgumentParser) -> None:
+    """``--store``, ``--no-store`` and ``--run-id`` for ``planexec run``."""
+    p.add_argument("--store", metavar="STORE", help=STORE_HELP)
+    p.add_argument("--no-store", action="store_true", help="do not record the run (it cannot be resumed or shown later)")
+    p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
+
+
+def open_run_store(spec: str | None, config: Any, *, create: bool) -> RunStore:
+    """The store a command uses; a `UsageError` naming it when it cannot be opened."""
+    target = store_target(spec, config.store)
+    try:
+        return open_store(target, create=create)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_store(args: argparse.Namespace, config: Any) -> RunStore | None:
+    """The store ``planexec run`` records into (None with ``--no-store``)."""
+    if getattr(args, "no_store", False):
+        return None
+    return open_run_store(getattr(args, "store", None), config, create=True)
+
+
+def resume_hint(result: RunResult, *, recorded: bool) -> str | None:
+    """What to do next about a run that stopped short and was recorded, or None."""
+    if not recorded:
+        return None
+    if result.status is RunStatus.NEEDS_DECISION:
+        held = [sid for sid, rec in result.steps.items() if rec.state.value == "needs_decision"]
+        return f"decide with: planexec resolve {result.run_id} {held[0] if held else 'STEP'} --retry|--skip|--mark-done VALUE; then: planexec resume {result.run_id}"
+    if result.status is RunStatus.CANCELLED:
+        return f"continue with: planexec resume {result.run_id}"
+    return None
+
+
+def user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in this environment
+        return "person"
