@@ -358,3 +358,60 @@ def test_run_goal_with_the_joiner_finishes_with_its_answer(scripted, capsys):
     assert code == 0, err + out
     assert "joiner: finish" in out and "17*23 is 391; 4+1 is 5" in out
     assert "joiner" in out.split("usage by role")[1]
+
+
+ROLE_PLAN = json.dumps(
+    {
+        "steps": [
+            {
+                "id": "s1",
+                "worker": "tool",
+                "action": "calculator",
+                "instruction": "multiply",
+                "parameters": {"expression": "6 * 7"},
+                "depends_on": [],
+            },
+            {
+                "id": "s2",
+                "worker": "writer",
+                "action": "write",
+                "instruction": "say the number ${s1} in a sentence",
+                "parameters": {},
+                "depends_on": ["s1"],
+            },
+        ]
+    }
+)
+
+
+def test_a_plan_the_planner_wrote_validates_and_runs_with_the_plan_commands(scripted, monkeypatch, capsys):
+    """plan -o, then validate and run --plan: the plan commands use goal mode's team (roles and toolkit)."""
+    scripted.extend([ROLE_PLAN])
+    assert main(["plan", "six sevens in words", "--model", "script:planner", "-o", "plan.json"]) == 0
+    scripted[:] = ["The answer is 42."]  # what the writer's model (made when the run starts) will say
+    capsys.readouterr()
+    assert main(["validate", "plan.json"]) == 0
+    assert "ok: plan" in capsys.readouterr().out
+    monkeypatch.setenv("PLANEXEC_WORKER_MODEL", "script:worker")
+    code = main(["run", "--plan", "plan.json", "--yes", "--no-store", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["steps"]["s1"]["output"]["value"] == 42 and result["answer"] == "The answer is 42."
+
+
+def test_a_run_reports_the_time_of_routing_and_planning_too(scripted, capsys):
+    """The summary's wall time starts with the command, not with the first step."""
+    import time
+
+    class Slow(ScriptedModel):
+        async def complete(self, request):
+            time.sleep(0.3)  # a planner that takes its time
+            return await super().complete(request)
+
+    register_provider("slow", lambda model, options: Slow([PLAN], name=f"slow:{model}"), replace=True)
+    code = main(["run", "sums", "--model", "slow:planner", "--mode", "plan", "--yes", "--no-store", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["wall_time"] >= 0.3 > sum(s["wall_time"] for s in result["steps"].values())

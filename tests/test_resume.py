@@ -221,3 +221,55 @@ def test_a_run_stopped_between_a_failure_and_its_revision_replans_on_resume(reg,
 async def _resume_with(reg, store, replanner):
     r = Engine(reg, store=store, replanner=replanner).resume("r1")
     return r, await r.result()
+
+
+TOOLS_MODULE = """
+import asyncio
+from planexec import tool
+
+
+@tool(idempotent=True)
+async def safe(name: str) -> str:
+    \"\"\"Safe to run twice.\"\"\"
+    return name.upper()
+
+
+@tool
+async def charge(name: str) -> str:
+    \"\"\"A side effect: not idempotent.\"\"\"
+    await asyncio.sleep(0.01)
+    return f"charged {name}"
+"""
+
+
+def test_the_cli_resumes_a_killed_run_with_its_own_tools_and_shows_the_held_step(tmp_path, monkeypatch, capsys):
+    """`planexec resume RUN_ID` needs no --tools (the run recorded them) and prints its summary, held step included; so does `show`."""
+    from planexec.cli.main import main
+    from planexec.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    module = tmp_path / "shop_tools.py"
+    module.write_text(TOOLS_MODULE, encoding="utf-8")
+    reg = Registry.default()
+    reg.load_module(str(module))
+    source = open_store(str(tmp_path / "source.db"))
+
+    async def go():
+        r = Engine(reg, store=source).start(mkplan(), run_id="r1", setup={"tools": [str(module)]})
+        return r, await r.result()
+
+    r, _ = asyncio.run(go())
+    cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
+    db = str(tmp_path / "runs.db")
+    store = open_store(db)
+    store.save_plan("r1", mkplan())
+    store.append(r.history[:cut])  # the process died while c (not idempotent) ran
+    capsys.readouterr()
+
+    assert main(["resume", "r1", "--store", db]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert "needs_decision" in out and "planexec resolve r1 c" in out
+    assert main(["show", "r1", "--store", db]) == 0
+    out, err = capsys.readouterr()
+    assert "needs_decision" in out and "Traceback" not in out + err

@@ -35,7 +35,9 @@ from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
 from planexec.models.pricing import PriceTable
 from planexec.plan.model import Plan, Step
+from planexec.plan.validation import validate_plan
 from planexec.store import RunStore, open_store, store_target
+from planexec.team.team import Team
 from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
 
@@ -77,10 +79,13 @@ async def watch(run: Any, display: LiveProgress | EventLog | None) -> RunResult:
     except (NotImplementedError, RuntimeError):  # no signal handlers in this loop (Windows, not main thread)
         pass
     try:
+        result: RunResult
         if display is None:
-            return await run.result()
-        with display:
-            return await run.result()
+            result = await run.result()
+        else:
+            with display:
+                result = await run.result()
+        return result
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)
@@ -100,9 +105,9 @@ def approver(*, yes: bool, interactive: bool, display: LiveProgress | EventLog |
     async def ask(step: Step) -> bool:
         async with lock:  # one question at a time
             if display is None:
-                return await in_thread(confirm, err, step)
+                return bool(await in_thread(confirm, err, step))
             with display.paused():
-                return await in_thread(confirm, err, step)
+                return bool(await in_thread(confirm, err, step))
 
     return ask
 
@@ -282,3 +287,24 @@ def user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no user name in this environment
         return "person"
+
+
+TEAM_RULES = frozenset({"unknown_worker", "unknown_action", "action_not_offered"})
+
+
+def plan_registry(plan: Plan, tools: list[str], config: Config, *, workspace: str | None = None) -> Registry:
+    """The registry a plan file runs on: its tools modules, or goal mode's team when it names roles or toolkit tools.
+
+    A plan the planner wrote (``planexec plan GOAL -o plan.json``) names the
+    built-in roles and the workspace tools; it validates and runs with the
+    same team `planexec run GOAL` uses. A plan that needs neither gets the
+    plain registry, and no workspace folder is made for it.
+    """
+    bare = registry([*config.tools, *tools])
+    if not any(p.rule in TEAM_RULES for p in validate_plan(plan, bare)):
+        return bare
+    try:
+        team = Team(config=config, tools_modules=tools, roles=True, workspace=workspace or config.workspace or "workspace")
+    except (ConfigError, RegistryError) as exc:
+        raise UsageError(str(exc)) from None
+    return team.registry

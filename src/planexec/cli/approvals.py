@@ -33,9 +33,10 @@ from rich.table import Table
 from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
+from planexec.engine.recording import RunLog
 from planexec.errors import ApprovalError, PolicyError, StoreError
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
-from planexec.governance.policy_sets import load_policies
+from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
@@ -197,7 +198,8 @@ def _find_step(versions: Iterable[Any], step_id: str, content_hash: str) -> Step
         for s in v.plan.steps:
             if s.step_id == step_id:
                 if step_hash(s) == content_hash:
-                    return s
+                    found: Step = s
+                    return found
                 latest = s
     return latest
 
@@ -218,7 +220,9 @@ def _store_flag(store_option: str | None) -> str:
     return f" --store {store_option}" if store_option else ""
 
 
-def step_approver(store: RunStore | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None) -> Approver:
+def step_approver(
+    store: RunLog | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None
+) -> Approver | StoreApprover:
     """What decides a step with ``requires_approval``; with a store every decision is kept there.
 
     ``--yes`` (by ``--yes``) or the terminal's prompt (by the user name)
@@ -339,10 +343,13 @@ class ReviewingPlanApprover(PlanApprover):
                     return False, by, why or "rejected by a person (no reason given)"
                 terminal.say("answer a (approve) or r (reject)")
 
+        decided: tuple[bool, str, str | None]
         if self.display is None:
-            return await in_thread(ask)
-        with self.display.paused():
-            return await in_thread(ask)
+            decided = await in_thread(ask)
+        else:
+            with self.display.paused():
+                decided = await in_thread(ask)
+        return decided
 
     def _waiting(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> None:
         line = f"plan v{plan.version} of run {run_id} waits for approval: planexec approve {run_id}{_store_flag(self.store_option)}"
@@ -406,7 +413,7 @@ def resume_approvers(
     }
     try:
         gated = any(a.step_id is None for a in store.approvals(run_id))
-        policies = load_policies(config.policies) if gated else []
+        policies: PolicySet | list[Policy] = load_policies(config.policies) if gated else []
     except (StoreError, PolicyError) as exc:
         raise common.UsageError(str(exc)) from None
     if gated:

@@ -1,13 +1,12 @@
-"""The goal commands of the CLI: ``planexec plan GOAL`` and ``planexec run GOAL``.
+"""The goal commands of the CLI: ``planexec plan GOAL`` and ``planexec run GOAL``, thin over `Team`.
 
-Owns what happens between a goal typed by the user and a run: choosing and
-announcing the models (`ModelSettings`), building the team (`build_team`),
-choosing the mode (``--mode auto`` asks the `router`; ``single`` runs one
-agent, see `agent`; ``plan`` the team), planning (with repair) or streaming
-the plan into the engine, showing the plan as a table and a DAG, asking for
-approval, and the closing report (the deliverable, usage and cost per role,
-model calls). Reuses the plumbing of `cli` (consoles, Ctrl-C handling,
-approvals, exit codes). Imports the public API only.
+Owns turning options into a `Team` (`team_from_args`: the built-in roles
+and toolkit, the models, planexec.toml) and showing each of its stages to a
+person: which models and why, the mode (``--mode auto`` asks the router; a
+one-step plan for a role runs as a single agent), the plan as a table and a
+DAG, the terminal review and approvals, live progress, and the closing
+report (the deliverable, the time from the command's start, usage and cost
+per role). Imports `team`, `cli._common`, `cli.approvals`, `cli.progress`.
 """
 
 from __future__ import annotations
@@ -16,30 +15,27 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from planexec.cli import _common as common
 from planexec.cli.approvals import run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
-from planexec.engine.engine import Engine
+from planexec.config import Config
 from planexec.engine.results import RunResult
 from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
-from planexec.models.settings import ModelSettings
-from planexec.plan.model import Step
+from planexec.plan.drafts import Planning
+from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
-from planexec.planning.joiner import ModelJoiner
-from planexec.planning.planner import Planner, Planning
-from planexec.planning.replanner import PlannerReplanner
-from planexec.planning.router import route
-from planexec.planning.stream import PlanStream
-from planexec.team.agent import AGENT_WORKER, single_plan, start_single
+from planexec.team.agent import single_plan
+from planexec.team.team import Team
 from planexec.usage import Usage
-from planexec.workers.builtin_team import build_team
-from planexec.workers.registry import TOOL_WORKER, Registry
-from planexec.workers.worker import RoleWorker
+from planexec.workers.registry import Registry
 
-__all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal"]
+__all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
 
 MODES = ("auto", "single", "plan")
 
@@ -80,60 +76,48 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _monitoring(args: argparse.Namespace, config: Any, planner: Planner) -> dict[str, Any]:
-    """Engine options for monitoring a team's run: the planner replans (bounded), and the joiner if asked for."""
-    limit = args.max_replans if args.max_replans is not None else (config.max_replans if config.max_replans is not None else 2)
-    if limit < 0:
+def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = None, policies: Any = ()) -> Team:
+    """The `Team` a goal command works with: the built-in roles and toolkit, the options given, planexec.toml, the defaults."""
+    if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
+        sys.path.insert(0, os.getcwd())
+    limit = getattr(args, "max_replans", None)
+    if limit is not None and limit < 0:
         raise common.UsageError("--max-replans must be 0 or more")
-    options: dict[str, Any] = {"max_replans": limit}
-    if limit:
-        options["replanner"] = PlannerReplanner(planner)
-    if args.joiner if args.joiner is not None else bool(config.joiner):
-        options["joiner"] = ModelJoiner(planner.model)
-    return options
-
-
-def _settings(args: argparse.Namespace) -> tuple[ModelSettings, Any]:
-    config = common.config()
     try:
-        settings = ModelSettings(config, planner=args.model, worker=args.worker_model, base_url=args.base_url, seed=args.seed)
-    except ConfigError as exc:
-        raise common.UsageError(str(exc)) from None
-    return settings, config
-
-
-def _team(args: argparse.Namespace, settings: ModelSettings, config: Any) -> Registry:
-    workspace = Path(args.workspace or config.workspace or "workspace")
-    try:
-        return build_team(settings, workspace=workspace, modules=[*config.tools, *args.tools])
-    except RegistryError as exc:
+        return Team(
+            args.model,
+            worker_model=args.worker_model,
+            base_url=args.base_url,
+            seed=args.seed,
+            config=config,
+            tools_modules=args.tools,
+            roles=True,
+            workspace=args.workspace or config.workspace or "workspace",
+            max_steps=args.max_steps,
+            max_repairs=args.max_repairs,
+            max_replans=limit,
+            joiner=getattr(args, "joiner", None),
+            max_concurrency=getattr(args, "max_concurrency", None),
+            default_timeout=getattr(args, "timeout", None),
+            store=store,
+            policies=policies,
+        )
+    except (ConfigError, RegistryError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None
 
 
-def _planner(args: argparse.Namespace, settings: ModelSettings, registry: Registry) -> Planner:
-    model = settings.model(settings.planner.name)
-    local = settings.planner.name.startswith("local:")
-    max_steps = args.max_steps or (5 if local else 8)  # a small local model writes short plans faster and better
-    max_tokens = 640 if local else 4096  # a plan of a few steps; bounds a small model that rambles under its grammar
-    return Planner(model, registry, max_steps=max_steps, max_repairs=args.max_repairs, seed=args.seed, max_tokens=max_tokens)
-
-
-def _announce(settings: ModelSettings) -> None:
+def _announce(team: Team) -> None:
     err = common.console(stderr=True)
-    for line in settings.describe():
+    for line in team.models.notes:
         err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-async def _draft(planner: Planner, goal: str) -> Planning:
-    return await planner.draft(goal)
-
-
-def _plan_or_exit(planner: Planner, goal: str) -> Planning | None:
+def _plan_or_exit(team: Team, goal: str) -> Planning | None:
     """The planning, or None after printing why there is no plan."""
     err = common.console(stderr=True)
-    err.print(f"planning with {planner.model.name} …", markup=False, highlight=False)
+    err.print(f"planning with {team.planner_model.name} …", markup=False, highlight=False)
     try:
-        return asyncio.run(_draft(planner, goal))
+        return asyncio.run(team.plan(goal))
     except PlanningError as exc:
         err.print(f"planexec: no valid plan: {exc}", markup=False, highlight=False, soft_wrap=True)
     except ModelError as exc:
@@ -157,10 +141,9 @@ def _show_plan(planning: Planning, *, graph: bool) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``planexec plan GOAL``: plan only; print the plan (or write it with -o)."""
-    settings, config = _settings(args)
-    _announce(settings)
-    registry = _team(args, settings, config)
-    planning = _plan_or_exit(_planner(args, settings, registry), args.goal)
+    team = team_from_args(args, common.config())
+    _announce(team)
+    planning = _plan_or_exit(team, args.goal)
     if planning is None:
         return common.EXIT_FAILED
     if args.output:
@@ -173,15 +156,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _engine_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"seed": args.seed, "store": common.run_store(args, config)}
-    if args.max_concurrency or config.max_concurrency:
-        options["max_concurrency"] = args.max_concurrency or config.max_concurrency
-    if args.timeout or config.default_timeout:
-        options["default_timeout"] = args.timeout or config.default_timeout
-    return options
-
-
 def _say(line: str) -> None:
     common.console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -192,166 +166,139 @@ def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
     if args.stream:
         if mode == "single":
             raise common.UsageError("--stream streams a plan into the team, so it cannot run with --mode single")
-        return "plan", "--stream"
+        return "stream", "--stream"
     return mode, f"--mode {mode}"
 
 
+def _display(args: argparse.Namespace, plan: Plan | None) -> LiveProgress | EventLog | None:
+    out = common.console()
+    if args.json:
+        return None
+    if plan is not None and out.is_terminal:
+        return LiveProgress(plan, out)
+    return EventLog(plan, out)  # type: ignore[arg-type]  # a streamed plan is shown step by step as it arrives
+
+
 def cmd_run_goal(args: argparse.Namespace) -> int:
-    """``planexec run GOAL``: choose the mode; run one agent, or plan (or stream the plan), approve, execute; report."""
+    """``planexec run GOAL``: the `Team`'s stages, each shown: route, plan (or stream), review, run, report."""
+    t0 = time.perf_counter()  # the run's time counts routing and planning too
     mode, why = _requested_mode(args)
-    settings, config = _settings(args)
-    _announce(settings)
-    registry = _team(args, settings, config)
+    config = common.config()
     policies = common.policies(args, config)
     if args.stream and len(policies):
         raise common.UsageError("--stream starts steps before the plan is complete, so the policies cannot review it: run without --stream")
-    planner = _planner(args, settings, registry)
-    out = common.console()
-    options = _engine_options(args, config)
+    if args.stream and not args.yes:
+        raise common.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
+    store = common.run_store(args, config)
+    team = team_from_args(args, config, store=store, policies=list(policies))
+    _announce(team)
     overhead: dict[str, Usage] = {}
     routed = mode == "auto"
     if routed:
-        decision = asyncio.run(route(args.goal, planner.model))
+        decision = asyncio.run(team.route(args.goal))
         overhead["router"] = decision.usage
         mode, why = decision.mode, f"router: {decision.reason}"
-    _say(f"mode: {mode} ({why})")
+    _say(f"mode: {'plan' if mode == 'stream' else mode} ({why})")
     if mode == "single":
-        return _run_single(args, settings, registry, options, overhead)
-    monitoring = _monitoring(args, config, planner)  # for the team only: a single agent has no plan to revise
-
-    if args.stream:
-        if not args.yes:
-            raise common.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
-        display: LiveProgress | EventLog | None = None if args.json else EventLog(None, out)  # type: ignore[arg-type]
-        options["approver"] = step_approver(options["store"], yes=True, interactive=False, display=display, store_option=args.store)
-        engine = Engine(registry, **options, **monitoring)  # no plan approver: a streamed plan runs before it is complete
-        result = asyncio.run(_stream(engine, planner, args.goal, display, run_id=args.run_id))
-    else:
-        planning = _plan_or_exit(planner, args.goal)
-        if planning is None:
-            return common.EXIT_FAILED
-        if routed and len(planning.plan.steps) == 1:  # nothing to coordinate
-            step = planning.plan.steps[0]
-            role_tools = _role_tools(registry, step)
-            if role_tools is None:
-                _say(f"mode: plan (its one step calls {step.action} directly: no agent needed)")
-            else:
-                names = ", ".join(role_tools.tools) or "none"
-                _say(
-                    f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})"
-                )
-                return _run_single(args, settings, role_tools, options, overhead, planning=planning)
-        if not args.json:
-            _show_plan(planning, graph=args.show_graph)
-        shown = not args.json
-        outcome = common.review(
-            planning.plan,
-            registry,
-            policies,
-            config,
-            yes=args.yes,
-            json_output=args.json,
-            plan_shown=shown,
-            graph_shown=shown and args.show_graph,
-            can_wait=options["store"] is not None,
-        )
-        if outcome is None:
-            return common.EXIT_FAILED
-        if outcome.edited:  # the person's edit runs, not the planner's draft
-            planning = dataclasses.replace(planning, plan=outcome.plan)
-        plan = planning.plan
-        display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-        approvers = run_approvers(
-            options["store"],
-            outcome,
-            registry=registry,
-            config=config,
-            policies=policies,
-            yes=args.yes,
-            display=display,
-            store_option=args.store,
-        )
-        engine = Engine(registry, **options, **approvers, **monitoring)
-        result = asyncio.run(_execute(engine, planning, display, overhead, run_id=args.run_id))
-    _report(args, result)
-    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
-
-
-def _role_tools(registry: Registry, step: Step) -> Registry | None:
-    """The tools of the role a one-step plan gives the whole goal, for the agent; None when the step is a tool call.
-
-    A step that calls a tool is already direct (no model in the loop), so it
-    runs as planned. For a role's task the agent takes that role's tools (the
-    planner chose them for the goal): the writer has none, so the agent
-    answers in plain text, which a small model writes far better than
-    JSON-mode replies.
-    """
-    worker = registry.workers.get(step.worker)
-    if not isinstance(worker, RoleWorker) or step.action not in worker.tasks:
-        return None
-    own = Registry()
-    for t in worker.tools.values():
-        own.add_tool(t, worker=TOOL_WORKER)
-    return own
+        return _run_single(args, team, overhead, t0)
+    if mode == "stream":
+        display = _display(args, None)
+        approver = step_approver(store, yes=True, interactive=False, display=display, store_option=args.store)
+        run = asyncio.run(_stream(team, args.goal, display, run_id=args.run_id, approver=approver))
+        return _report(args, run, t0)
+    planning = _plan_or_exit(team, args.goal)
+    if planning is None:
+        return common.EXIT_FAILED
+    if routed and len(planning.plan.steps) == 1:  # nothing to coordinate
+        step = planning.plan.steps[0]
+        role_tools = team.single_agent_tools(step)
+        if role_tools is None:
+            _say(f"mode: plan (its one step calls {step.action} directly: no agent needed)")
+        else:
+            names = ", ".join(role_tools.tools) or "none"
+            _say(f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})")
+            return _run_single(args, team, overhead, t0, registry=role_tools, planning=planning)
+    if not args.json:
+        _show_plan(planning, graph=args.show_graph)
+    shown = not args.json
+    outcome = common.review(
+        planning.plan,
+        team.registry,
+        policies,
+        config,
+        yes=args.yes,
+        json_output=args.json,
+        plan_shown=shown,
+        graph_shown=shown and args.show_graph,
+        can_wait=store is not None,
+    )
+    if outcome is None:
+        return common.EXIT_FAILED
+    if outcome.edited:  # the person's edit runs, not the planner's draft
+        planning = dataclasses.replace(planning, plan=outcome.plan)
+    display = _display(args, planning.plan)
+    approvers = run_approvers(
+        store, outcome, registry=team.registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
+    )
+    result = asyncio.run(_execute(team, planning, display, overhead, run_id=args.run_id, **approvers))
+    return _report(args, result, t0)
 
 
 def _run_single(
     args: argparse.Namespace,
-    settings: ModelSettings,
-    registry: Registry,
-    options: dict[str, Any],
+    team: Team,
     overhead: dict[str, Usage],
+    t0: float,
     *,
+    registry: Registry | None = None,
     planning: Planning | None = None,
 ) -> int:
-    """One agent with the tools of `registry` works the goal; --yes lets it use tools that need approval."""
-    name = settings.for_role(AGENT_WORKER).name
-    model = settings.model(name)
-    # a local turn re-reads the whole prompt (tens of seconds on a CPU), and a small model loops on tools:
-    # a few turns, the last of which must answer, fit the step's timeout
-    max_turns = 4 if name.startswith("local:") else 12
-    out = common.console()
-    plan = single_plan(args.goal)  # what the display shows; start_single runs the same one
-    display = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options = {
-        **options,
-        "approver": step_approver(options.get("store"), yes=args.yes, interactive=False, display=display, store_option=args.store),
-    }
+    """One agent with the tools of `registry` (default: the team's) works the goal; --yes lets it use tools that need approval."""
+    display = _display(args, single_plan(args.goal))  # the plan `start_single` runs
+    approver = step_approver(team.store, yes=args.yes, interactive=False, display=display, store_option=args.store)
 
     async def work() -> RunResult:
-        run = start_single(
+        run = team.start_single(
             args.goal,
-            model=model,
             registry=registry,
-            max_turns=max_turns,
-            engine_options=options,
-            overhead=overhead,
             planning=planning,
+            overhead=overhead,
+            run_id=args.run_id,
             requires_approval=args.yes,
+            approver=approver,
         )
         return await common.watch(run, display)
 
-    result = asyncio.run(work())
-    _report(args, result)
-    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
+    return _report(args, asyncio.run(work()), t0)
 
 
 async def _execute(
-    engine: Engine, planning: Planning, display: LiveProgress | EventLog | None, overhead: dict[str, Usage], *, run_id: str | None = None
+    team: Team,
+    planning: Planning,
+    display: LiveProgress | EventLog | None,
+    overhead: dict[str, Usage],
+    *,
+    run_id: str | None,
+    **approvers: Any,
 ) -> RunResult:
-    run = engine.start(planning.plan, validate=False, planning=planning, overhead=overhead, run_id=run_id)  # the planner validated it
+    run = team.start(
+        planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=False, **approvers
+    )  # the planner validated it
     return await common.watch(run, display)
 
 
-async def _stream(engine: Engine, planner: Planner, goal: str, display: EventLog | None, *, run_id: str | None = None) -> RunResult:
-    run = engine.start_streaming(PlanStream(planner, goal), run_id=run_id)
+async def _stream(team: Team, goal: str, display: EventLog | LiveProgress | None, *, run_id: str | None, approver: Any) -> RunResult:
+    run = team.start_streaming(goal, run_id=run_id, approver=approver)  # no plan approver: a streamed plan runs before it is complete
     return await common.watch(run, display)
 
 
-def _report(args: argparse.Namespace, result: RunResult) -> None:
+def _report(args: argparse.Namespace, result: RunResult, t0: float) -> int:
+    """Print the result (its time from the command's start: routing and planning count) and return the exit code."""
+    result = result.model_copy(update={"wall_time": time.perf_counter() - t0})
+    code = common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
-        return
+        return code
     out = common.console()
     print_summary(out, result)
     out.print(usage_table(result))
@@ -362,3 +309,4 @@ def _report(args: argparse.Namespace, result: RunResult) -> None:
         answer = result.answer if isinstance(result.answer, str) else json.dumps(result.answer, indent=2, ensure_ascii=False)
         out.rule("deliverable")
         out.print(answer, markup=False, highlight=False, soft_wrap=True)
+    return code

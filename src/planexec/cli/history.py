@@ -181,9 +181,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             say(f"  error: {rec.error.render()}")
         if rec.reason and rec.state.value != "succeeded":
             say(f"  reason: {rec.reason}")
-        for v in rec.verdicts:
+        for verdict in rec.verdicts:
             say(
-                f"  verdict (attempt {v['attempt']}) by {v['critic']}: {'approved' if v['approved'] else 'rejected'}: {'; '.join(v['reasons'])}"
+                f"  verdict (attempt {verdict['attempt']}) by {verdict['critic']}: "
+                f"{'approved' if verdict['approved'] else 'rejected'}: {'; '.join(verdict['reasons'])}"
             )
         for inner in view.sub_events.get(sid, []):
             say(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))

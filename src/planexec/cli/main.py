@@ -221,7 +221,7 @@ def _checked_plan(args: argparse.Namespace) -> tuple[Plan, Registry, Config] | N
         plan = common.load_plan(Path(args.plan), as_json=args.json)
     if plan is None:
         return None
-    registry = common.registry([*config.tools, *args.tools])
+    registry = common.plan_registry(plan, args.tools, config, workspace=getattr(args, "workspace", None))
     problems = validate_plan(plan, registry)
     if problems:
         common.print_problems(problems, plan.plan_id, as_json=args.json)

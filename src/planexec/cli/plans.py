@@ -58,7 +58,7 @@ def add_library_commands(sub: Any) -> None:
     actions = top.add_subparsers(dest="plans_action", required=True, metavar="ACTION")
 
     def action(name: str, help: str, command: Any) -> argparse.ArgumentParser:
-        p = actions.add_parser(name, help=help)
+        p: argparse.ArgumentParser = actions.add_parser(name, help=help)
         p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
         p.set_defaults(command=command)
         return p

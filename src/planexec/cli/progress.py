@@ -24,21 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from planexec import (
-    Plan,
-    RunFinished,
-    RunResult,
-    RunStarted,
-    RunStatus,
-    StepCancelled,
-    StepFailed,
-    StepReady,
-    StepRerouted,
-    StepRetried,
-    StepSkipped,
-    StepStarted,
-    StepSucceeded,
-)
+from planexec import Plan, RunResult, RunStatus
 from planexec.engine.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -56,6 +42,18 @@ from planexec.engine.events import (
     SubRunEvent,
     parse_event,
 )
+from planexec.events import (
+    RunFinished,
+    RunStarted,
+    StepCancelled,
+    StepFailed,
+    StepReady,
+    StepRerouted,
+    StepRetried,
+    StepSkipped,
+    StepStarted,
+    StepSucceeded,
+)
 from planexec.usage import Usage
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary", "usage_table"]
@@ -70,6 +68,7 @@ _LOOK = {
     "failed": ("✗", "bold red"),
     "skipped": ("↷", "magenta"),
     "cancelled": ("⊘", "yellow"),
+    "needs_decision": ("⏸", "bold yellow"),  # cut off by a crash, waiting for planexec resolve
 }
 _STATUS_STYLE = {
     RunStatus.SUCCEEDED: "bold green",
@@ -174,7 +173,7 @@ class StepBoard:
         ):
             table.add_column(name, **kw)
         for line in self.lines.values():
-            icon, style = _LOOK[line.state]
+            icon, style = _LOOK.get(line.state, ("?", ""))
             elapsed = line.elapsed(now)
             table.add_row(
                 Text(icon, style=style),
@@ -348,7 +347,7 @@ def print_summary(console: Console, result: RunResult) -> None:
     ):
         table.add_column(name, **kw)
     for sid, rec in result.steps.items():
-        icon, style = _LOOK[rec.state.value]
+        icon, style = _LOOK.get(rec.state.value, ("?", ""))
         why = rec.error.render() if rec.error else ""
         if rec.reason:
             why = f"{why} ({rec.reason})" if why else rec.reason

@@ -18,21 +18,20 @@ from typing import Any
 
 from planexec.cli import _common as common
 from planexec.cli.approvals import resume_approvers
-from planexec.cli.goals import _settings, _team
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.engine.engine import Engine
+from planexec.engine.events import RunStarted
 from planexec.engine.results import RunResult
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
-from planexec.errors import ConfigError, RegistryError, StoreError
-from planexec.plan.model import Plan
-from planexec.workers.registry import Registry
+from planexec.errors import ConfigError, StoreError
+from planexec.store import RunStore
 
 __all__ = ["add_control_commands", "cmd_resolve", "cmd_resume"]
 
 
 def add_control_commands(sub: Any) -> None:
     """Register ``resume`` and ``resolve``."""
-    tools_help = "a tools module the run used (a dotted name or a .py file); repeatable"
+    tools_help = "a tools module for the run (default: those it was started with); repeatable"
     p = sub.add_parser("resume", help="continue a stored run that stopped (a crash, kill -9, Ctrl-C, a decision)")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
@@ -54,16 +53,12 @@ def add_control_commands(sub: Any) -> None:
     p.set_defaults(command=cmd_resolve)
 
 
-def _registry_for(plan: Plan, args: argparse.Namespace, config: Any) -> Registry:
-    """The tools the stored plan names: the tool modules, and the built-in team when it uses roles."""
-    registry = common.registry([*config.tools, *args.tools])
-    if {s.worker for s in plan.steps} <= set(registry.workers):
-        return registry
-    settings, _ = _settings(argparse.Namespace(model=None, worker_model=None, base_url=None, seed=0))
-    try:
-        return _team(argparse.Namespace(workspace=args.workspace, tools=args.tools), settings, config)
-    except RegistryError as exc:
-        raise common.UsageError(str(exc)) from None
+def stored_tools(store: RunStore, run_id: str) -> list[str]:
+    """The tools modules a run was set up with, as its `RunStarted` recorded them (none for runs recorded before that)."""
+    for event in store.events(run_id, limit=1):
+        if isinstance(event, RunStarted):
+            return [str(t) for t in event.setup.get("tools", [])]
+    return []
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -77,7 +72,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not versions:
         raise common.UsageError(f"run {args.run_id!r} has no stored plan to resume")
     plan = versions[-1].plan
-    registry = _registry_for(plan, args, config)
+    tools = args.tools or stored_tools(store, args.run_id)  # an explicit --tools wins
+    registry = common.plan_registry(plan, tools, config, workspace=args.workspace)
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
     options: dict[str, Any] = {"store": store}

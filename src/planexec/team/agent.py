@@ -107,6 +107,7 @@ def start_single(
     run_id: str | None = None,
     planning: Planning | None = None,
     requires_approval: bool = False,
+    setup: Mapping[str, Any] | None = None,
 ) -> Run:
     """Start a single-agent run in the current event loop and return its `Run` handle (see `run_single`).
 
@@ -116,7 +117,7 @@ def start_single(
     worker = agent_worker(model, registry.tools.values(), max_turns=max_turns)
     engine = Engine(_agent_registry(registry, worker), **(engine_options or {}))
     plan = single_plan(goal, worker=worker.name, requires_approval=requires_approval)
-    return engine.start(plan, run_id=run_id, planning=planning, overhead=overhead)
+    return engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, setup=setup)
 
 
 async def run_single(

@@ -304,6 +304,7 @@ class Team:
             run_id=run_id,
             planning=planning,
             requires_approval=gated,
+            setup=self.setup(),
         )
 
     def start_streaming(self, goal: str | PlanStream, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
