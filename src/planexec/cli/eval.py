@@ -98,9 +98,7 @@ def run_eval(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise common.UsageError(str(exc)) from None
         err.print(f"model: {settings.planner.name} ({settings.planner.reason})", markup=False, highlight=False)
-        models, name = configured_models(settings), settings.planner.name
-        if name.startswith("local:"):  # a small local model writes short plans faster and better, as in `planexec run`
-            options.update(max_steps=5, planner_max_tokens=640, max_turns=4)
+        models, name = configured_models(settings), settings.planner.name  # each goal's Team sets the bounds, as in `planexec run`
     if args.goal:  # with several suites, each goal id must be in one of them; each suite runs the ones it has
         known = {c.goal_id for suite in suites for c in suite.goals}
         unknown = [g for g in args.goal if g not in known]
