@@ -13,6 +13,7 @@ from planexec.models.providers import register_provider
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
 from planexec.workers.context import ToolContext
+from planexec.workers.tools import Tool
 
 FIRST_PROGRAM = """\
 from planexec import Team
@@ -217,3 +218,53 @@ def test_the_readme_main_job_answers_on_the_embedded_model(tmp_path):
     result = json.loads(done.stdout)
     assert result["status"] == "succeeded" and result["answer"] == 396
     assert [s["action"] for s in result["plan"]["steps"]] == ["calculator"]
+
+
+def test_durable_approvals_are_given_from_another_process(script, tmp_path):
+    """With the store's approvers, a gated step and the plan version wait for a decision stored by someone else."""
+    import threading
+    import time
+
+    from planexec.policies import PlanApprover, StoreApprover
+    from planexec.store import open_store
+
+    calls = []
+
+    def pay(amount: int) -> str:
+        calls.append(amount)
+        return f"paid {amount}"
+
+    plan = json.dumps(
+        {"steps": [{"id": "s1", "worker": "tool", "action": "pay", "instruction": "pay", "parameters": {"amount": 5}, "depends_on": []}]}
+    )
+    script.extend([plan])
+    store = open_store(str(tmp_path / "runs.db"))
+    pay_tool = Tool(pay, requires_approval=True)
+    team = Team(
+        "script:p",
+        tools=[pay_tool],
+        mode="plan",
+        store=store,
+        approver=StoreApprover(store, poll=0.05),
+        plan_approver=PlanApprover(store, poll=0.05),
+    )
+
+    def person():  # another process would run `planexec approve`; here a thread writes the same decisions
+        decided = set()
+        deadline = time.monotonic() + 20
+        while len(decided) < 2 and time.monotonic() < deadline:
+            for a in store.approvals(pending_only=True):
+                assert calls == []  # nothing ran before its approval
+                store.decide_approval(a.run_id, step_id=a.step_id, approved=True, by="ada", content_hash=a.content_hash)
+                decided.add(a.step_id)
+            time.sleep(0.05)
+
+    helper = threading.Thread(target=person)
+    helper.start()
+    result = team.run_sync("pay five", run_id="pay-1")
+    helper.join()
+    assert result.answer == "paid 5" and calls == [5]
+    assert {(a.step_id, a.state.value, a.by) for a in store.approvals("pay-1")} == {
+        (None, "approved", "ada"),
+        ("s1", "approved", "ada"),
+    }

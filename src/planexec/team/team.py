@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from planexec.config import Config, load_config
-from planexec.engine.approval import Approver
+from planexec.engine.approval import Approver, PlanApprover, StoreApprover
 from planexec.engine.engine import Engine, Run
 from planexec.engine.join import Joiner
 from planexec.engine.recording import RunLog
@@ -76,7 +76,11 @@ class Team:
     plan runs when no policy rejects or escalates it (`auto_approve`
     approves escalations too, and steps that require approval). A plan that
     is not approved raises `PlanRejectedError` and nothing runs. `approver`
-    decides steps marked `requires_approval`.
+    decides steps marked `requires_approval`. Approvals that outlive the
+    process and can be given from another one (``planexec approve``) are
+    kept in the `store`: ``approver=StoreApprover(store)`` for steps and
+    ``plan_approver=PlanApprover(store)`` for plan versions (each version
+    runs only once its content hash is approved, revisions included).
 
     Monitoring: a failed step asks the planner for a new version up to
     `max_replans` times; `joiner` (True, or a `Joiner`) decides after the
@@ -107,7 +111,8 @@ class Team:
         joiner: bool | Joiner | None = None,
         policies: Iterable[Policy] = (),
         reviewer: Reviewer | None = None,
-        approver: Approver | None = None,
+        approver: Approver | StoreApprover | None = None,
+        plan_approver: PlanApprover | None = None,
         auto_approve: bool = False,
         store: RunLog | str | None = None,
         budget: Budget | None = None,
@@ -154,6 +159,7 @@ class Team:
         self.reviewer = reviewer
         self.approver = approver if approver is not None else ((lambda step: True) if auto_approve else None)
         self.auto_approve = auto_approve
+        self.plan_approver = plan_approver
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
         self.budget = budget
         self.max_concurrency = max_concurrency or self.config.max_concurrency
@@ -198,6 +204,8 @@ class Team:
     def engine(self, *, monitored: bool = True, **overrides: Any) -> Engine:
         """An engine over the team's registry with its settings; `overrides` win (a face's approvers, a display)."""
         options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
+        if self.plan_approver is not None:
+            options["plan_approver"] = self.plan_approver
         if self.max_concurrency:
             options["max_concurrency"] = self.max_concurrency
         if self.default_timeout:
