@@ -142,7 +142,7 @@ def scripted_tool(name: str, script: Iterable[Any] | None = None, *, worker: str
 
     run.__name__ = name
     t = Tool(run, name=name, worker=worker, description=f"scripted test tool {name}")
-    t.calls = calls  # type: ignore[attr-defined]
+    t.calls = calls  # type: ignore[attr-defined]  # a test double exposes its calls on the tool it returns
     return t
 
 

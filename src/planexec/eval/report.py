@@ -59,7 +59,7 @@ def summary_table(report: EvalReport) -> Table:
         ("per goal", "right"),
         ("failures", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]  # rich types justify as a Literal; these are its values
     for s in report.summaries:
         table.add_row(
             s.mode,

@@ -175,7 +175,7 @@ class FunctionPolicy:
         if isinstance(answer, PolicyVerdict):
             return answer if answer.policy == self.name else PolicyVerdict(**{**_fields(answer), "policy": self.name})
         if isinstance(answer, str) and answer in ("approve", "reject", "escalate"):
-            return PolicyVerdict(decision=answer, policy=self.name)  # type: ignore[arg-type]
+            return PolicyVerdict(decision=answer, policy=self.name)  # type: ignore[arg-type]  # `answer` is one of the three decisions, checked on this line
         if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("approve", "reject", "escalate"):
             reasons = [answer[1]] if isinstance(answer[1], str) else [str(r) for r in answer[1]]
             return PolicyVerdict(decision=answer[0], policy=self.name, reasons=reasons)

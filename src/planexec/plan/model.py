@@ -284,7 +284,7 @@ class Plan(_Record):
             data = {k: v for k, v in data.items() if k != "content_hash"}
         return data
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic documents computed_field over cached_property; mypy cannot see through it
     @cached_property
     def content_hash(self) -> str:
         """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version."""

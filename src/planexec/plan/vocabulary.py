@@ -71,4 +71,4 @@ def load_foreign_plan(source: str | bytes | Mapping[str, Any], mapping: PlanMapp
             raise PlanParseError([Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}")]) from None
         except (ValueError, RecursionError) as exc:
             raise PlanParseError([Problem("malformed_json", f"{type(exc).__name__}: {exc}")]) from None
-    return Plan.from_data(mapping.apply(source))  # type: ignore[arg-type]
+    return Plan.from_data(mapping.apply(source))  # type: ignore[arg-type]  # PlanMapping.apply accepts any decoded JSON; from_data reports what is wrong

@@ -111,7 +111,7 @@ def _approval(row: Sequence[Any]) -> Approval:
         step_id=step_id or None,
         content_hash=content_hash,
         state=ApprovalState(state),
-        requested_at=from_timestamp(requested),  # type: ignore[arg-type]
+        requested_at=from_timestamp(requested),  # type: ignore[arg-type]  # the column is NOT NULL
         decided_at=from_timestamp(decided),
         by=by,
         reason=reason,

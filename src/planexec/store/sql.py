@@ -344,7 +344,7 @@ def _summary(row: Sequence[Any]) -> RunSummary:
         plan_version=int(version),
         content_hash=content_hash,
         step_count=int(steps),
-        started_at=from_timestamp(started),  # type: ignore[arg-type]
+        started_at=from_timestamp(started),  # type: ignore[arg-type]  # the column is NOT NULL
         finished_at=from_timestamp(finished),
         wall_time=None if wall is None else float(wall),
         usage=Usage.model_validate_json(usage),

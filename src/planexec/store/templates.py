@@ -101,7 +101,7 @@ def _template(row: Sequence[Any]) -> Template:
         version=int(version),
         plan=json.loads(plan),
         params=json.loads(params),
-        created_at=from_timestamp(created),  # type: ignore[arg-type]
+        created_at=from_timestamp(created),  # type: ignore[arg-type]  # the column is NOT NULL
         description=description,
         source_run_id=source,
     )

@@ -398,7 +398,7 @@ class Predicate:
             for p in params
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         }
-        self.args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        self.args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]  # fields built at run time from the signature
             f"{self.name}Args", __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True), **fields
         )
 
