@@ -203,6 +203,12 @@ class Team:
 
     def engine(self, *, monitored: bool = True, **overrides: Any) -> Engine:
         """An engine over the team's registry with its settings; `overrides` win (a face's approvers, a display)."""
+        options = self.engine_options(monitored=monitored, **overrides)
+        registry = options.pop("registry", self.registry)
+        return Engine(registry, **options)
+
+    def engine_options(self, *, monitored: bool = True, **overrides: Any) -> dict[str, Any]:
+        """The engine settings of the team's runs; a single agent's (`monitored` False) have no replanner or joiner."""
         options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
         if self.plan_approver is not None:
             options["plan_approver"] = self.plan_approver
@@ -219,8 +225,7 @@ class Team:
             if self.joiner is not None:
                 options["joiner"] = self.joiner
         options.update(overrides)
-        registry = options.pop("registry", self.registry)
-        return Engine(registry, **options)
+        return options
 
     # --- the stages ------------------------------------------------------------------------------
 
@@ -295,12 +300,7 @@ class Team:
         **engine_overrides: Any,
     ) -> Run:
         """Start one agent on `goal` with every tool of `registry` (default: the team's), on the workers' model for ``agent``."""
-        options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
-        if self.default_timeout:
-            options["default_timeout"] = self.default_timeout
-        if self.on_event is not None:
-            options["on_event"] = self.on_event
-        options.update(engine_overrides)
+        options = self.engine_options(monitored=False, **engine_overrides)
         gated = self.auto_approve if requires_approval is None else requires_approval
         return start_single(
             goal,
