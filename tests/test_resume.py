@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -273,3 +278,52 @@ def test_the_cli_resumes_a_killed_run_with_its_own_tools_and_shows_the_held_step
     assert main(["show", "r1", "--store", db]) == 0
     out, err = capsys.readouterr()
     assert "needs_decision" in out and "Traceback" not in out + err
+
+
+NAP_TOOLS = """
+import asyncio
+from pathlib import Path
+from planexec import tool
+
+
+@tool(idempotent=True)
+async def nap(name: str) -> str:
+    \"\"\"Sleeps until the file `awake` exists (at most 30 s).\"\"\"
+    for _ in range(300):
+        if Path("awake").exists():
+            break
+        await asyncio.sleep(0.1)
+    return f"{name} rested"
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or sys.platform == "win32", reason="SIGINT to a child process")
+def test_planexec_run_of_a_plan_file_records_its_tools_and_resume_needs_no_flags(tmp_path):
+    """`planexec run --plan P --tools M`, stopped with Ctrl-C, then `planexec resume RUN_ID` alone: the run knew its tools."""
+    (tmp_path / "naps.py").write_text(NAP_TOOLS, encoding="utf-8")
+    steps = [{"id": "first", "action": "nap", "parameters": {"name": "a"}}]
+    steps.append({"id": "second", "action": "nap", "parameters": {"name": "b"}, "depends_on": ["first"]})
+    (tmp_path / "plan.json").write_text(json.dumps({"plan_id": "p", "goal": "rest", "steps": steps}), encoding="utf-8")
+    env = {**os.environ, "PLANEXEC_STORE": str(tmp_path / "runs.db")}
+    run = [sys.executable, "-m", "planexec", "run", "--plan", "plan.json", "--tools", "naps.py", "--run-id", "r1", "--yes"]
+    proc = subprocess.Popen(run, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]  # a pipe was asked for
+            if "started" in line and "first" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+
+    (tmp_path / "awake").touch()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "planexec", "resume", "r1", "--json"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "succeeded"
+    assert [result["steps"][s]["output"]["value"] for s in ("first", "second")] == ["a rested", "b rested"]

@@ -1,12 +1,14 @@
 """What the ``planexec`` commands share: exit codes, consoles, configuration, stores, reviews and watching a run.
 
-A private module: the command modules (`main`, `goals`, `runs`, `history`,
-`approvals`, `plans`, `eval`) import it, and it imports none of them, so
-the command line has no import cycle. Owns the exit codes and
+A private module: the command modules (`main`, `plan_files`, `goals`,
+`recovery`, `history`, `approvals`, `plans`, `eval`) import it, and it
+imports none of them (only `progress`, the displays), so the command line
+has no import cycle. Owns the exit codes and
 `UsageError` (one message, exit 2), the consoles, reading planexec.toml,
 plan files and tools modules, the policies and the terminal review,
-choosing and opening the run store, the step approver at a terminal, and
-`watch` (a run fed to a display, Ctrl-C turned into a recorded cancel).
+choosing and opening the run store, the registry a plan file runs on
+(`plan_registry`), the step approver at a terminal, and `watch` (a run fed
+to a display, Ctrl-C turned into a recorded cancel).
 """
 
 from __future__ import annotations
@@ -304,7 +306,8 @@ def plan_registry(plan: Plan, tools: list[str], config: Config, *, workspace: st
     if not any(p.rule in TEAM_RULES for p in validate_plan(plan, bare)):
         return bare
     try:
-        team = Team(config=config, tools_modules=tools, roles=True, workspace=workspace or config.workspace or "workspace")
+        extra = [t for t in tools if t not in config.tools]  # the team loads planexec.toml's tools itself
+        team = Team(config=config, tools_modules=extra, roles=True, workspace=workspace or config.workspace or "workspace")
     except (ConfigError, RegistryError) as exc:
         raise UsageError(str(exc)) from None
     return team.registry

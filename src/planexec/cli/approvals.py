@@ -13,7 +13,7 @@ whoever reviewed it, frozen by its content hash; a revision is reviewed
 by the policies (against the last approved version), then approved by
 ``--yes``, asked at the terminal with its diff, or waited for
 (`ReviewingPlanApprover`). Without a store the step approvers are those
-of `cli` (``--yes``, a prompt, else a denial). An unknown run, nothing
+of `_common` (``--yes``, a prompt, else a denial). An unknown run, nothing
 pending, and a store that cannot be opened are `common.UsageError`s (exit 2)
 that change nothing. Thin: the store, `approval` and `policies` do the work.
 """
@@ -227,7 +227,7 @@ def step_approver(
 
     ``--yes`` (by ``--yes``) or the terminal's prompt (by the user name)
     decide here; with neither the step waits for ``planexec approve`` from
-    another process. Without a store: `cli`'s approver (with neither, a denial).
+    another process. Without a store: `_common`'s approver (with neither, a denial).
     """
     here = common.approver(yes=yes, interactive=interactive, display=display)
     if store is None:

@@ -5,7 +5,7 @@ reading the suites, choosing the model (the oracle with ``--scripted``, else
 the configured one, announced like ``planexec run`` does), a progress line
 per goal run, then the tables on the terminal with a closing note of the
 ratios ReAct / planexec, and the chart and JSON report in the output
-folder (`eval_report`). Reuses the plumbing of `cli`
+folder (`eval_report`). Reuses the plumbing of `_common`
 (consoles, usage errors, exit codes). Imports the evaluation modules and
 `settings`.
 """

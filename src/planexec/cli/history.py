@@ -9,7 +9,7 @@ store and ends with `RunFinished`). The store is chosen by ``--store``,
 ``PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
 these commands only read, and never create a store. A store that cannot be
 opened or read, or an unknown run id, is a `common.UsageError` (exit 2).
-Reuses the plumbing of `cli` and the lines of `progress`; imports the store
+Reuses the plumbing of `_common` and the lines of `progress`; imports the store
 and records only.
 """
 
@@ -35,8 +35,6 @@ from planexec.store.location import sqlite_path
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
 
-_STORE_HELP = "the run store: a file, sqlite:///path or postgresql://... (default: $PLANEXEC_STORE, planexec.toml, .planexec/runs.db)"
-
 
 def add_history_commands(sub: Any) -> None:
     """Register ``runs``, ``show`` and ``logs`` on the CLI's subcommands."""
@@ -44,13 +42,13 @@ def add_history_commands(sub: Any) -> None:
     p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs with this status")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
     p.add_argument("--json", action="store_true", help="print the runs as a JSON list")
-    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_runs)
 
     p = sub.add_parser("show", help="one recorded run: plan, versions, each step's state, inputs, outputs, errors, usage, timings")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
-    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_show)
 
     p = sub.add_parser("logs", help="a recorded run's events, one per line; --follow prints them as they happen")
@@ -58,7 +56,7 @@ def add_history_commands(sub: Any) -> None:
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events until the run finishes")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
     p.add_argument("--poll", type=float, default=0.25, metavar="SECONDS", help="how often --follow reads the store (default 0.25)")
-    p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_logs)
 
 

@@ -3,7 +3,7 @@
 Owns parsing and printing for the library; everything else is
 `library` (templates, values, diffs), `library_file` (the export file) and the run store
 (where templates are kept). ``run --template NAME[@VERSION] -p NAME=VALUE``
-only turns the template into a plan (`template_plan`): `cli` then
+only turns the template into a plan (`template_plan`): `plan_files` then
 validates it against the registry, reviews it with the policies and runs
 it exactly like ``run --plan FILE``, with no planner and no model call.
 The store is chosen by ``--store``, ``PLANEXEC_STORE``, ``store`` in
@@ -59,7 +59,7 @@ def add_library_commands(sub: Any) -> None:
 
     def action(name: str, help: str, command: Any) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = actions.add_parser(name, help=help)
-        p.add_argument("--store", metavar="STORE", help=_STORE_HELP)
+        p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
         p.set_defaults(command=command)
         return p
 

@@ -1,12 +1,13 @@
-"""Commands that act on stored runs: ``planexec resume`` and ``planexec resolve``, and the store options of ``run``.
+"""Recovering a stopped run: ``planexec resume RUN_ID`` and ``planexec resolve RUN_ID STEP``.
 
-Owns choosing and opening the run store a command writes to (``--store``,
-``$PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
-``--no-store`` runs unrecorded), continuing a stopped run with the engine
-(`Engine.resume`), and recording a person's decision about a step held
-after a crash (`resume.resolve_step`). A store, run or step that is not
-there, and a run that cannot be resumed, are usage errors (exit 2) that
-change nothing. Thin: it calls the public API and `cli`'s plumbing.
+Owns continuing a run that stopped (a crash, kill -9, Ctrl-C, a decision)
+with the engine (`Engine.resume`) on the tools modules it was started with
+(`stored_tools`, read from its `RunStarted.setup`; an explicit ``--tools``
+wins), and recording a person's decision about a step held after a crash
+(`resume.resolve_step`). A store, run or step that is not there, and a run
+that cannot be resumed, are usage errors (exit 2) that change nothing.
+Imports `cli._common`, `cli.approvals`, `cli.progress` and the engine's
+resume API.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
 from planexec.errors import ConfigError, StoreError
 from planexec.store import RunStore
 
-__all__ = ["add_control_commands", "cmd_resolve", "cmd_resume"]
+__all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]
 
 
-def add_control_commands(sub: Any) -> None:
+def add_recovery_commands(sub: Any) -> None:
     """Register ``resume`` and ``resolve``."""
     tools_help = "a tools module for the run (default: those it was started with); repeatable"
     p = sub.add_parser("resume", help="continue a stored run that stopped (a crash, kill -9, Ctrl-C, a decision)")
