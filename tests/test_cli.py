@@ -362,6 +362,25 @@ def test_run_on_a_terminal_asks_before_a_step_that_requires_approval(tmp_path: P
     assert ("deploy_service" in actions(state)) is (answer == "y")
 
 
+def test_run_of_a_plan_file_with_roles_uses_the_models_given(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan file that names a role runs on goal mode's team, with the --worker-model given (as `run GOAL` would)."""
+    from planexec.models.providers import register_provider
+    from planexec.testing import ScriptedModel
+
+    register_provider("script", lambda model, options: ScriptedModel(["The answer is 42."], name=f"script:{model}"), replace=True)
+    for key in ("OPENAI_API_KEY", "PLANEXEC_PLANNER_MODEL", "PLANEXEC_WORKER_MODEL"):
+        monkeypatch.delenv(key, raising=False)
+    step = {"id": "say", "worker": "writer", "action": "write", "instruction": "say 42 in a sentence", "parameters": {}}
+    write_plan(in_tmp, [step])
+    code = main(["run", "--plan", "plan.json", "--worker-model", "script:worker", "--yes", "--no-store", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["answer"] == "The answer is 42."
+
+
 # --- planexec.toml ---------------------------------------------------------------------
 
 

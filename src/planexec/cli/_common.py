@@ -294,20 +294,41 @@ def user() -> str:
 TEAM_RULES = frozenset({"unknown_worker", "unknown_action", "action_not_offered"})
 
 
-def plan_registry(plan: Plan, tools: list[str], config: Config, *, workspace: str | None = None) -> Registry:
+def plan_registry(
+    plan: Plan,
+    tools: list[str],
+    config: Config,
+    *,
+    workspace: str | None = None,
+    model: str | None = None,
+    worker_model: str | None = None,
+    base_url: str | None = None,
+    seed: int | None = 0,
+) -> Registry:
     """The registry a plan file runs on: its tools modules, or goal mode's team when it names roles or toolkit tools.
 
     A plan the planner wrote (``planexec plan GOAL -o plan.json``) names the
     built-in roles and the workspace tools; it validates and runs with the
     same team `planexec run GOAL` uses. A plan that needs neither gets the
-    plain registry, and no workspace folder is made for it.
+    plain registry, and no workspace folder is made for it. The roles take
+    the models given (``--model``, ``--worker-model``, ``--base-url``) as in
+    goal mode, else planexec.toml's and the defaults.
     """
     bare = registry([*config.tools, *tools])
     if not any(p.rule in TEAM_RULES for p in validate_plan(plan, bare)):
         return bare
     try:
         extra = [t for t in tools if t not in config.tools]  # the team loads planexec.toml's tools itself
-        team = Team(config=config, tools_modules=extra, roles=True, workspace=workspace or config.workspace or "workspace")
+        team = Team(
+            model,
+            worker_model=worker_model,
+            base_url=base_url,
+            seed=seed,
+            config=config,
+            tools_modules=extra,
+            roles=True,
+            workspace=workspace or config.workspace or "workspace",
+        )
     except (ConfigError, RegistryError) as exc:
         raise UsageError(str(exc)) from None
     return team.registry

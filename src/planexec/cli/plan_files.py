@@ -121,7 +121,10 @@ def _checked_plan(args: argparse.Namespace) -> tuple[Plan, Registry, Config] | N
         plan = common.load_plan(Path(args.plan), as_json=args.json)
     if plan is None:
         return None
-    registry = common.plan_registry(plan, args.tools, config, workspace=getattr(args, "workspace", None))
+    models = {name: getattr(args, name, None) for name in ("model", "worker_model", "base_url")}  # `run` has them, `validate` not
+    registry = common.plan_registry(
+        plan, args.tools, config, workspace=getattr(args, "workspace", None), seed=getattr(args, "seed", 0), **models
+    )
     problems = validate_plan(plan, registry)
     if problems:
         common.print_problems(problems, plan.plan_id, as_json=args.json)
