@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,8 +13,10 @@ import sys
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec.cli.main import main
 from planexec.engine.replay import replay
 from planexec.engine.resume import ResumeError, resolve_step
+from planexec.store import open_store
 
 
 def mkplan():
@@ -327,3 +330,41 @@ def test_planexec_run_of_a_plan_file_records_its_tools_and_resume_needs_no_flags
     result = json.loads(resumed.stdout)
     assert result["status"] == "succeeded"
     assert [result["steps"][s]["output"]["value"] for s in ("first", "second")] == ["a rested", "b rested"]
+
+
+def _killed_while_charging(folder) -> str:
+    """A store (its path) with run r1 of `mkplan`, killed while c (not idempotent) ran, its tools module recorded."""
+    module = folder / "shop_tools.py"
+    module.write_text(TOOLS_MODULE, encoding="utf-8")
+    reg = Registry.default()
+    reg.load_module(str(module))
+
+    async def go():
+        r = Engine(reg, store=open_store(str(folder / "source.db"))).start(mkplan(), run_id="r1", setup={"tools": [str(module)]})
+        return r, await r.result()
+
+    r, _ = asyncio.run(go())
+    cut = next(i for i, e in enumerate(r.history) if e.type == "step_started" and e.step_id == "c") + 1
+    db = str(folder / "runs.db")
+    store = open_store(db)
+    store.save_plan("r1", mkplan())
+    store.append(r.history[:cut])
+    return db
+
+
+def test_show_of_a_run_waiting_for_a_decision_shows_the_held_step_and_the_command_to_run(tmp_path, monkeypatch, capsys):
+    """After `planexec resume` held c, `planexec show` says c waits for a decision (not 'running') and how to decide."""
+    monkeypatch.chdir(tmp_path)
+    db = _killed_while_charging(tmp_path)
+    assert main(["resume", "r1", "--store", db, "--json"]) == 1
+    capsys.readouterr()
+    assert main(["show", "r1", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"│ c\s+│ needs_decision", out), out
+    assert "c · needs_decision · tool.charge" in out and "c · running" not in out
+    assert "planexec resolve r1 c --retry|--skip|--mark-done VALUE" in out
+    assert main(["resolve", "r1", "c", "--skip", "--store", db]) == 0
+    capsys.readouterr()
+    assert main(["show", "r1", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert "planexec resolve r1" not in out and "continue with: planexec resume r1" in out

@@ -30,7 +30,7 @@ from rich.prompt import Confirm
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.config import Config, load_config
 from planexec.engine.approval import Approver
-from planexec.engine.results import RunResult, RunStatus
+from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.governance.policies import PolicyContext
 from planexec.governance.policy_sets import PolicySet, load_policies
@@ -277,11 +277,17 @@ def resume_hint(result: RunResult, *, recorded: bool) -> str | None:
     if not recorded:
         return None
     if result.status is RunStatus.NEEDS_DECISION:
-        held = [sid for sid, rec in result.steps.items() if rec.state.value == "needs_decision"]
-        return f"decide with: planexec resolve {result.run_id} {held[0] if held else 'STEP'} --retry|--skip|--mark-done VALUE; then: planexec resume {result.run_id}"
+        return decision_hint(result.run_id, [sid for sid, rec in result.steps.items() if rec.state is StepState.NEEDS_DECISION])
     if result.status is RunStatus.CANCELLED:
         return f"continue with: planexec resume {result.run_id}"
     return None
+
+
+def decision_hint(run_id: str, held: list[str]) -> str:
+    """The commands that let a run waiting for a decision go on: resolve its first held step (if any is left), then resume."""
+    if not held:
+        return f"continue with: planexec resume {run_id}"
+    return f"decide with: planexec resolve {run_id} {held[0]} --retry|--skip|--mark-done VALUE; then: planexec resume {run_id}"
 
 
 def user() -> str:

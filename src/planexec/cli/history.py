@@ -16,6 +16,7 @@ and records only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -27,10 +28,12 @@ from rich.text import Text
 
 from planexec.cli import _common as common
 from planexec.cli.progress import describe_event
-from planexec.engine.replay import replay
-from planexec.engine.results import RunStatus
+from planexec.engine.events import RunResumed, StepResolved
+from planexec.engine.replay import RunView, replay
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState
 from planexec.errors import StoreError
-from planexec.store import RunStore, RunSummary, store_target
+from planexec.plan.model import Step
+from planexec.store import Approval, RunStore, RunSummary, store_target
 from planexec.store.location import sqlite_path
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
@@ -128,19 +131,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         store.close()
     plan = versions[-1].plan if versions else None
     view = replay(events, plan)
+    undecided: list[str] | None = None
+    if summary.status is RunStatus.NEEDS_DECISION:
+        view, undecided = _held(view, events)
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
     if args.json:
-        data = {
-            "run": summary.to_dict(),
-            "versions": [v.model_dump(mode="json") for v in versions],
-            "steps": {sid: rec.model_dump(mode="json") for sid, rec in view.steps.items()},
-            "superseded": {sid: rec.model_dump(mode="json") for sid, rec in view.superseded.items()},
-            "in_flight": view.in_flight,
-            "approvals": [a.to_dict() for a in approvals],
-            "answer": view.to_dict()["answer"],
-            "events": len(events),
-        }
-        print(json.dumps(data, indent=2, ensure_ascii=False))
+        print(json.dumps(_show_json(summary, versions, view, approvals, len(events)), indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
 
@@ -159,33 +155,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         diff = f": {v.diff.render().replace(chr(10), '; ')}" if v.diff is not None else ""
         say(f"  v{v.version} ({len(v.plan.steps)} steps) · {v.reason}{diff}")
     out.print(_steps_table(view, summary))
-    t0 = view.started_at
     for sid, rec in view.steps.items():
-        step = steps.get(sid)
-        say(f"{sid} · {rec.state.value} · {rec.worker or (step.worker if step else '?')}.{rec.action or (step.action if step else '?')}")
-        if step is not None:
-            if step.dependencies:
-                say(f"  after: {', '.join(step.dependencies)}")
-            if step.instruction:
-                say(f"  instruction: {step.instruction}")
-            if step.parameters:
-                say(f"  inputs: {_short(step.parameters)}")
-        if rec.started_at is not None and t0 is not None:
-            ended = f", ended +{(rec.finished_at - t0).total_seconds():.3f}s" if rec.finished_at else ""
-            say(f"  started +{(rec.started_at - t0).total_seconds():.3f}s{ended}, {rec.wall_time:.3f}s working, {rec.attempts} attempt(s)")
-        if rec.output is not None:
-            say(f"  output: {_short(rec.output.value)}")
-        if rec.error is not None:
-            say(f"  error: {rec.error.render()}")
-        if rec.reason and rec.state.value != "succeeded":
-            say(f"  reason: {rec.reason}")
-        for verdict in rec.verdicts:
-            say(
-                f"  verdict (attempt {verdict['attempt']}) by {verdict['critic']}: "
-                f"{'approved' if verdict['approved'] else 'rejected'}: {'; '.join(verdict['reasons'])}"
-            )
-        for inner in view.sub_events.get(sid, []):
-            say(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))
+        for line in _step_lines(sid, rec, steps.get(sid), view):
+            say(line)
     if view.in_flight:
         say(f"in flight when the log ends (started, never ended): {', '.join(view.in_flight)}")
     for a in approvals:
@@ -194,7 +166,81 @@ def cmd_show(args: argparse.Namespace) -> int:
         say(f"approval #{a.approval_id} of {what}: {a.state.value}{by}" + (f" ({a.reason})" if a.reason else ""))
     if summary.finished:
         say("answer: " + (_short(view.answer, 2000) if view.answer is not None else "none"))
+    if undecided is not None:
+        say(common.decision_hint(summary.run_id, undecided))
     return common.EXIT_OK
+
+
+def _held(view: RunView, events: list[Any]) -> tuple[RunView, list[str]]:
+    """The view with the steps the last resume held waiting for a decision (the replay sees them running); the undecided ones.
+
+    A step a person has resolved since (``planexec resolve``) says what was
+    decided; it takes effect at the next ``planexec resume``.
+    """
+    resumed = [e for e in events if isinstance(e, RunResumed)]
+    if not resumed:
+        return view, []
+    decided = {e.step_id: e for e in events if isinstance(e, StepResolved) and e.seq > resumed[-1].seq}
+    held = [sid for sid in resumed[-1].held if sid in view.steps]
+    steps = dict(view.steps)
+    for sid in held:
+        d = decided.get(sid)
+        why = f"decided by {d.by}: {d.decision} (at the next planexec resume)" if d else _HELD
+        steps[sid] = steps[sid].model_copy(update={"state": StepState.NEEDS_DECISION, "reason": why})
+    in_flight = [sid for sid in view.in_flight if sid not in held]
+    return dataclasses.replace(view, steps=steps, in_flight=in_flight), [sid for sid in held if sid not in decided]
+
+
+_HELD = "it was running when the run stopped and is not idempotent: retry, skip or mark it done"
+
+
+def _show_json(summary: RunSummary, versions: list[PlanVersion], view: RunView, approvals: list[Approval], events: int) -> dict[str, Any]:
+    """What ``planexec show --json`` prints: the run, its plan versions, each step, its approvals, its answer."""
+    return {
+        "run": summary.to_dict(),
+        "versions": [v.model_dump(mode="json") for v in versions],
+        "steps": {sid: rec.model_dump(mode="json") for sid, rec in view.steps.items()},
+        "superseded": {sid: rec.model_dump(mode="json") for sid, rec in view.superseded.items()},
+        "in_flight": view.in_flight,
+        "approvals": [a.to_dict() for a in approvals],
+        "answer": view.to_dict()["answer"],
+        "events": events,
+    }
+
+
+def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> list[str]:
+    """One step of ``planexec show``: what it is, its inputs, timings, output or error, verdicts, sub-run events."""
+    t0 = view.started_at
+    lines: list[str] = []
+    lines.append(
+        f"{sid} · {rec.state.value} · {rec.worker or (step.worker if step else '?')}.{rec.action or (step.action if step else '?')}"
+    )
+    if step is not None:
+        if step.dependencies:
+            lines.append(f"  after: {', '.join(step.dependencies)}")
+        if step.instruction:
+            lines.append(f"  instruction: {step.instruction}")
+        if step.parameters:
+            lines.append(f"  inputs: {_short(step.parameters)}")
+    if rec.started_at is not None and t0 is not None:
+        ended = f", ended +{(rec.finished_at - t0).total_seconds():.3f}s" if rec.finished_at else ""
+        lines.append(
+            f"  started +{(rec.started_at - t0).total_seconds():.3f}s{ended}, {rec.wall_time:.3f}s working, {rec.attempts} attempt(s)"
+        )
+    if rec.output is not None:
+        lines.append(f"  output: {_short(rec.output.value)}")
+    if rec.error is not None:
+        lines.append(f"  error: {rec.error.render()}")
+    if rec.reason and rec.state.value != "succeeded":
+        lines.append(f"  reason: {rec.reason}")
+    for verdict in rec.verdicts:
+        lines.append(
+            f"  verdict (attempt {verdict['attempt']}) by {verdict['critic']}: "
+            f"{'approved' if verdict['approved'] else 'rejected'}: {'; '.join(verdict['reasons'])}"
+        )
+    for inner in view.sub_events.get(sid, []):
+        lines.append(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))
+    return lines
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -331,8 +331,8 @@ def describe_event(event: Any) -> str:
     return f"{sid}: {getattr(event, 'type', type(event).__name__)}"
 
 
-def print_summary(console: Console, result: RunResult) -> None:
-    """Each step's state, attempts, wall time, usage and error; then totals, status and the answer."""
+def _summary_table(result: RunResult) -> Table:
+    """One row per step (state, attempts, wall time, tokens, cost, why), the totals in the footer."""
     table = Table(title=f"run {result.run_id} · plan {result.plan.plan_id}", title_justify="left", show_footer=True)
     usage = result.usage
     for name, kw in (
@@ -361,7 +361,13 @@ def print_summary(console: Console, result: RunResult) -> None:
             rec.usage.describe_cost() if rec.usage.model_calls else "",
             Text(why),
         )
-    console.print(table)
+    return table
+
+
+def print_summary(console: Console, result: RunResult) -> None:
+    """Each step's state, attempts, wall time, usage and error; then totals, status and the answer."""
+    usage = result.usage
+    console.print(_summary_table(result))
     console.print(
         f"usage: {usage.input_tokens} tokens in, {usage.output_tokens} out, {usage.model_calls} model calls, "
         f"{usage.describe_cost()} · wall time {result.wall_time:.2f}s",
