@@ -159,20 +159,14 @@ def review(
     outcome = run_review(
         plan, policies, context, terminal=terminal, yes=yes, person_required=person_required, plan_shown=plan_shown, graph_shown=graph_shown
     )
-    err = console(stderr=True)
     if not outcome.approved and outcome.by == "nobody" and can_wait:
-        err.print(
-            "the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        say("the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process", stderr=True)
         return outcome
     if not outcome.approved:
-        err.print(f"planexec: the plan was not run: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+        say(f"planexec: the plan was not run: {outcome.reason}", stderr=True)
         return None
     if len(policies) or outcome.by != "policy":
-        err.print(f"plan approved by {outcome.by}: {outcome.reason}", markup=False, highlight=False, soft_wrap=True)
+        say(f"plan approved by {outcome.by}: {outcome.reason}", stderr=True)
     return outcome
 
 
@@ -226,11 +220,16 @@ def console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width)
 
 
+def say(text: str, *, stderr: bool = False) -> None:
+    """Print plain text to stdout (or stderr): no markup, no highlighting, long lines not broken."""
+    console(stderr=stderr).print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 def print_problems(problems: list[Problem], plan_id: str | None, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps([p.to_dict() for p in problems], indent=2, ensure_ascii=False))
     else:
-        console().print(PlanValidationError(problems, plan_id=plan_id).render(), markup=False, highlight=False, soft_wrap=True)
+        say(PlanValidationError(problems, plan_id=plan_id).render())
 
 
 def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -134,11 +134,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
         store.close()
     verb = "denied" if args.deny else "approved"
     why = f": {args.reason}" if args.reason else ""
-    common.console().print(
-        f"{verb} {what} of run {args.run_id} (by {by}){why}; a run waiting for it goes on, a stopped one with: planexec resume {args.run_id}",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
+    common.say(
+        f"{verb} {what} of run {args.run_id} (by {by}){why}; a run waiting for it goes on, a stopped one with: planexec resume {args.run_id}"
     )
     return common.EXIT_OK
 

@@ -59,7 +59,7 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
 def _progress(record: EvalRecord) -> None:
     mark = "ok" if record.success else f"FAIL ({record.stage}: {record.reason[:160]})"
     line = f"{record.suite} {record.goal_id} [{record.mode}] {mark} · {record.usage.model_calls} calls · {record.wall_time:.2f} s"
-    common.console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
+    common.say(line, stderr=True)
 
 
 def _latency(text: str) -> dict[str, float]:

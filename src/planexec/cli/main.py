@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.command(args))
     except common.UsageError as exc:
-        common.console(stderr=True).print(f"planexec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        common.say(f"planexec: error: {exc}", stderr=True)
         return common.EXIT_USAGE
     except KeyboardInterrupt:  # Ctrl-C outside a run (while loading tools, at a prompt)
         print("planexec: interrupted", file=sys.stderr)

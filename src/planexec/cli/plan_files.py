@@ -39,7 +39,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     ok = f"ok: plan {plan.plan_id!r} · {len(plan.steps)} steps · {plan.content_hash}"
     if args.json:
         print("[]")
-    common.console(stderr=args.json).print(ok, markup=False, highlight=False, soft_wrap=True)
+    common.say(ok, stderr=args.json)
     return common.EXIT_OK
 
 
@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_summary(out, result)
         hint = common.resume_hint(result, recorded=store is not None)
         if hint:
-            out.print(hint, markup=False, highlight=False, soft_wrap=True)
+            common.say(hint)
     return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
 
 

@@ -132,7 +132,7 @@ def template_plan(args: argparse.Namespace) -> Plan | None:
         common.print_problems(exc.problems, exc.plan_id, as_json=args.json)
         return None
     given = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items()) or "no parameters"
-    _say(f"template {template.name!r} v{template.version} with {given}: plan {plan.plan_id} (no planner)", stderr=True)
+    common.say(f"template {template.name!r} v{template.version} with {given}: plan {plan.plan_id} (no planner)", stderr=True)
     return plan
 
 
@@ -156,12 +156,12 @@ def cmd_save(args: argparse.Namespace) -> int:
         print(saved.to_json(indent=2))
         return common.EXIT_OK
     t = saved.template
-    _say(f"saved template {t.name!r} version {t.version} from plan v{saved.plan_version} of run {saved.run_id} in {store.location}")
+    common.say(f"saved template {t.name!r} version {t.version} from plan v{saved.plan_version} of run {saved.run_id} in {store.location}")
     for name, places in saved.occurrences.items():
         given = f" = {json.dumps(values[name], ensure_ascii=False)}" if name in values else " (already a placeholder)"
-        _say(f"  {{{{{name}}}}}{given}: {len(places)} place(s): {', '.join(places)}")
+        common.say(f"  {{{{{name}}}}}{given}: {len(places)} place(s): {', '.join(places)}")
     if not saved.occurrences:
-        _say("  no parameters: it runs as saved")
+        common.say("  no parameters: it runs as saved")
     return common.EXIT_OK
 
 
@@ -173,7 +173,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps([t.to_dict() for t in templates], indent=2, ensure_ascii=False))
         return common.EXIT_OK
     if not templates:
-        _say("no plan templates saved here yet" + (f" ({store.location})" if store is not None else ""))
+        common.say("no plan templates saved here yet" + (f" ({store.location})" if store is not None else ""))
         return common.EXIT_OK
     latest: dict[str, Template] = {}
     count: dict[str, int] = {}
@@ -197,15 +197,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**template.to_dict(), "versions": [_brief(v) for v in versions]}, indent=2, ensure_ascii=False))
         return common.EXIT_OK
-    _say(
+    common.say(
         f"template {template.name!r} version {template.version} of {len(versions)}"
         + (f": {template.description}" if template.description else "")
     )
-    _say(f"  parameters: {', '.join('{{' + p + '}}' for p in template.params) or 'none'}")
+    common.say(f"  parameters: {', '.join('{{' + p + '}}' for p in template.params) or 'none'}")
     common.console().print(plan_table(Plan.from_data(template.plan)))
     for v in versions:
         mark = "*" if v.version == template.version else " "
-        _say(f"{mark} v{v.version} · saved {v.created_at:%Y-%m-%d %H:%M:%S} UTC · params {', '.join(v.params) or 'none'}"
+        common.say(f"{mark} v{v.version} · saved {v.created_at:%Y-%m-%d %H:%M:%S} UTC · params {', '.join(v.params) or 'none'}"
              + (f" · from run {v.source_run_id}" if v.source_run_id else "") + (f" · {v.description}" if v.description else ""))  # fmt: skip
     return common.EXIT_OK
 
@@ -218,7 +218,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.json:
         print(diff.to_json(indent=2))
     else:
-        _say(diff.render() if not diff.empty else f"template {args.template_name!r}: v{args.old} and v{args.new} are the same")
+        common.say(diff.render() if not diff.empty else f"template {args.template_name!r}: v{args.old} and v{args.new} are the same")
     return common.EXIT_OK
 
 
@@ -227,7 +227,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     store = _open(args)
     deleted = _read(store, lambda s: s.delete_template(args.template_name, args.version))
     what = f"version {args.version} of" if args.version is not None else f"{deleted} version(s) of"
-    _say(f"deleted {what} template {args.template_name!r}")
+    common.say(f"deleted {what} template {args.template_name!r}")
     return common.EXIT_OK
 
 
@@ -247,7 +247,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise common.UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
-    _say(f"exported {len(templates)} version(s) of template {args.template_name!r} to {args.output}", stderr=True)
+    common.say(f"exported {len(templates)} version(s) of template {args.template_name!r} to {args.output}", stderr=True)
     return common.EXIT_OK
 
 
@@ -263,7 +263,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     finally:
         store.close()
     numbers = ", ".join(f"v{t.version}" for t in saved)
-    _say(f"imported {args.file} as template {saved[0].name!r} {numbers} in {store.location}")
+    common.say(f"imported {args.file} as template {saved[0].name!r} {numbers} in {store.location}")
     return common.EXIT_OK
 
 
@@ -304,7 +304,3 @@ def _version(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise common.UsageError(f"a template version is a whole number from 1, not {text!r} (NAME@VERSION)")
     return int(text)
-
-
-def _say(text: str, *, stderr: bool = False) -> None:
-    common.console(stderr=stderr).print(text, markup=False, highlight=False, soft_wrap=True)

@@ -101,7 +101,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print_summary(out, result)
         hint = common.resume_hint(result, recorded=True)
         if hint:
-            out.print(hint, markup=False, highlight=False, soft_wrap=True)
+            common.say(hint)
     return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
 
 
@@ -126,10 +126,5 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     except (ResumeError, StoreError) as exc:
         raise common.UsageError(str(exc)) from None
     shown = {"retry": "will run again", "skip": "will be skipped", "mark_done": f"is done with output {json.dumps(value)}"}[decision]
-    common.console().print(
-        f"step {args.step_id!r} of run {args.run_id} {shown} (decided by {by}); continue with: planexec resume {args.run_id}",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    common.say(f"step {args.step_id!r} of run {args.run_id} {shown} (decided by {by}); continue with: planexec resume {args.run_id}")
     return common.EXIT_OK
