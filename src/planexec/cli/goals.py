@@ -156,10 +156,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _say(line: str) -> None:
-    common.console(stderr=True).print(line, markup=False, highlight=False, soft_wrap=True)
-
-
 def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
     """The mode asked for and why (``auto`` is decided later by the router)."""
     mode = args.mode or "auto"
@@ -198,7 +194,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         decision = asyncio.run(team.route(args.goal))
         overhead["router"] = decision.usage
         mode, why = decision.mode, f"router: {decision.reason}"
-    _say(f"mode: {'plan' if mode == 'stream' else mode} ({why})")
+    common.say(f"mode: {'plan' if mode == 'stream' else mode} ({why})", stderr=True)
     if mode == "single":
         return _run_single(args, team, overhead, t0)
     if mode == "stream":
@@ -213,10 +209,13 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         step = planning.plan.steps[0]
         role_tools = team.single_agent_tools(step)
         if role_tools is None:
-            _say(f"mode: plan (its one step calls {step.action} directly: no agent needed)")
+            common.say(f"mode: plan (its one step calls {step.action} directly: no agent needed)", stderr=True)
         else:
             names = ", ".join(role_tools.tools) or "none"
-            _say(f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})")
+            common.say(
+                f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})",
+                stderr=True,
+            )
             return _run_single(args, team, overhead, t0, registry=role_tools, planning=planning)
     if not args.json:
         _show_plan(planning, graph=args.show_graph)
