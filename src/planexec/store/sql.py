@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
@@ -44,7 +45,7 @@ _RUN_COLUMNS = (
 )
 
 
-class SqlRunStore(Approvals, Templates):
+class SqlRunStore(Approvals, Templates, ABC):
     """A `RunStore` in SQL; backends subclass it with a connection (see the module docstring)."""
 
     dialect = "sql"
@@ -57,15 +58,17 @@ class SqlRunStore(Approvals, Templates):
 
     # --- what a backend supplies ------------------------------------------------
 
+    @abstractmethod
     def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
-        raise NotImplementedError
+        """A transaction yielding a DB-API cursor: committed when the block ends, rolled back when it raises."""
 
     def _q(self, sql: str) -> str:
         """`sql` with the backend's placeholders."""
         return sql
 
+    @abstractmethod
     def _close_connection(self) -> None:
-        raise NotImplementedError
+        """Close the backend's connection(s)."""
 
     # --- plumbing ----------------------------------------------------------------
 
