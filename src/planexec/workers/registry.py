@@ -24,6 +24,7 @@ from typing import Any
 
 from planexec.errors import RegistryError
 from planexec.workers.tools import Predicate, Tool
+from planexec.workers.tools import tool as make_tool
 from planexec.workers.worker import ToolWorker, Worker
 
 __all__ = ["ENTRY_POINT_GROUP", "Registry", "import_spec"]
@@ -69,18 +70,8 @@ class Registry:
         """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
 
         def wrap(f: Callable[..., Any]) -> Tool:
-            if isinstance(f, Tool):
-                t = f
-            else:
-                t = Tool(
-                    f,
-                    name=name,
-                    description=description,
-                    worker=worker,
-                    idempotent=idempotent,
-                    requires_approval=requires_approval,
-                    read_only=read_only,
-                )
+            options = {"idempotent": idempotent, "requires_approval": requires_approval, "read_only": read_only}
+            t = f if isinstance(f, Tool) else make_tool(f, name=name, description=description, worker=worker, **options)
             self.add_tool(t)
             return t
 
