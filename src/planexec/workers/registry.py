@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -66,12 +66,27 @@ class Registry:
         idempotent: bool = False,
         requires_approval: bool = False,
         read_only: bool = False,
+        sensitive: Iterable[str] = (),
+        untrusted_output: bool = False,
     ) -> Any:
         """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
 
         def wrap(f: Callable[..., Any]) -> Tool:
-            options = {"idempotent": idempotent, "requires_approval": requires_approval, "read_only": read_only}
-            t = f if isinstance(f, Tool) else make_tool(f, name=name, description=description, worker=worker, **options)
+            t = (
+                f
+                if isinstance(f, Tool)
+                else make_tool(
+                    f,
+                    name=name,
+                    description=description,
+                    worker=worker,
+                    idempotent=idempotent,
+                    requires_approval=requires_approval,
+                    read_only=read_only,
+                    sensitive=sensitive,
+                    untrusted_output=untrusted_output,
+                )
+            )
             self.add_tool(t)
             return t
 

@@ -16,7 +16,7 @@ import contextvars
 import inspect
 import threading
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
 import jsonschema
@@ -125,9 +125,15 @@ class Tool:
     run's dependencies, run id and step id (`workers.context`). Sync
     functions run in a worker thread so a slow one never blocks the event loop.
 
-    `idempotent`, `requires_approval` and `read_only` are declarations the
-    engine and policies read: a step calling a tool that `requires_approval`
-    waits for the approver; `read_only` says the tool changes nothing.
+    `idempotent`, `requires_approval`, `read_only`, `sensitive` and
+    `untrusted_output` are declarations the engine and policies read: a step
+    calling a tool that `requires_approval` waits for the approver;
+    `read_only` says the tool changes nothing (any other tool is
+    side-effecting, approved per call inside a role worker); `sensitive`
+    names the arguments that choose where an effect lands (a path, a
+    recipient, a URL, an amount, code), which untrusted data may not choose;
+    `untrusted_output` says its result carries text from outside (a file, a
+    page, a message), which quarantines whoever reads it.
     """
 
     def __init__(
@@ -140,6 +146,8 @@ class Tool:
         idempotent: bool = False,
         requires_approval: bool = False,
         read_only: bool = False,
+        sensitive: Iterable[str] = (),
+        untrusted_output: bool = False,
         input_schema: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
     ) -> None:
@@ -151,6 +159,11 @@ class Tool:
         # a step calling it waits for the approver, as if the step said requires_approval
         self.requires_approval = requires_approval
         self.read_only = read_only
+        # arguments that choose where an effect lands (a path, a recipient, a URL, an amount, code):
+        # a value for one that comes from untrusted data is denied unless the step's grant bounds it
+        self.sensitive: frozenset[str] = frozenset(sensitive)
+        # its output carries text from outside (a file, a page, a message): whoever reads it is quarantined
+        self.untrusted_output = untrusted_output
         self.is_async = inspect.iscoroutinefunction(fn)
         by_schema = input_schema is not None
         hints = _hints(fn) if not by_schema else _handler_hints(fn)
@@ -207,6 +220,8 @@ class Tool:
         idempotent: bool = False,
         requires_approval: bool = False,
         read_only: bool = False,
+        sensitive: Iterable[str] = (),
+        untrusted_output: bool = False,
     ) -> Tool:
         """A tool declared by a name, a description and a JSON Schema of its arguments (an MCP tool, another framework's).
 
@@ -226,6 +241,8 @@ class Tool:
             idempotent=idempotent,
             requires_approval=requires_approval,
             read_only=read_only,
+            sensitive=sensitive,
+            untrusted_output=untrusted_output,
             input_schema=input_schema,
             output_schema=output_schema,
         )
@@ -340,6 +357,8 @@ def tool(
     idempotent: bool = False,
     requires_approval: bool = False,
     read_only: bool = False,
+    sensitive: Iterable[str] = (),
+    untrusted_output: bool = False,
 ) -> Tool: ...
 
 
@@ -353,6 +372,8 @@ def tool(
     idempotent: bool = False,
     requires_approval: bool = False,
     read_only: bool = False,
+    sensitive: Iterable[str] = (),
+    untrusted_output: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -365,6 +386,8 @@ def tool(
     idempotent: bool = False,
     requires_approval: bool = False,
     read_only: bool = False,
+    sensitive: Iterable[str] = (),
+    untrusted_output: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 
@@ -377,6 +400,8 @@ def tool(
             idempotent=idempotent,
             requires_approval=requires_approval,
             read_only=read_only,
+            sensitive=sensitive,
+            untrusted_output=untrusted_output,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -197,8 +197,9 @@ def file_tools(
     `max_read_bytes` and `max_read_lines` bound one `read_file` answer,
     `max_entries` a listing, `max_search_file_bytes` the size of a file
     `search_files` will scan, `max_write_bytes` what `write_file` accepts.
-    `write_file` is declared ``requires_approval=True``; the others are
-    idempotent.
+    `write_file` is declared ``requires_approval=True`` with `path`
+    sensitive; the others are read-only and idempotent, and their output is
+    untrusted (a file's text, or its name, may carry instructions).
     """
     ws = _Workspace(workspace)
 
@@ -350,10 +351,10 @@ def file_tools(
         return FileWritten(path=ws.show(full), bytes_written=len(data), created=not existed)
 
     return [
-        Tool(read_file, idempotent=True),
-        Tool(list_files, idempotent=True),
-        Tool(search_files, idempotent=True),
-        Tool(write_file, requires_approval=True),
+        Tool(read_file, idempotent=True, read_only=True, sensitive=("path",), untrusted_output=True),
+        Tool(list_files, idempotent=True, read_only=True, sensitive=("path",), untrusted_output=True),
+        Tool(search_files, idempotent=True, read_only=True, sensitive=("path",), untrusted_output=True),
+        Tool(write_file, requires_approval=True, sensitive=("path",)),
     ]
 
 

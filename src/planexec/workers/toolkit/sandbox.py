@@ -257,4 +257,6 @@ def python_tool(
             isolation=mode,
         )
 
-    return Tool(run_python, name="run_python")
+    # side-effecting (it writes in the workspace), so approved per call unless the plan granted it;
+    # the code is what it does, and its output may echo files it read
+    return Tool(run_python, name="run_python", sensitive=("code",), untrusted_output=True)
