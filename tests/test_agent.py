@@ -20,12 +20,12 @@ POPULATION = {"oslo": 709_000, "bergen": 291_000}
 def _registry() -> Registry:
     registry = Registry()
 
-    @registry.tool
+    @registry.tool(read_only=True)
     def population(city: str) -> int:
         """The population of a city."""
         return POPULATION[city.lower()]
 
-    @registry.tool
+    @registry.tool(read_only=True)
     def add(a: int, b: int) -> int:
         """Add two integers."""
         return a + b
@@ -149,13 +149,22 @@ def test_a_tool_that_needs_approval_is_refused_unless_the_run_was_approved():
     refused = ScriptedModel([tool_call("write_note", text="hi"), "I could not write the note."])
     result = _single("write hi", refused, _guarded_registry(written))
     assert result.status is RunStatus.SUCCEEDED and written == []
-    assert "requires approval" in refused.requests[1].messages[-1].content
+    assert "refused (approval_denied" in refused.requests[1].messages[-1].content
+    (call,) = result.steps["agent"].calls
+    assert (call.tool, call.allowed, call.rule, call.ran) == ("write_note", False, "approval_denied", False)
+
+    # the call itself is approved, with its arguments shown
+    asked = []
+
+    def approve(request):
+        asked.append((request.tool, request.arguments, request.kind))
+        return True
 
     approved = ScriptedModel([tool_call("write_note", text="hi"), "Done."])
-    result = _single(
-        "write hi", approved, _guarded_registry(written), requires_approval=True, engine_options={"approver": lambda step: True}
-    )
+    result = _single("write hi", approved, _guarded_registry(written), engine_options={"call_approver": approve})
     assert result.answer == "Done." and written == ["hi"]
+    assert asked == [("write_note", {"text": "hi"}, "call")]
+    assert result.steps["agent"].calls[0].ran and result.steps["agent"].calls[0].decided_by == "approve"
     denied = ScriptedModel([])
     result = _single("write hi", denied, _guarded_registry(written), requires_approval=True)  # no approver: refused
     assert result.steps["agent"].error.rule == "approval_required" and denied.requests == []

@@ -22,14 +22,11 @@ from planexec.workers.worker import UNJUDGED, VERDICT_SCHEMA, CriticWorker, Verd
 PROMPTS = Path(planexec.__file__).parent / "prompts" / "roles"
 
 
-def _call(action="respond", instruction="add 2 and 3", *, requires_approval=False, worker="coder"):
-    step = Plan.model_validate(
-        {
-            "plan_id": "p",
-            "goal": "arithmetic",
-            "steps": [{"id": "s", "action": action, "worker": worker, "instruction": instruction, "requires_approval": requires_approval}],
-        }
-    ).steps[0]
+def _call(action="respond", instruction="add 2 and 3", *, requires_approval=False, worker="coder", capabilities=None):
+    raw = {"id": "s", "action": action, "worker": worker, "instruction": instruction, "requires_approval": requires_approval}
+    if capabilities is not None:
+        raw["capabilities"] = capabilities
+    step = Plan.model_validate({"plan_id": "p", "goal": "arithmetic", "steps": [raw]}).steps[0]
     return StepCall(run_id="r", plan_id="p", goal="arithmetic", step=step, worker=worker)
 
 
@@ -42,7 +39,7 @@ def _expected_usage(model):
     return sum(sum(count_tokens(m.content) + 4 for m in r.messages) for r in model.requests)
 
 
-@tool
+@tool(read_only=True)
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
@@ -53,7 +50,7 @@ class Point(BaseModel):
     y: int
 
 
-@tool
+@tool(read_only=True)
 def shift(p: Point, dx: int) -> Point:
     """Move a point right."""
     return Point(x=p.x + dx, y=p.y)
@@ -148,8 +145,8 @@ def test_json_mode_unknown_tools_and_bad_arguments_go_back_as_tool_results():
     model = _json_model(['{"tool": "rm", "arguments": {}}', '{"tool": "add", "arguments": {"a": "x", "b": 1}}', '{"answer": 0}'])
     worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[add])
     result = _run(worker)
-    assert result.output == 0 and result.tools == ["rm", "add"]
-    assert model.requests[1].messages[-1].content == "Result of tool rm:\nerror: no tool 'rm'; available: add"
+    assert result.output == 0 and result.tools == []  # neither ran: an unknown tool, refused arguments
+    assert model.requests[1].messages[-1].content == "Result of tool rm:\nerror: the call to 'rm' was refused (unknown_tool: no tool 'rm'; available: add); it did not run"
     assert model.requests[2].messages[-1].content.startswith("Result of tool add:\nerror: tool 'add' refused its arguments")
 
 
@@ -246,22 +243,29 @@ def test_a_tool_requiring_approval_runs_in_the_loop_only_in_an_approved_step():
         writes.append(path)
         return "written"
 
-    def run(requires_approval):
+    def run(requires_approval, capabilities=None):
         model = ScriptedModel([tool_call("write_file", path="a.txt", text="hi"), "done"])
         worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[write_file])
-        _run(worker, _call("code", requires_approval=requires_approval))
+        _run(worker, _call("code", requires_approval=requires_approval, capabilities=capabilities))
         return model.requests[1].messages[-1].content
 
-    assert "requires approval and this step was not approved" in run(False)
+    # approving the step is not approving a call: with no one to ask about the call, it is refused
+    assert "refused (approval_required" in run(True)
     assert writes == []
-    assert run(True) == "written"  # a string result reaches the model as text, not JSON-quoted
+    # the reviewed plan pre-approved exactly this call's shape
+    granted = [{"tool": "write_file", "arguments": {"path": {"values": ["a.txt"]}}, "approved": True}]
+    assert run(False, granted) == "written"  # a string result reaches the model as text, not JSON-quoted
+    assert writes == ["a.txt"]
+    # outside the grant: refused with the rule, the tool never runs
+    other = [{"tool": "write_file", "arguments": {"path": {"values": ["b.txt"]}}, "approved": True}]
+    assert "refused (outside_grant: argument 'path'" in run(False, other)
     assert writes == ["a.txt"]
 
 
 # --- the critic rule -----------------------------------------------------------
 
 
-@tool
+@tool(read_only=True)
 def run_python(code: str) -> str:
     """Run Python code (a stand-in)."""
     return "3 passed"
@@ -294,7 +298,8 @@ def test_critic_approval_after_only_refused_tool_calls_is_not_judged():
 
     critic, _ = _critic([tool_call("calculator", expr="2+2"), tool_call("rm"), '{"approved": true, "reasons": ["ok"]}'], tools=[calculator])
     result = _run(critic, _call("review", worker="critic"))
-    assert result.tools == ["calculator", "rm"]  # tried, but neither ran
+    assert result.tools == []  # tried, but neither ran
+    assert [r["tool"] for r in result.refused] == ["calculator", "rm"]
     assert result.output["judged"] is False and result.output["approved"] is False
 
 
@@ -478,7 +483,7 @@ def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
     pytest.importorskip("planexec.workers.toolkit")
     model = ScriptedModel([tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}'])
     (critic,) = builtin_roles(model, workspace=tmp_path, roles=["critic"])
-    result = _run(critic, _call("review", worker="critic"))
+    result = _run(critic, _call("review", worker="critic", capabilities=[{"tool": "run_python", "approved": True}]))
     assert "42" in model.requests[1].messages[-1].content  # the sandbox's output went back to the model
     assert result.output == {"approved": True, "reasons": ["prints 42 as claimed"], "judged": True, "tools_used": ["run_python"]}
 

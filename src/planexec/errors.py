@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CallRefusedError",
     "ApprovalError",
     "CheckFailedError",
     "ConfigError",
@@ -224,6 +225,18 @@ class ToolInputError(ToolError):
 
 class ToolOutputError(ToolError):
     """The function returned something its declared output type rejects."""
+
+
+class CallRefusedError(ToolInputError):
+    """The plan's contract refused a tool call (`rule`: not granted, outside its grant, untrusted data chose an argument...).
+
+    `chain` is where the deciding data came from, for the person reading the denial.
+    """
+
+    def __init__(self, message: str, *, tool: str, rule: str, chain: list[str] | None = None) -> None:
+        self.rule = rule
+        self.chain = list(chain or [])
+        super().__init__(message, tool=tool)
 
 
 class StepTimeoutError(PlanexecError):

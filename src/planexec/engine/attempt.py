@@ -3,7 +3,8 @@
 Owns `Attempts`, the collaborator of a `Run` that runs single attempts on
 the run's `RunState`, acting on the run only through `RunControl`: the
 `StepCall` with references resolved, the worker called through the
-engine's runner within the step's deadline and the worker limits, every
+engine's runner within the step's deadline and the worker limits (with the
+gate's hooks set, `engine.calls`), every
 exception mapped to a recorded `ErrorInfo` (a tool's failure never escapes),
 usage metered even when the attempt is cut off, the success criteria and
 critics' verdicts (`StepJudged`), and abandoning a tool that ignores its
@@ -29,9 +30,11 @@ from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, update_record
-from planexec.errors import CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
+from planexec.engine.calls import CallHooks
+from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
+from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
@@ -60,6 +63,7 @@ class Attempts:
         self._default_timeout = host.config.default_timeout
         self._grace = host.config.cancel_grace
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
+        self._hooks = CallHooks(run, state, host.config.call_approver, enforce=host.config.enforce_contract)
 
     async def run(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError."""
@@ -80,9 +84,11 @@ class Attempts:
                 deadline = Deadline(timeout, on_stuck=stuck, grace=self._grace)
                 try:
                     here = CURRENT_STEP.set((self._run, step.step_id))
+                    gate = GATE_HOOKS.set(self._hooks)
                     try:
                         result = await self._runner.run(call)
                     finally:
+                        GATE_HOOKS.reset(gate)
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
@@ -109,6 +115,8 @@ class Attempts:
                     deadline.disarm()
             except _ReferenceError as exc:
                 return None, _error("reference", exc), time.perf_counter() - t0, ZERO
+            except CallRefusedError as exc:  # the contract refused the step's own call: the rule names why
+                return None, _error(exc.rule, exc), time.perf_counter() - t0, meter.total
             except ToolInputError as exc:
                 return None, _error("tool_input", exc), time.perf_counter() - t0, meter.total
             except ToolOutputError as exc:
@@ -153,11 +161,12 @@ class Attempts:
         state = self._state
         context = {}
         failed = {}
+        referenced = step.references
         for d in state.deps[step.step_id]:
             out = state.outputs.get(d)
             if out is None:
                 failed[d] = state.failure_text(d)
-            else:
+            elif d in referenced:  # ordering is not data flow: a worker sees only what its step references
                 context[d] = out
         values = {d: out.value for d, out in context.items()}
         try:

@@ -31,6 +31,7 @@ from planexec.engine.runner import Runner
 from planexec.engine.synthesis import Synthesizer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Budget
+from planexec.workers.gate import CallApprover
 from planexec.workers.registry import Registry
 
 __all__ = ["EngineConfig", "Host", "RunHandle", "Subscriber"]
@@ -65,6 +66,8 @@ class EngineConfig:
     budget: Budget | None = None
     store: RunLog | None = None
     plan_approver: PlanApprover | None = None
+    call_approver: CallApprover | None = None
+    enforce_contract: bool = True
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:

@@ -20,6 +20,7 @@ from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
+from planexec.workers.gate import CallRecord
 from planexec.workers.io import Output
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "StepStarted",
     "StepSucceeded",
     "SubRunEvent",
+    "ToolCallDecided",
     "parse_event",
 ]
 
@@ -129,6 +131,15 @@ class StepJudged(_Event):
     judged: bool
     reasons: list[str]
     tools_used: list[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDecided(_Event):
+    """A tool call a worker asked for inside a step: allowed and run, or refused with the rule and the provenance chain."""
+
+    type: Literal["tool_call_decided"] = "tool_call_decided"
+    step_id: str
+    call: CallRecord
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,6 +347,7 @@ Event = Annotated[
     | ReplanStarted
     | PlanRevised
     | StepJudged
+    | ToolCallDecided
     | JoinerDecided
     | SubRunEvent
     | RunResumed

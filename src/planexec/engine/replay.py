@@ -136,6 +136,8 @@ def _step_event(rec: StepRecord, ev: Any) -> None:
                 "tools_used": ev.tools_used,
             }
         )
+    elif kind == "tool_call_decided":
+        rec.calls.append(ev.call)
     elif kind == "step_rerouted":
         rec.worker = ev.to_worker
     elif kind in ("step_skipped", "step_cancelled"):

@@ -18,6 +18,7 @@ from planexec.errors import ReplanRequested, RunAbortedError, RunCancelledError,
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
 from planexec.usage import Usage
+from planexec.workers.gate import CallRecord
 from planexec.workers.io import Output
 
 __all__ = ["ErrorInfo", "PlanVersion", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
@@ -90,6 +91,12 @@ class StepRecord(BaseModel):
     reason: str | None = Field(None, description="why it was skipped or cancelled, or what was done after it failed")
     verdicts: list[dict[str, Any]] = Field(default_factory=list, description="critics' verdicts on its attempts, with reasons")
     subrun: RunResult | None = Field(None, description="the run of the sub-team that did this step (the run tree)")
+    calls: list[CallRecord] = Field(default_factory=list, description="every tool call its worker asked for: run, or refused with the rule")
+
+    @property
+    def refused(self) -> list[CallRecord]:
+        """The calls the gate refused."""
+        return [c for c in self.calls if not c.allowed]
 
 
 class ReplanRequest(BaseModel):

@@ -56,7 +56,7 @@ from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_
 from planexec.engine.synthesis import assemble, default_answer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Usage
-from planexec.workers.io import Output, Provenance, WorkResult
+from planexec.workers.io import Output, Provenance, WorkResult, merge_sources
 
 __all__ = ["Run", "Subscriber"]
 
@@ -454,6 +454,7 @@ class Run:
             action=step.action,
             attempt=attempt,
             tools=result.tools,
+            sources=merge_sources(*(state.outputs[d].provenance.sources for d in step.references if d in state.outputs), result.sources),
         )
         out = Output(value=result.output, provenance=prov)
         state.outputs[sid] = out

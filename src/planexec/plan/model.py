@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from planexec.errors import PlanParseError, Problem
+from planexec.plan.capabilities import Grant
 
 __all__ = [
     "Criterion",
@@ -221,12 +222,19 @@ class Step(_Record):
         default_factory=dict,
         description="arguments; a string '${step_id}' or '${step_id.path}' references an earlier output",
     )
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[str] = Field(default_factory=list, description="ordering only: run after these; data flows through references")
     success_criteria: list[Criterion] = Field(default_factory=list)
     failure_action: FailureAction = Field(default_factory=FailureAction)
     timeout: float | None = Field(None, gt=0, description="seconds; the engine default when absent")
     requires_approval: bool = False
     accepts_failed_inputs: bool = Field(False, description="run even when a dependency failed or was skipped")
+    capabilities: list[Grant] | None = Field(
+        None,
+        description="the tools a role worker may call in this step, and within what; absent: all its tools, side effects asked per call",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="JSON Schema the worker's answer must match: a typed slot later steps can reference"
+    )
 
     @field_validator("success_criteria", mode="before")
     @classmethod

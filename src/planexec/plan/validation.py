@@ -91,8 +91,10 @@ def validate_plan(plan: Plan, registry: Catalog | None = None) -> list[Problem]:
         problems.append(Problem("unknown_step", f"answer_step names no step of the plan: {plan.answer_step!r}", field="answer_step"))
     for step in plan.steps:
         problems += _criteria_problems(step, registry)
+        problems += _schema_problems(step)
         if registry is not None:
             problems += _registry_problems(step, registry)
+            problems += capability_problems(step, registry)
     if plan.rollback_plan is not None and not isinstance(plan.rollback_plan, str):
         rollback = plan.rollback_plan.steps
         for p in _graph_problems(rollback) + [
@@ -227,6 +229,50 @@ def _criteria_problems(step: Step, registry: Catalog | None) -> list[Problem]:
                     pred.args_model.model_validate(crit.args)
                 except ValidationError as exc:
                     problems += input_problems(exc, step_id=step.step_id, prefix=f"{where}.args")
+    return problems
+
+
+def _schema_problems(step: Step) -> list[Problem]:
+    if step.output_schema is None:
+        return []
+    try:
+        jsonschema.validators.validator_for(step.output_schema).check_schema(step.output_schema)
+    except jsonschema.SchemaError as exc:
+        return [Problem("invalid_json_schema", exc.message, step_id=step.step_id, field="output_schema")]
+    return []
+
+
+def capability_problems(step: Step, registry: Catalog) -> list[Problem]:
+    """Grants that name a tool the step's worker does not have, or an argument the tool does not take."""
+    worker = registry.workers.get(step.worker)
+    if worker is None or not step.capabilities:
+        return []
+    tools: Mapping[str, Any] = getattr(worker, "tools", None) or {}
+    problems = []
+    seen: set[str] = set()
+    for i, grant in enumerate(step.capabilities):
+        where = f"capabilities.{i}"
+        if grant.tool in seen:
+            problems.append(Problem("duplicate_grant", f"{grant.tool!r} is granted twice; merge the grants", step_id=step.step_id, field=where))
+        seen.add(grant.tool)
+        found = tools.get(grant.tool)
+        if found is None:
+            has = ", ".join(sorted(tools)) or "none"
+            problems.append(
+                Problem("unknown_tool", f"worker {step.worker!r} has no tool {grant.tool!r} to grant (it has: {has})", step_id=step.step_id, field=f"{where}.tool")
+            )
+            continue
+        fields = getattr(found.input_model, "model_fields", None) or {}
+        for name in grant.arguments:
+            if name not in fields:
+                problems.append(
+                    Problem(
+                        "unknown_parameter",
+                        f"tool {grant.tool!r} takes no argument {name!r} (it takes: {', '.join(fields) or 'none'})",
+                        step_id=step.step_id,
+                        field=f"{where}.arguments.{name}",
+                    )
+                )
     return problems
 
 

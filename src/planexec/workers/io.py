@@ -8,8 +8,10 @@ distributed runner can ship them as they are. Imports `errors`, `plan`, `records
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
@@ -18,12 +20,43 @@ from planexec.plan.model import Step
 from planexec.records import Record
 from planexec.usage import Usage
 
-__all__ = ["Output", "Provenance", "StepCall", "WorkResult"]
+__all__ = ["Output", "Provenance", "Source", "StepCall", "WorkResult", "merge_sources"]
+
+SourceKind = Literal["user", "plan", "tool", "model", "person"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Source(Record):
+    """One origin of a value: the user's goal, a plan literal, a tool's output (which step, which tool), a model, a person.
+
+    `untrusted` marks text from outside (a file, a page, a message, an MCP
+    result): it may carry instructions, so it is data, never a command.
+    """
+
+    kind: SourceKind
+    step_id: str | None = None
+    tool: str | None = None
+    untrusted: bool = False
+
+    def label(self) -> str:
+        """``read_file in step 'read' (untrusted)``: the source as a person reads it."""
+        if self.kind == "tool":
+            text = f"{self.tool} in step {self.step_id!r}"
+        elif self.kind == "model":
+            text = f"the model of step {self.step_id!r}"
+        else:
+            text = {"user": "the user's goal", "plan": "the reviewed plan", "person": "a person"}[self.kind]
+        return f"{text} (untrusted)" if self.untrusted else text
+
+
+def merge_sources(*groups: Iterable[Source]) -> list[Source]:
+    """The union of sources, each once, in first-seen order: a derived value keeps every origin."""
+    return list(dict.fromkeys(s for group in groups for s in group))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Provenance(Record):
-    """Which run, plan version, step, attempt, worker and tool produced a value."""
+    """Which run, plan version, step, attempt, worker and tool produced a value, and every source it derives from."""
 
     run_id: str
     plan_id: str
@@ -32,7 +65,13 @@ class Provenance(Record):
     worker: str
     action: str
     attempt: int = 1
-    tools: list[str] = field(default_factory=list)  # tools the worker called to produce it
+    tools: list[str] = field(default_factory=list)  # tools that ran to produce it (never a refused call)
+    sources: list[Source] = field(default_factory=list)  # the union of its origins; empty: the plan alone
+
+    @property
+    def untrusted(self) -> bool:
+        """True when any source is untrusted text."""
+        return any(s.untrusted for s in self.sources)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +80,11 @@ class Output(Record):
 
     value: Any = None
     provenance: Provenance
+
+    @property
+    def untrusted(self) -> bool:
+        """True when the value derives from untrusted text."""
+        return self.provenance.untrusted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,12 +122,20 @@ class StepCall(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkResult(Record):
-    """What a worker returns: the output (JSON-able), its usage and the tools it used."""
+    """What a worker returns: the output (JSON-able), its usage, the tools that ran and what the output derives from.
+
+    `sources` are the origins the worker added (each tool whose output it
+    read); the engine adds the sources of the step's referenced inputs.
+    `refused` lists the calls the gate refused (tool, rule, reason), which
+    never count as used.
+    """
 
     output: Any = None
     usage: Usage = field(default_factory=Usage)
     tools: list[str] = field(default_factory=list)
     subrun: Any = None  # a sub-team's `RunResult`, kept in the step's record (the run tree)
+    sources: list[Source] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self, worker: str) -> WorkResult:
         """This result with its output as JSON data; `ToolOutputError` (naming `worker`) when it cannot be stored."""
@@ -96,7 +148,7 @@ class WorkResult(Record):
                 f"worker {worker!r} returned a {type(self.output).__name__} output that cannot be stored as JSON: {exc}",
                 tool=self.tools[-1] if self.tools else worker,
             ) from None
-        return self if value == self.output else WorkResult(output=value, usage=self.usage, tools=self.tools, subrun=self.subrun)
+        return self if value == self.output else dataclasses.replace(self, output=value)
 
 
 _SCALARS = frozenset({type(None), bool, int, float, str})

@@ -29,7 +29,8 @@ from planexec.errors import (
 from planexec.models.base import Message, Model, ToolCall
 from planexec.usage import Usage
 from planexec.workers.arguments import InputModel
-from planexec.workers.io import StepCall, WorkResult
+from planexec.workers.gate import Gate, admit_direct
+from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file, result_text
 from planexec.workers.tools import Tool
 
@@ -113,8 +114,9 @@ class ToolWorker:
         found = self.tools.get(call.action)
         if found is None:
             raise WorkerError(f"worker {self.name!r} has no tool {call.action!r} (it has: {', '.join(sorted(self.tools))})")
+        await admit_direct(call, found, self.tools)
         output = await found.invoke(call.parameters, call)
-        return WorkResult(output=output, tools=[found.name])
+        return WorkResult(output=output, tools=[found.name], sources=_tool_sources(call, found))
 
 
 class RoleWorker:
@@ -136,9 +138,10 @@ class RoleWorker:
     costs a turn. After `max_turns` turns without an answer the step fails
     with `WorkerError`, whose `usage` is every turn's usage.
 
-    A tool declared `requires_approval` runs inside the loop only when the
-    step itself required (and so received) approval; otherwise the model is
-    told it did not run.
+    Every tool call inside the loop passes the step's `workers.gate.Gate`:
+    the plan's grants, quarantine after untrusted text, sensitive
+    arguments, then per-call approval of side-effecting calls. A refused
+    call does not run; the model is told why.
     """
 
     def __init__(
@@ -196,21 +199,28 @@ class RoleWorker:
         """Free-form parameters for tasks; a tool's model when the action is a tool."""
         return self.tools[action].input_model if action in self.tools and action not in self.tasks else None
 
-    def protocol(self) -> NativeToolCalls | JsonToolCalls:
+    def protocol(self, answer_schema: dict[str, Any] | None = None) -> NativeToolCalls | JsonToolCalls:
         """How this worker's turns ask for tool calls (JSON mode only matters when it has tools)."""
         definitions = [t.definition() for t in self.tools.values()]
+        schema = answer_schema if answer_schema is not None else self.answer_schema
         if definitions and self.json_mode:
-            return JsonToolCalls(definitions, self.answer_schema)
-        return NativeToolCalls(definitions, self.answer_schema)
+            return JsonToolCalls(definitions, schema)
+        return NativeToolCalls(definitions, schema)
 
     def render_task(self, call: StepCall) -> str:
-        """The user message: the goal, the instruction, parameters and upstream outputs."""
+        """The user message: the goal, the instruction and its parameters, with where referenced values came from.
+
+        The worker sees only what its step references (resolved into the
+        instruction and parameters), never every upstream output: ordering
+        (`depends_on`) is not data flow.
+        """
         parts = [f"Overall goal: {call.goal}"] if call.goal else []
         parts.append(f"Your task ({call.action}): {call.instruction or call.step.instruction or call.action}")
         if call.parameters:
             parts.append("Parameters:\n" + json.dumps(call.parameters, indent=2, ensure_ascii=False, default=str))
-        for step_id, out in call.context.items():
-            parts.append(f"Result of step {step_id}:\n" + json.dumps(out.value, ensure_ascii=False, default=str))
+        untrusted = [sid for sid, out in call.context.items() if sid in call.step.references and out.untrusted]
+        if untrusted:
+            parts.append(prompt_file("toolcalls", "untrusted.md", steps=", ".join(untrusted)))
         for step_id, err in call.failed_inputs.items():
             parts.append(f"Step {step_id} failed: {err}")
         return "\n\n".join(parts)
@@ -220,17 +230,26 @@ class RoleWorker:
         return answer
 
     async def perform(self, call: StepCall) -> WorkResult:
-        """A tool action: call the tool. A task: run the tool-calling loop until the model answers."""
+        """A tool action: call the tool. A task: run the tool-calling loop until the model answers.
+
+        Every call the model asks for passes the step's `Gate` first (grants,
+        quarantine, sensitive arguments, approval); a refused call does not
+        run, the model is told why, and it is recorded as refused, never as used.
+        """
         if call.action in self.tools and call.action not in self.tasks:
             found = self.tools[call.action]
-            return WorkResult(output=await found.invoke(call.parameters, call), tools=[found.name])
-        protocol = self.protocol()
+            await admit_direct(call, found, self.tools)
+            output = await found.invoke(call.parameters, call)
+            return WorkResult(output=output, tools=[found.name], sources=_tool_sources(call, found))
+        gate = Gate(call, self.tools)
+        schema = call.step.output_schema
+        protocol = self.protocol(schema)
+        validator = self._answer_validator if schema is None else jsonschema.validators.validator_for(schema)(schema)
         messages = [
             Message(role="system", content=protocol.system_prompt(self.system_prompt)),
             Message(role="user", content=self.render_task(call)),
         ]
         usage = Usage()
-        used: list[str] = []
         ran: list[str] = []
         problem: str | None = None
         for turn in range(self.max_turns):
@@ -250,16 +269,16 @@ class RoleWorker:
             usage = usage + response.usage
             reply = protocol.read(response, turn)
             if not reply.calls:
-                problem = reply.problem or self._answer_problem(reply.answer)
+                problem = reply.problem or _answer_problem(validator, reply.answer)
                 if problem is None:
-                    return WorkResult(output=self.finish(reply.answer, ran), usage=usage, tools=used)
+                    output = self.finish(reply.answer, ran)
+                    return WorkResult(output=output, usage=usage, tools=ran, sources=gate.sources, refused=gate.refused)
                 messages += self._retry(response.text, problem)
                 continue
             problem = None
             messages.append(protocol.assistant_message(response, reply))
             for tc in reply.calls:
-                used.append(tc.name)
-                content, did_run = await self._run_tool(tc, call)
+                content, did_run = await self._run_tool(tc, call, gate)
                 if did_run:
                     ran.append(tc.name)
                 messages.append(protocol.result_message(tc, content))
@@ -274,33 +293,41 @@ class RoleWorker:
         return [Message(role="assistant", content=text), Message(role="user", content=retry)]
 
     def _answer_problem(self, answer: Any) -> str | None:
-        if self._answer_validator is None:
-            return None
-        error = jsonschema.exceptions.best_match(self._answer_validator.iter_errors(answer))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"the answer does not match its schema{f' at {where}' if where else ''}: {error.message}"
+        return _answer_problem(self._answer_validator, answer)
 
-    async def _run_tool(self, tc: ToolCall, call: StepCall) -> tuple[str, bool]:
+    async def _run_tool(self, tc: ToolCall, call: StepCall, gate: Gate) -> tuple[str, bool]:
         """The result the model reads, and whether the tool actually ran."""
-        found = self.tools.get(tc.name)
-        if found is None:
-            return f"error: no tool {tc.name!r}; available: {', '.join(sorted(self.tools)) or 'none'}", False
-        if found.requires_approval and not call.step.requires_approval:
-            return (
-                f"error: tool {tc.name!r} requires approval and this step was not approved for it; it did not run",
-                False,
-            )
+        decision = await gate.admit(tc.name, tc.arguments)
+        if not decision.allowed:
+            return gate.refuse_text(tc.name, decision), False
+        found = self.tools[tc.name]
         try:
             result = await found.invoke(tc.arguments, call)
-        except ToolInputError as exc:  # refused before it ran
+        except ToolInputError as exc:  # refused by the tool's own schema before it ran
+            gate.refused.append({"tool": tc.name, "rule": "tool_input", "reason": str(exc)})
             return f"error: {exc}", False
         except ToolError as exc:
+            gate.ran(tc.name, tc.arguments, decision, error=str(exc))
             return f"error: {exc}", True
         except Exception as exc:  # the model sees the failure and may try again
+            gate.ran(tc.name, tc.arguments, decision, error=f"{type(exc).__name__}: {exc}")
             return f"error: {type(exc).__name__}: {exc}", True
+        gate.ran(tc.name, tc.arguments, decision)
         return result_text(result), True
+
+
+def _answer_problem(validator: Any, answer: Any) -> str | None:
+    if validator is None:
+        return None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(answer))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"the answer does not match its schema{f' at {where}' if where else ''}: {error.message}"
+
+
+def _tool_sources(call: StepCall, found: Tool) -> list[Source]:
+    return [Source(kind="tool", step_id=call.step_id, tool=found.name, untrusted=found.untrusted_output)]
 
 
 def _schema_of(name: str, schema: type[BaseModel] | dict[str, Any] | None) -> dict[str, Any] | None:

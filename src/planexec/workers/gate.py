@@ -1,0 +1,362 @@
+"""The gate every tool call inside a role worker passes: the plan's grants, the contract's rules, then approval.
+
+Owns `Gate` (one per attempt of a role step), the records a decision
+crosses boundaries as (`CallRequest`, what a person approving a call sees;
+`CallRecord`, what the run records of every call, run or refused), the
+`GateHooks` protocol through which the engine answers approvals and records
+calls, and `GATE_HOOKS`, the context variable it sets around an attempt.
+
+The rules, in order (the first that refuses decides; its name is the rule):
+
+1. ``unknown_tool``: the worker has no such tool.
+2. ``not_granted``: the step's capabilities do not grant it (a step without
+   capabilities is granted its worker's tools, unbounded, none pre-approved).
+3. ``outside_grant``: an argument breaks its grant's constraint.
+4. ``call_limit``: the grant's `max_calls` is spent.
+5. ``quarantine``: the worker has read untrusted text (a referenced input
+   or a tool output declared untrusted) and the tool is side-effecting (not
+   read-only). A reader of untrusted text returns data; it does not act.
+6. ``untrusted_argument``: an argument the tool declares sensitive (a path,
+   a recipient, a URL, an amount, code) was not bounded by the grant and
+   its value appears nowhere in the trusted text (the goal, the plan's own
+   instruction and literals, trusted inputs) while the worker has read
+   untrusted text: untrusted data chose it.
+7. ``approval``: a side-effecting call the plan did not pre-approve
+   (`Grant.approved`) is approved per call, with its arguments shown.
+
+Rules 5 and 6 are escalations: a person (an approver whose `person` is
+true) is asked, with the provenance chain; anyone else (``--yes``, a
+policy, no approver) refuses. With ``enforce=False`` (the engine's
+`enforce_contract`, for measuring what the defences cost) only rule 1 and
+the old step-level approval apply. Imports `plan`, `records`, `workers.io`
+and `workers.tools`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from planexec.errors import CallRefusedError
+from planexec.plan.capabilities import Grant
+from planexec.plan.model import find_references, is_whole_reference
+from planexec.records import Record
+from planexec.workers.io import Source, StepCall, merge_sources
+from planexec.workers.tools import Tool
+
+__all__ = ["GATE_HOOKS", "CallApprover", "CallRecord", "CallRequest", "Gate", "GateHooks", "admit_direct", "default_grants"]
+
+RequestKind = Literal["call", "escalation"]
+_SHOWN = 2_000  # characters of an argument kept in a request or a record
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRequest(Record):
+    """One tool call waiting for a decision, as the person deciding sees it.
+
+    `kind` is ``call`` for a side-effecting call the plan did not
+    pre-approve, ``escalation`` for one the contract would refuse (`rule`
+    and `reason` say why; `chain` is where the deciding data came from).
+    `digest` identifies exactly this call (step, tool, arguments), so a
+    durable decision is found again after a restart.
+    """
+
+    run_id: str
+    step_id: str
+    worker: str
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    kind: RequestKind = "call"
+    rule: str | None = None
+    reason: str = ""
+    chain: list[str] = field(default_factory=list)
+    digest: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallRecord(Record):
+    """What the run records of one tool call inside a worker: allowed or refused (with the rule), and whether it ran."""
+
+    step_id: str
+    attempt: int
+    worker: str
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    allowed: bool
+    rule: str | None = None
+    reason: str = ""
+    chain: list[str] = field(default_factory=list)
+    decided_by: str = "plan"
+    ran: bool = False
+    error: str | None = None
+
+
+# asked about one call; True approves. A sync approver may block on a person: it runs off the event loop.
+CallApprover = Callable[[CallRequest], "bool | Awaitable[bool]"]
+
+
+class GateHooks(Protocol):
+    """What the engine gives a gate: approvals of calls and a place to record them."""
+
+    enforce: bool
+
+    async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
+        """(approved, who decided) for a call or an escalation."""
+        ...
+
+    def record_call(self, record: CallRecord) -> None:
+        """Keep the call in the run's record (an event)."""
+        ...
+
+
+# set by the engine around one attempt; None when a worker runs outside an engine
+GATE_HOOKS: ContextVar[GateHooks | None] = ContextVar("planexec_gate_hooks", default=None)
+
+
+def default_grants(tools: Mapping[str, Tool]) -> list[Grant]:
+    """What a step without capabilities may call: its worker's tools, unbounded, none pre-approved (side effects ask per call)."""
+    return [Grant(tool=name) for name in tools]
+
+
+@dataclass
+class _Decision:
+    allowed: bool
+    rule: str | None = None
+    reason: str = ""
+    chain: list[str] = field(default_factory=list)
+    decided_by: str = "plan"
+
+
+class Gate:
+    """The gate for one attempt of a role step: see the module docstring for the rules."""
+
+    def __init__(self, call: StepCall, tools: Mapping[str, Tool]) -> None:
+        self.call = call
+        self.tools = tools
+        self.hooks = GATE_HOOKS.get()
+        self.enforce = self.hooks.enforce if self.hooks is not None else True
+        step = call.step
+        self.grants = {g.tool: g for g in (step.capabilities if step.capabilities is not None else default_grants(tools))}
+        self.counts: dict[str, int] = {}
+        referenced = step.references
+        inputs = [out for sid, out in call.context.items() if sid in referenced]
+        # the worker has read untrusted text from the start when any input it sees is untrusted
+        self.sources: list[Source] = merge_sources(*(out.provenance.sources for out in inputs))
+        self.tainted = any(out.untrusted for out in inputs)
+        self.trusted_text = _trusted_text(call, [out.value for out in inputs if not out.untrusted])
+        self.refused: list[dict[str, Any]] = []
+
+    async def admit_direct(self, tool: Tool) -> None:
+        """A step that names the tool itself (the plan shows the call): refuse it when untrusted data chose a sensitive argument.
+
+        The reviewed plan is the approval of the call's shape; what it cannot
+        show is a value a reference brings in at run time. A sensitive
+        argument whose value comes (whole or in part) from an untrusted
+        output, and that the step's grant for the tool does not bound, is an
+        escalation: a person decides, anyone else refuses
+        (`CallRefusedError`, rule ``untrusted_argument``).
+        """
+        if not self.enforce:
+            return
+        call = self.call
+        grant = self.grants.get(tool.name) if call.step.capabilities is not None else None
+        for name in sorted(tool.sensitive & call.parameters.keys()):
+            if grant is not None and grant.bounds(name):
+                continue
+            refs = {ref for ref, _ in find_references(call.step.parameters.get(name))}
+            tainted = [out for sid, out in call.context.items() if sid in refs and out.untrusted]
+            if not tainted:
+                continue
+            chain = [s.label() for out in tainted for s in out.provenance.sources if s.untrusted]
+            value = call.parameters[name]
+            reason = f"argument {name!r} = {_short(value)} comes from untrusted data and no grant bounds it"
+            decision = await self._escalate(tool.name, call.parameters, "untrusted_argument", reason, chain)
+            if not decision.allowed:
+                raise CallRefusedError(
+                    f"step {call.step_id!r}: the call to {tool.name!r} was refused (untrusted_argument: {decision.reason}); "
+                    f"provenance: {' <- '.join(chain)}",
+                    tool=tool.name,
+                    rule="untrusted_argument",
+                    chain=chain,
+                )
+
+    async def admit(self, tool: str, arguments: dict[str, Any]) -> _Decision:
+        """Decide one call; ask for approval when a rule says so; record the decision."""
+        decision = await self._decide(tool, arguments)
+        if not decision.allowed:
+            self.refused.append({"tool": tool, "rule": decision.rule, "reason": decision.reason})
+        else:
+            self.counts[tool] = self.counts.get(tool, 0) + 1
+        return decision
+
+    def ran(self, tool: str, arguments: dict[str, Any], decision: _Decision, *, error: str | None = None) -> None:
+        """After an allowed call ran: its output taints the worker when it is untrusted; the call is recorded."""
+        found = self.tools.get(tool)
+        if found is not None and found.untrusted_output:
+            self.tainted = True
+            self.sources = merge_sources(self.sources, [Source(kind="tool", step_id=self.call.step_id, tool=tool, untrusted=True)])
+        self._record(tool, arguments, decision, ran=True, error=error)
+
+    def refuse_text(self, tool: str, decision: _Decision) -> str:
+        """What the model reads for a refused call: that it did not run, and why."""
+        return f"error: the call to {tool!r} was refused ({decision.rule}: {decision.reason}); it did not run"
+
+    async def _decide(self, tool: str, arguments: dict[str, Any]) -> _Decision:
+        found = self.tools.get(tool)
+        if found is None:
+            return self._refused(tool, arguments, "unknown_tool", f"no tool {tool!r}; available: {', '.join(sorted(self.tools)) or 'none'}")
+        if not self.enforce:
+            return await self._legacy(found, tool, arguments)
+        grant = self.grants.get(tool)
+        if grant is None:
+            granted = ", ".join(sorted(self.grants)) or "none"
+            return self._refused(tool, arguments, "not_granted", f"step {self.call.step_id!r} is not granted {tool!r} (granted: {granted})")
+        outside = grant.admits(arguments)
+        if outside is not None:
+            name, why = outside
+            return self._refused(tool, arguments, "outside_grant", f"argument {name!r}: {why}")
+        if grant.max_calls is not None and self.counts.get(tool, 0) >= grant.max_calls:
+            return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
+        chain = [s.label() for s in self.sources if s.untrusted]
+        if self.tainted and not found.read_only:
+            reason = f"{tool!r} changes things and this worker has read untrusted text; a reader of untrusted text returns data, it does not act"
+            return await self._escalate(tool, arguments, "quarantine", reason, chain)
+        if self.tainted:
+            for name in sorted(found.sensitive & arguments.keys()):
+                if not grant.bounds(name) and not _is_trusted(arguments[name], self.trusted_text):
+                    reason = f"argument {name!r} = {_short(arguments[name])} comes from untrusted data and the grant does not bound it"
+                    return await self._escalate(tool, arguments, "untrusted_argument", reason, chain)
+        if (not found.read_only or found.requires_approval) and not grant.approved:
+            return await self._approve(tool, arguments, "call", None, f"{tool!r} changes things; the plan did not pre-approve this call", chain)
+        return _Decision(True, chain=chain)
+
+    async def _legacy(self, found: Tool, tool: str, arguments: dict[str, Any]) -> _Decision:
+        """Without the contract: every tool of the worker, step-level approval for tools that require it."""
+        if found.requires_approval and not self.call.step.requires_approval:
+            return self._refused(tool, arguments, "approval_required", f"tool {tool!r} requires approval and this step was not approved for it")
+        return _Decision(True)
+
+    async def _escalate(self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str]) -> _Decision:
+        return await self._approve(tool, arguments, "escalation", rule, reason, chain)
+
+    async def _approve(self, tool: str, arguments: dict[str, Any], kind: RequestKind, rule: str | None, reason: str, chain: list[str]) -> _Decision:
+        denied_rule = rule or "approval_required"
+        if self.hooks is None:
+            return self._refused(tool, arguments, denied_rule, f"{reason}; no one can approve it here", chain)
+        call = self.call
+        request = CallRequest(
+            run_id=call.run_id,
+            step_id=call.step_id,
+            worker=call.worker,
+            tool=tool,
+            arguments=_shown(arguments),
+            kind=kind,
+            rule=rule,
+            reason=reason,
+            chain=chain,
+            digest=_digest(call, tool, arguments),
+        )
+        approved, by = await self.hooks.approve_call(request)
+        if approved:
+            return _Decision(True, rule=rule, reason=reason, chain=chain, decided_by=by)
+        return self._refused(tool, arguments, denied_rule if rule else "approval_denied", f"{reason}; not approved by {by}", chain, by=by)
+
+    def _refused(self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str] | None = None, *, by: str = "plan") -> _Decision:
+        decision = _Decision(False, rule=rule, reason=reason, chain=chain or [], decided_by=by)
+        self._record(tool, arguments, decision, ran=False)
+        return decision
+
+    def _record(self, tool: str, arguments: dict[str, Any], decision: _Decision, *, ran: bool, error: str | None = None) -> None:
+        if self.hooks is None:
+            return
+        call = self.call
+        self.hooks.record_call(
+            CallRecord(
+                step_id=call.step_id,
+                attempt=call.attempt,
+                worker=call.worker,
+                tool=tool,
+                arguments=_shown(arguments),
+                allowed=decision.allowed,
+                rule=decision.rule,
+                reason=decision.reason,
+                chain=decision.chain,
+                decided_by=decision.decided_by,
+                ran=ran,
+                error=error,
+            )
+        )
+
+
+async def admit_direct(call: StepCall, tool: Tool, tools: Mapping[str, Tool]) -> None:
+    """`Gate.admit_direct` for a step that names the tool; free when no sensitive argument takes a referenced value."""
+    if tool.sensitive and call.context:
+        await Gate(call, tools).admit_direct(tool)
+
+
+def _trusted_text(call: StepCall, trusted_values: list[Any]) -> list[str]:
+    """The texts a value may come from and still be trusted: the goal, the plan's own words and literals, trusted inputs."""
+    step = call.step
+    texts = [call.goal, step.instruction]
+    texts += _literal_strings(step.parameters)
+    for value in trusted_values:
+        texts += _literal_strings(value)
+    return [t for t in texts if t]
+
+
+def _literal_strings(value: Any) -> list[str]:
+    """Every string and number in a value, references left out (their values are judged by their own provenance)."""
+    if isinstance(value, str):
+        if is_whole_reference(value):
+            return []
+        return [value] if not find_references(value) else [_strip_refs(value)]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [str(value)]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (str(k), *_literal_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _literal_strings(v)]
+    return []
+
+
+def _strip_refs(text: str) -> str:
+    for ref, path in find_references(text):
+        text = text.replace("${" + ref + (f".{path}" if path else "") + "}", " ")
+    return text
+
+
+def _is_trusted(value: Any, texts: list[str]) -> bool:
+    """True when the value carries no choice of its own or appears in the trusted text (the plan or the user chose it)."""
+    if value is None or isinstance(value, bool) or value == "":
+        return True
+    if isinstance(value, (int, float)):
+        token = str(value)
+        return any(token in t for t in texts)
+    if isinstance(value, str):
+        return any(value in t for t in texts)
+    if isinstance(value, Mapping):
+        return all(_is_trusted(v, texts) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_is_trusted(v, texts) for v in value)
+    return False
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _shown(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as a request or record keeps them: long strings cut."""
+    return {k: (v[:_SHOWN] + f"... [{len(v) - _SHOWN} more characters]" if isinstance(v, str) and len(v) > _SHOWN else v) for k, v in arguments.items()}
+
+
+def _digest(call: StepCall, tool: str, arguments: dict[str, Any]) -> str:
+    blob = json.dumps([call.run_id, call.step_id, tool, arguments], sort_keys=True, default=str, ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
