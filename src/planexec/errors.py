@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "CallRefusedError",
     "ApprovalError",
+    "CallRefusedError",
     "CheckFailedError",
     "ConfigError",
     "EventConflictError",

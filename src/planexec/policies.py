@@ -5,19 +5,34 @@ rejects, else any escalate asks a person); the built-in rules; `PolicySet`
 and `load_policies` (Python modules, YAML rule files); `ReviewOutcome`;
 and the approvers: `Approver` (a function asked before a step marked
 `requires_approval`), `StoreApprover` and `PlanApprover` (durable approvals
-kept in the run store, decided from any process). Imports `governance` and
-`engine.approval`.
+kept in the run store, decided from any process; as a `call_approver` it
+decides single tool calls, `CallRequest`s), `approve_calls` (the ``--yes``
+answer to calls) and `person` (marks an approver a person, shown
+escalations). `LimitGrants` and `narrow_plan` narrow what role steps may
+call. Imports `governance`, `engine.approval`, `engine.calls` and `workers.gate`.
 """
 
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
-from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, policy, review_plan
+from planexec.engine.calls import approve_calls, person
+from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, narrow_plan, policy, review_plan
 from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.review import ReviewOutcome
-from planexec.governance.rules import ForbidTools, MaxEstimatedCost, MaxSteps, RequiresOrder, RiskEscalation, ToolsNeedPerson
+from planexec.governance.rules import (
+    ForbidTools,
+    LimitGrants,
+    MaxEstimatedCost,
+    MaxSteps,
+    RequiresOrder,
+    RiskEscalation,
+    ToolsNeedPerson,
+)
+from planexec.workers.gate import CallRequest
 
 __all__ = [
     "Approver",
+    "CallRequest",
     "ForbidTools",
+    "LimitGrants",
     "MaxEstimatedCost",
     "MaxSteps",
     "PlanApprover",
@@ -31,7 +46,10 @@ __all__ = [
     "RiskEscalation",
     "StoreApprover",
     "ToolsNeedPerson",
+    "approve_calls",
     "load_policies",
+    "narrow_plan",
+    "person",
     "policy",
     "review_plan",
 ]

@@ -30,6 +30,7 @@ from rich.prompt import Confirm
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.config import Config, load_config
 from planexec.engine.approval import Approver
+from planexec.engine.calls import approve_calls, person
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.governance.policies import PolicyContext
@@ -40,6 +41,7 @@ from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
 from planexec.store import RunStore, open_store, store_target
 from planexec.team.team import Team
+from planexec.workers.gate import CallRequest
 from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
 
@@ -121,6 +123,42 @@ def confirm(out: Console, step: Step) -> bool:
         out.print(f"  {step.instruction}", markup=False, highlight=False)
     try:
         return Confirm.ask(f"Approve step {what}?", console=out, default=False)
+    except EOFError:
+        return False
+
+
+def call_asker(*, yes: bool, interactive: bool, display: LiveProgress | EventLog | None) -> Callable[[CallRequest], Any] | None:
+    """What decides a tool call a worker asks to make: --yes (plain calls only), a prompt on a terminal, else None (a denial)."""
+    if yes:
+        return approve_calls
+    if not interactive:
+        return None
+    lock = asyncio.Lock()
+    err = console(stderr=True)
+
+    async def ask(request: CallRequest) -> bool:
+        async with lock:  # one question at a time
+            if display is None:
+                return bool(await in_thread(confirm_call, err, request))
+            with display.paused():
+                return bool(await in_thread(confirm_call, err, request))
+
+    return person(ask)
+
+
+def confirm_call(out: Console, request: CallRequest) -> bool:
+    """Ask at the terminal whether one tool call may run, showing its arguments, why it asks and where its data came from."""
+    what = "would be refused" if request.kind == "escalation" else "changes things"
+    out.print(f"Step {request.step_id!r} ({request.worker}) asks to call {request.tool}: it {what}.", markup=False, highlight=False)
+    for name, value in request.arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        out.print(f"  {name} = {text[:400]}", markup=False, highlight=False)
+    if request.rule:
+        out.print(f"  rule {request.rule}: {request.reason}", markup=False, highlight=False)
+    for source in request.chain:
+        out.print(f"  data from: {source}", markup=False, highlight=False)
+    try:
+        return Confirm.ask(f"Allow this call to {request.tool}?", console=out, default=False)
     except EOFError:
         return False
 

@@ -48,6 +48,7 @@ from planexec.workers.tools import in_thread
 __all__ = [
     "ReviewingPlanApprover",
     "add_approval_commands",
+    "call_approver",
     "cmd_approvals",
     "cmd_approve",
     "resume_approvers",
@@ -241,6 +242,30 @@ def step_approver(
     return StoreApprover(store, on_wait=waiting)
 
 
+def call_approver(store: RunLog | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None) -> Any:
+    """What decides a tool call a role worker asks to make; with a store every decision is kept there, keyed by the call.
+
+    ``--yes`` approves plain calls and refuses escalations (untrusted data
+    steering a call needs a person); the terminal's prompt shows a person
+    the call, its arguments, the rule and where the data came from; with
+    neither, a plain call is refused and an escalation waits for
+    ``planexec approve`` from another process.
+    """
+    here = common.call_asker(yes=yes, interactive=interactive, display=display)
+    if store is None:
+        return here
+    if yes:
+        return StoreApprover(store, ask=here, by="--yes", person=False)
+    if interactive:
+        return StoreApprover(store, ask=here, by=common.user(), person=True)
+    flag = _store_flag(store_option)
+
+    def waiting(run_id: str, step_id: str | None) -> None:
+        _say(display, f"a tool call in step {step_id} of run {run_id} waits for a person: planexec approve {run_id} --step {step_id}{flag}")
+
+    return StoreApprover(store, on_wait=waiting, person=True)
+
+
 class ReviewingPlanApprover(PlanApprover):
     """A `PlanApprover` for the CLI: decides a plan version here when it can, else waits for ``planexec approve``.
 
@@ -270,7 +295,8 @@ class ReviewingPlanApprover(PlanApprover):
         store_option: str | None = None,
         poll: float = 0.5,
     ) -> None:
-        super().__init__(store, ask=None, by=reviewed_by, poll=poll)
+        # a revision that widens what steps may call needs a person: --yes is not one
+        super().__init__(store, ask=None, by=reviewed_by, poll=poll, person=not yes)
         self.reviewed = reviewed
         self.policies = list(policies)
         self.context = context if context is not None else PolicyContext()
@@ -382,7 +408,8 @@ def run_approvers(
     """The engine options ``approver`` and (with a store) ``plan_approver`` for ``planexec run``, after the review `outcome`."""
     interactive = sys.stdin.isatty()
     options: dict[str, Any] = {
-        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)
+        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option),
+        "call_approver": call_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option),
     }
     if store is not None:
         options["plan_approver"] = ReviewingPlanApprover(
@@ -406,7 +433,8 @@ def resume_approvers(
     """
     interactive = sys.stdin.isatty()
     options: dict[str, Any] = {
-        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option)
+        "approver": step_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option),
+        "call_approver": call_approver(store, yes=yes, interactive=interactive, display=display, store_option=store_option),
     }
     try:
         gated = any(a.step_id is None for a in store.approvals(run_id))

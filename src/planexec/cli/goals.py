@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from planexec.cli import _common as common
-from planexec.cli.approvals import run_approvers, step_approver
+from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.config import Config
 from planexec.engine.results import RunResult
@@ -200,7 +200,8 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     if mode == "stream":
         display = _display(args, None)
         approver = step_approver(store, yes=True, interactive=False, display=display, store_option=args.store)
-        run = asyncio.run(_stream(team, args.goal, display, run_id=args.run_id, approver=approver))
+        calls = call_approver(store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
+        run = asyncio.run(_stream(team, args.goal, display, run_id=args.run_id, approver=approver, call_approver=calls))
         return _report(args, run, t0)
     planning = _plan_or_exit(team, args.goal)
     if planning is None:
@@ -255,6 +256,7 @@ def _run_single(
     """One agent with the tools of `registry` (default: the team's) works the goal; --yes lets it use tools that need approval."""
     display = _display(args, single_plan(args.goal))  # the plan `start_single` runs
     approver = step_approver(team.store, yes=args.yes, interactive=False, display=display, store_option=args.store)
+    calls = call_approver(team.store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
 
     async def work() -> RunResult:
         run = team.start_single(
@@ -265,6 +267,7 @@ def _run_single(
             run_id=args.run_id,
             requires_approval=args.yes,
             approver=approver,
+            call_approver=calls,
         )
         return await common.watch(run, display)
 
@@ -286,8 +289,12 @@ async def _execute(
     return await common.watch(run, display)
 
 
-async def _stream(team: Team, goal: str, display: EventLog | LiveProgress | None, *, run_id: str | None, approver: Any) -> RunResult:
-    run = team.start_streaming(goal, run_id=run_id, approver=approver)  # no plan approver: a streamed plan runs before it is complete
+async def _stream(
+    team: Team, goal: str, display: EventLog | LiveProgress | None, *, run_id: str | None, approver: Any, call_approver: Any
+) -> RunResult:
+    run = team.start_streaming(
+        goal, run_id=run_id, approver=approver, call_approver=call_approver
+    )  # no plan approver: a streamed plan runs before it is complete
     return await common.watch(run, display)
 
 

@@ -27,12 +27,13 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.cli import _common as common
-from planexec.cli.progress import describe_event
+from planexec.cli.progress import describe_call, describe_event
 from planexec.engine.events import RunResumed, StepResolved
 from planexec.engine.replay import RunView, replay
 from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState
 from planexec.errors import StoreError
 from planexec.plan.model import Step
+from planexec.plan.view import grants_text
 from planexec.store import Approval, RunStore, RunSummary, store_target
 from planexec.store.location import sqlite_path
 
@@ -227,8 +228,13 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
         lines.append(
             f"  started +{(rec.started_at - t0).total_seconds():.3f}s{ended}, {rec.wall_time:.3f}s working, {rec.attempts} attempt(s)"
         )
+    if step is not None and step.capabilities is not None:
+        lines.append(f"  may call: {grants_text(step)}")
     if rec.output is not None:
         lines.append(f"  output: {_short(rec.output.value)}")
+        untrusted = [s.label() for s in rec.output.provenance.sources if s.untrusted]
+        if untrusted:
+            lines.append(f"  output derives from untrusted data: {', '.join(untrusted)}")
     if rec.error is not None:
         lines.append(f"  error: {rec.error.render()}")
     if rec.reason and rec.state.value != "succeeded":
@@ -238,6 +244,7 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
             f"  verdict (attempt {verdict['attempt']}) by {verdict['critic']}: "
             f"{'approved' if verdict['approved'] else 'rejected'}: {'; '.join(verdict['reasons'])}"
         )
+    lines += [f"  {describe_call(call)}" for call in rec.calls]
     for inner in view.sub_events.get(sid, []):
         lines.append(f"  ⤷ {inner.get('type')}" + (f" {inner['step_id']}" if "step_id" in inner else ""))
     return lines

@@ -12,6 +12,7 @@ engine's internals or the CLI.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ from planexec.engine.events import (
     StepJudged,
     StepResolved,
     SubRunEvent,
+    ToolCallDecided,
     parse_event,
 )
 from planexec.events import (
@@ -55,8 +57,9 @@ from planexec.events import (
     StepSucceeded,
 )
 from planexec.usage import Usage
+from planexec.workers.gate import CallRecord
 
-__all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_event", "print_summary", "usage_table"]
+__all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_call", "describe_event", "print_summary", "usage_table"]
 
 # display state -> (icon, rich style); "retrying" is a display state between attempts
 _LOOK = {
@@ -127,6 +130,11 @@ class StepBoard:
             self.lines = {sid: line for sid, line in self.lines.items() if sid in kept}
             self.plan = event.plan
             self.lines.update({s.step_id: StepLine(s.step_id, s.worker, s.action) for s in event.plan.steps if s.step_id not in kept})
+            return
+        if isinstance(event, ToolCallDecided):
+            line = self.lines.get(event.step_id)
+            if line is not None and not event.call.allowed:
+                line.detail = f"refused {event.call.tool}: {event.call.rule}"
             return
         if isinstance(event, StepJudged):
             line = self.lines.get(event.step_id)
@@ -266,8 +274,21 @@ class EventLog:
         self.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
+def describe_call(call: CallRecord) -> str:
+    """A tool call inside a step in one line: what ran, or what was refused, by which rule, with where its data came from."""
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:60]}" for k, v in call.arguments.items())
+    head = f"call {call.tool}({args})"
+    if call.allowed:
+        how = f"ran{f' (approved by {call.decided_by})' if call.decided_by != 'plan' else ''}"
+        return f"{head} {how}" + (f", failed: {call.error}" if call.error else "")
+    chain = f"; data from: {' <- '.join(call.chain)}" if call.chain else ""
+    return f"{head} refused, rule {call.rule}: {call.reason}{chain}"
+
+
 def describe_event(event: Any) -> str:
     """One line of plain text saying what happened."""
+    if isinstance(event, ToolCallDecided):
+        return f"{event.step_id}: {describe_call(event.call)}"
     if isinstance(event, ReplanStarted):
         return f"replanning v{event.version} ({event.source}): {event.reason}"
     if isinstance(event, PlanRevised):
@@ -390,6 +411,9 @@ def print_summary(console: Console, result: RunResult) -> None:
             )
     if result.error is not None:
         console.print(f"error: {result.error.render()}", markup=False, highlight=False, soft_wrap=True)
+    for sid, rec in result.steps.items():
+        for call in rec.refused:
+            console.print(f"{sid}: {describe_call(call)}", markup=False, highlight=False, soft_wrap=True)
     if result.rollback is not None:
         rb = result.rollback
         steps = ", ".join(f"{sid} {rec.state.value}" for sid, rec in rb.steps.items())

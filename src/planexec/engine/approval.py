@@ -24,6 +24,7 @@ from typing import Any
 from planexec.engine.results import ErrorInfo
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
+from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
 __all__ = ["Approver", "PlanApprover", "StoreApprover", "ask_approval", "step_hash"]
@@ -70,12 +71,14 @@ class _Durable:
     """A request kept in a run store, decided by `ask` or, without one, by a person from any process."""
 
     def __init__(self, store: Any, *, ask: Callable[..., Any] | None = None, by: str = "person", poll: float = 0.5,
-                 on_wait: Callable[[str, str | None], None] | None = None) -> None:  # fmt: skip
+                 on_wait: Callable[[str, str | None], None] | None = None, person: bool | None = None) -> None:  # fmt: skip
         self.store = store
         self.ask = ask
         self.by = by
         self.poll = poll
         self.on_wait = on_wait
+        # a person decides (at a prompt, or from another process): escalations are shown, not refused
+        self.person = ask is None if person is None else person
 
     async def _decide(self, run_id: str, content_hash: str, step_id: str | None, *args: Any) -> bool:
         request = await in_thread(self.store.request_approval, run_id, content_hash, step_id=step_id)
@@ -99,11 +102,20 @@ class _Durable:
 
 
 class StoreApprover(_Durable):
-    """Per-step approvals kept in a run store (see the module docstring); the engine's `approver`."""
+    """Per-step and per-call approvals kept in a run store (see the module docstring); the engine's `approver` or `call_approver`.
+
+    As a call approver, `ask` receives the `CallRequest`; the request is
+    keyed by the call's digest (its step, tool and arguments), so a restart
+    finds the decision again and a call is never asked about twice.
+    """
 
     async def approve_step(self, run_id: str, step: Step) -> bool:
         """True when the step, exactly as it is, is approved; waits for a person when nobody is asked here."""
         return await self._decide(run_id, step_hash(step), step.step_id, step)
+
+    async def approve_call(self, request: CallRequest) -> bool:
+        """True when exactly this call (its digest) is approved; waits for a person when nobody is asked here."""
+        return await self._decide(request.run_id, request.digest, request.step_id, request)
 
 
 class PlanApprover(_Durable):

@@ -23,6 +23,7 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
+from planexec.engine.calls import CallHooks
 from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import Deadline
@@ -30,7 +31,6 @@ from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, update_record
-from planexec.engine.calls import CallHooks
 from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter

@@ -44,6 +44,7 @@ from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
 from planexec.usage import Usage
+from planexec.workers.grants import widening
 
 __all__ = ["Revisions"]
 
@@ -242,8 +243,24 @@ class Revisions:
         return True
 
     async def approve_version(self, plan: Plan, diff: PlanDiff | None) -> bool:
-        """With a plan approver, run only a version whose exact content was approved; False (the run stopped) if refused."""
+        """With a plan approver, run only a version whose exact content was approved; False (the run stopped) if refused.
+
+        Replans are untrusted (the replanner read the run's outputs): a
+        revision that grants more than the version it revises (a new tool, a
+        wider path, a new recipient) runs only when a person approves it;
+        without a plan approver that is a person, the run stops with rule
+        ``replan_widens``. A revision that only narrows goes on.
+        """
         approver = self._config.plan_approver
+        if diff is not None and self._config.enforce_contract:
+            wider = widening(self._state.plan, plan, self._host.registry, [*diff.added, *diff.changed])
+            if wider and not getattr(approver, "person", False):
+                self._run._stop(
+                    "replan_widens",
+                    f"revision v{plan.version} grants more than v{self._state.plan.version} did, and no person is here to approve it: "
+                    + "; ".join(wider),
+                )
+                return False
         if approver is None:
             return True
         run = self._run

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from planexec.models.pricing import PriceTable
+from planexec.plan.capabilities import grant_label, widened_grants
 from planexec.plan.diff import diff_plans
 from planexec.plan.model import Plan
 from planexec.records import Record
+from planexec.workers.grants import effective_grants
 from planexec.workers.registry import Registry
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "PolicyVerdict",
     "Review",
     "Scope",
+    "effective_grants",
+    "narrow_plan",
     "policy",
     "review_plan",
 ]
@@ -193,6 +197,57 @@ def policy(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> 
         return f if isinstance(f, FunctionPolicy) else FunctionPolicy(f, name=name)
 
     return wrap(fn) if fn is not None else wrap
+
+
+# --- narrowing capabilities ---------------------------------------------------------------
+
+
+def narrow_plan(plan: Plan, policies: Iterable[Any], context: PolicyContext | None = None) -> tuple[Plan, list[str]]:
+    """The plan after every policy that narrows capabilities (``narrow(plan, context) -> Plan``) had its say, and what changed.
+
+    A policy may only take away: a result that grants a step anything its
+    plan did not (checked with `Grant.within`) is ignored, and the notes say
+    so. Narrowing happens before the review, so people and the other
+    policies judge the plan that will run.
+    """
+    context = context if context is not None else PolicyContext()
+    notes: list[str] = []
+    for p in policies:
+        narrow = getattr(p, "narrow", None)
+        if narrow is None:
+            continue
+        name = getattr(p, "name", type(p).__name__)
+        try:
+            narrowed = narrow(plan, context)
+        except Exception as exc:  # a broken narrowing changes nothing; its review verdict can still reject
+            notes.append(f"{name}: could not narrow the plan ({type(exc).__name__}: {exc})")
+            continue
+        widened = _widened(narrowed, plan, context.registry)
+        if widened:
+            notes.append(f"{name}: ignored, it would grant {', '.join(widened)}")
+            continue
+        for step in narrowed.steps:
+            before = plan.step(step.step_id).capabilities
+            if step.capabilities != before:
+                labels = "; ".join(grant_label(g) for g in step.capabilities or []) or "no tools"
+                notes.append(f"{name}: step {step.step_id!r} may now call {labels}")
+        plan = narrowed
+    return plan, notes
+
+
+def _widened(new: Plan, old: Plan, registry: Registry | None) -> list[str]:
+    if new.step_ids != old.step_ids or any(
+        a.model_copy(update={"capabilities": None}) != b.model_copy(update={"capabilities": None}) for a, b in zip(new.steps, old.steps)
+    ):
+        return ["changes beyond capabilities"]
+    out = []
+    for a, b in zip(new.steps, old.steps):
+        after, before = effective_grants(a, registry), effective_grants(b, registry)
+        if after is None:
+            continue
+        for g in widened_grants(after, before or []):
+            out.append(f"step {a.step_id!r} {grant_label(g)}")
+    return out
 
 
 # --- combining -----------------------------------------------------------------------

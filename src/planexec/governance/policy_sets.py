@@ -10,6 +10,7 @@ tools, `load_file` a YAML rule file, `load` either by the file's name),
     needs_person: ["deploy_*"]
     order: [{before: "backup_*", then: "deploy_*"}]
     forbid: ["rm_*"]
+    grants: {read_only: false, forbid: ["run_python"], bounds: {write_file: {path: {paths: ["out/*"]}}}}
     risk: [high, critical]          # or true (high, critical), or false
     on_revision: changes            # after a replan: only new or changed steps (or: plan)
     modules: ["my_policies.py"]     # Python policies, beside this file
@@ -32,6 +33,7 @@ from planexec.governance.policies import FunctionPolicy, Policy, PolicyContext, 
 from planexec.governance.rules import (
     RISK_ORDER,
     ForbidTools,
+    LimitGrants,
     MaxEstimatedCost,
     MaxSteps,
     RequiresOrder,
@@ -43,7 +45,7 @@ from planexec.workers.registry import import_spec
 
 __all__ = ["RULES", "PolicySet", "load_policies"]
 
-RULES = ("max_steps", "max_cost", "needs_person", "order", "forbid", "risk", "on_revision", "modules")
+RULES = ("max_steps", "max_cost", "needs_person", "order", "forbid", "grants", "risk", "on_revision", "modules")
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -252,6 +254,19 @@ def _build(rule: str, value: Any, node: yaml.Node, on_revision: Any, path: Path)
         return [ToolsNeedPerson(_names(value, node), on_revision=on_revision)]
     if rule == "forbid":
         return [ForbidTools(_names(value, node))]
+    if rule == "grants":
+        if not isinstance(value, dict) or set(value) - {"read_only", "forbid", "bounds"}:
+            raise _RuleError(f"expected {{read_only, forbid, bounds}}, got {value!r}")
+        try:
+            return [
+                LimitGrants(
+                    value.get("bounds") or {},
+                    forbid=_names(value["forbid"], node) if "forbid" in value else (),
+                    read_only=bool(value.get("read_only", False)),
+                )
+            ]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise _RuleError(f"a bound is not valid: {exc}") from None
     if rule == "order":
         out = []
         for item, item_node in _items(value, node):

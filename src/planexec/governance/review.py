@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.errors import PlanValidationError
-from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, review_plan
+from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, narrow_plan, review_plan
 from planexec.plan.diff import diff_plans
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
@@ -140,6 +140,10 @@ def run_review(
     """
     context = context if context is not None else PolicyContext()
     policies = list(policies)
+    plan, notes = narrow_plan(plan, policies, context)
+    for note in notes:
+        terminal.say(f"narrowed by {note}")
+    plan_shown = plan_shown and not notes
     result = review_plan(plan, policies, context)
     if yes or not terminal.interactive or (result.decision == "approve" and not person_required):
         return _without_person(plan, policies, result, terminal, yes=yes, person_required=person_required)
@@ -212,7 +216,7 @@ def _with_person(
         if key in ("e", "edit"):
             new = _edit(terminal, current, context)
             if new is not None:
-                current, edited = new, True
+                current, edited = narrow_plan(new, policies, context)[0], True
                 result = review_plan(current, policies, context)
                 show_review = True
             continue

@@ -1,8 +1,9 @@
 """The built-in policies, and the facts about a plan they judge by.
 
 Owns `MaxSteps`, `MaxEstimatedCost` (with `estimate_cost` and its
-`CostEstimate` record), `ToolsNeedPerson`, `ForbidTools`, `RequiresOrder`
-and `RiskEscalation`, and `step_tools`: the tools a step surely calls (its
+`CostEstimate` record), `ToolsNeedPerson`, `ForbidTools`, `LimitGrants`
+(which narrows what role steps may call), `RequiresOrder` and
+`RiskEscalation`, and `step_tools`: the tools a step surely calls (its
 action is a tool) and those it may call (a role's task, through the role's
 model). A sure breach of a rule rejects; a possible one (a role that may
 call the tool) escalates to a person. Each reason names the step and the
@@ -17,15 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planexec.governance.policies import Decision, PolicyContext, PolicyVerdict, Scope
+from planexec.plan.capabilities import Constraint, Grant, grant_label
 from planexec.plan.model import CriticCriterion, Plan, Step
 from planexec.plan.scheduler import upstream
 from planexec.records import Record
+from planexec.workers.grants import effective_grants
 from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.worker import ToolWorker
 
 __all__ = [
     "CostEstimate",
     "ForbidTools",
+    "LimitGrants",
     "MaxEstimatedCost",
     "MaxSteps",
     "RequiresOrder",
@@ -70,6 +74,8 @@ def step_tools(step: Step, registry: Registry | None) -> tuple[set[str], set[str
     tools = getattr(worker, "tools", None)
     tasks = getattr(worker, "tasks", None)
     if isinstance(tools, Mapping) and isinstance(tasks, set) and step.action in tasks:
+        if step.capabilities is not None:  # the plan grants the role only these
+            return set(), {g.tool for g in step.capabilities if g.tool in tools}
         return set(), set(tools)
     if worker is not None and isinstance(tasks, set) and step.action in tasks:
         inner = getattr(getattr(worker, "planner", None), "registry", None)  # a sub-team plans over tools of its own
@@ -264,6 +270,71 @@ class ForbidTools(_ToolRule):
             what = "is forbidden" if surely else "is forbidden: a person must check the step will not use it"
             findings.append(("reject" if surely else "escalate", f"{_use(step, tool, pattern, surely)}, which {what}", step.step_id))
         return PolicyVerdict.from_findings(self.name, findings, ok=f"no step uses {' or '.join(self.patterns)}")
+
+
+class LimitGrants:
+    """Narrows what role steps may call: tools taken away, arguments bounded, side effects left out.
+
+    `bounds` maps a tool to bounds on its arguments (``{"write_file":
+    {"path": {"paths": ["out/*"]}}}``): a grant of that tool gets the bound
+    unless its own is already narrower. `forbid` (names or glob patterns)
+    removes grants; `read_only` keeps only read-only tools. A step without
+    capabilities is first given all its role's tools, explicitly, so the
+    reviewed plan shows what it may call. Applied by `narrow_plan` before
+    the review; its verdict approves, listing what it narrowed.
+    """
+
+    def __init__(
+        self,
+        bounds: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        forbid: Iterable[str] = (),
+        read_only: bool = False,
+        name: str = "grants",
+    ) -> None:
+        self.bounds = {tool: {arg: Constraint.model_validate(c) for arg, c in args.items()} for tool, args in (bounds or {}).items()}
+        self.forbid = tuple(forbid)
+        self.read_only = read_only
+        self.name = name
+
+    def narrow(self, plan: Plan, context: PolicyContext) -> Plan:
+        """The plan with every role step's grants narrowed."""
+        steps = []
+        for step in plan.steps:
+            grants = effective_grants(step, context.registry)
+            if grants is None:
+                steps.append(step)
+                continue
+            worker = context.registry.workers.get(step.worker) if context.registry is not None else None
+            tools: Mapping[str, Any] = getattr(worker, "tools", None) or {}
+            kept = [self._narrowed(g) for g in grants if self._keeps(g, tools)]
+            steps.append(step.model_copy(update={"capabilities": kept}))
+        narrowed: Plan = plan.model_copy(update={"steps": steps})
+        return narrowed
+
+    def _keeps(self, grant: Grant, tools: Mapping[str, Any]) -> bool:
+        if any(fnmatch.fnmatchcase(grant.tool, p) for p in self.forbid):
+            return False
+        return not (self.read_only and not getattr(tools.get(grant.tool), "read_only", False))
+
+    def _narrowed(self, grant: Grant) -> Grant:
+        bounds = self.bounds.get(grant.tool)
+        if not bounds:
+            return grant
+        arguments = dict(grant.arguments)
+        for arg, bound in bounds.items():
+            mine = arguments.get(arg)
+            if mine is None or not mine.within(bound):
+                arguments[arg] = bound
+        return grant.model_copy(update={"arguments": arguments})
+
+    def review(self, plan: Plan, context: PolicyContext) -> PolicyVerdict:
+        """Approve: the narrowing already happened; say what each role step may call."""
+        notes = []
+        for step in plan.steps:
+            if step.capabilities is not None and effective_grants(step, context.registry) is not None and step.worker != TOOL_WORKER:
+                notes.append(f"step {step.step_id!r} may call " + ("; ".join(grant_label(g) for g in step.capabilities) or "no tools"))
+        return PolicyVerdict(decision="approve", policy=self.name, reasons=notes)
 
 
 class RequiresOrder:

@@ -101,7 +101,11 @@ class Constraint(_Frozen):
         """True when every value this constraint admits, `other` admits too (this one is no wider)."""
         if other.values is not None and (self.values is None or any(other.admits(v) is not None for v in self.values)):
             return False
-        if other.pattern is not None and self.pattern != other.pattern and not (self.values is not None and _all_admitted(other, self.values)):
+        if (
+            other.pattern is not None
+            and self.pattern != other.pattern
+            and not (self.values is not None and _all_admitted(other, self.values))
+        ):
             return False
         if other.paths is not None and not (
             (self.paths is not None and all(any(_glob_within(g, o) for o in other.paths) for g in self.paths))
@@ -215,7 +219,7 @@ def _normal_path(value: Any) -> str | None:
     if not isinstance(value, str) or not value or "\x00" in value:
         return None
     path = posixpath.normpath(value.replace("\\", "/"))
-    if path.startswith("/") or path == ".." or path.startswith("../"):
+    if path.startswith(("/", "../")) or path == "..":
         return None
     return path.removeprefix("./")
 

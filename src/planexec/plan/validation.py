@@ -253,13 +253,20 @@ def capability_problems(step: Step, registry: Catalog) -> list[Problem]:
     for i, grant in enumerate(step.capabilities):
         where = f"capabilities.{i}"
         if grant.tool in seen:
-            problems.append(Problem("duplicate_grant", f"{grant.tool!r} is granted twice; merge the grants", step_id=step.step_id, field=where))
+            problems.append(
+                Problem("duplicate_grant", f"{grant.tool!r} is granted twice; merge the grants", step_id=step.step_id, field=where)
+            )
         seen.add(grant.tool)
         found = tools.get(grant.tool)
         if found is None:
             has = ", ".join(sorted(tools)) or "none"
             problems.append(
-                Problem("unknown_tool", f"worker {step.worker!r} has no tool {grant.tool!r} to grant (it has: {has})", step_id=step.step_id, field=f"{where}.tool")
+                Problem(
+                    "unknown_tool",
+                    f"worker {step.worker!r} has no tool {grant.tool!r} to grant (it has: {has})",
+                    step_id=step.step_id,
+                    field=f"{where}.tool",
+                )
             )
             continue
         fields = getattr(found.input_model, "model_fields", None) or {}

@@ -12,9 +12,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from planexec.plan.model import Plan
+from planexec.plan.capabilities import grant_label
+from planexec.plan.model import Plan, Step
 
-__all__ = ["plan_graph", "plan_table"]
+__all__ = ["grants_text", "plan_graph", "plan_table"]
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -23,9 +24,9 @@ def _short(value: object, limit: int = 60) -> str:
 
 
 def plan_table(plan: Plan) -> Table:
-    """One row per step: id, worker, action, instruction, parameters, dependencies, failure action."""
+    """One row per step: id, worker, action, instruction, parameters, what it may call, dependencies, failure action."""
     table = Table(title=f"plan {plan.plan_id} · {len(plan.steps)} steps · {plan.content_hash[:19]}", title_justify="left")
-    for name in ("step", "worker", "action", "instruction", "parameters", "after", "on failure"):
+    for name in ("step", "worker", "action", "instruction", "parameters", "may call", "after", "on failure"):
         table.add_column(name, overflow="fold")
     for s in plan.steps:
         table.add_row(
@@ -34,10 +35,20 @@ def plan_table(plan: Plan) -> Table:
             s.action + (" (approval)" if s.requires_approval else ""),
             _short(s.instruction, 80),
             _short(s.parameters) if s.parameters else "",
+            grants_text(s),
             ", ".join(s.dependencies),
             s.failure_action.kind,
         )
     return table
+
+
+def grants_text(step: Step) -> str:
+    """What a step's worker may call, as a reviewer reads it (empty for a step that names its tool)."""
+    if step.worker == "tool":
+        return ""
+    if step.capabilities is None:
+        return "its tools (changes asked per call)"
+    return "; ".join(grant_label(g) for g in step.capabilities) or "no tools"
 
 
 def plan_graph(plan: Plan) -> Tree:

@@ -29,10 +29,11 @@ import json
 import re
 from typing import Any
 
-from planexec.plan.model import STEP_ID_PATTERN
+from planexec.plan.capabilities import Grant
+from planexec.plan.model import STEP_ID_PATTERN, find_references
 from planexec.workers.registry import Registry
 
-__all__ = ["draft_schema", "draft_to_plan_data", "plan_id_for", "planning_actions"]
+__all__ = ["draft_schema", "draft_to_plan_data", "feed_dependencies", "free_tasks", "plan_id_for", "planning_actions"]
 
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
@@ -131,18 +132,24 @@ def _branches(registry: Registry, defs: dict[str, Any]) -> list[tuple[str, str, 
     return out
 
 
-def _step(worker: str, action: str, params: dict[str, Any], step_id: dict[str, Any], deps: dict[str, Any]) -> dict[str, Any]:
+def _step(
+    worker: str, action: str, params: dict[str, Any], step_id: dict[str, Any], deps: dict[str, Any], *, contract: bool = False
+) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        "id": step_id,
+        "worker": {"const": worker},
+        "action": {"const": action},
+        "instruction": {"type": "string", "maxLength": INSTRUCTION_MAX},
+        "parameters": params,
+        "depends_on": deps,
+        "failure_action": {"enum": FAILURE_ACTIONS},
+    }
+    if contract:  # hosted planners may grant tools and declare a typed answer; a grammar for a small model stays lean
+        properties["capabilities"] = {"type": "array", "items": {"$ref": "#/$defs/grant"}}
+        properties["output_schema"] = {"type": "object"}
     return {
         "type": "object",
-        "properties": {
-            "id": step_id,
-            "worker": {"const": worker},
-            "action": {"const": action},
-            "instruction": {"type": "string", "maxLength": INSTRUCTION_MAX},
-            "parameters": params,
-            "depends_on": deps,
-            "failure_action": {"enum": FAILURE_ACTIONS},
-        },
+        "properties": properties,
         "required": ["id", "worker", "action", "instruction", "parameters", "depends_on"],
         "additionalProperties": False,
     }
@@ -172,7 +179,9 @@ def draft_schema(
     if not positional:
         step_id = {"type": "string", "pattern": STEP_ID_PATTERN, "maxLength": 64}
         deps = {"type": "array", "items": {"type": "string"}, "maxItems": max_steps}
-        item = {"anyOf": [_step(w, a, p, step_id, deps) for w, a, p in branches]}
+        item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in _granting(registry)) for w, a, p in branches]}
+        if any(w in _granting(registry) for w, _, _ in branches):
+            defs["grant"] = _hoist(Grant.model_json_schema(), "grant", defs)
         steps: dict[str, Any] = {"type": "array", "items": item, "minItems": 1, "maxItems": max_steps}
     else:
         for k in range(1, max_steps + 1):
@@ -203,6 +212,11 @@ def draft_schema(
     return schema
 
 
+def _granting(registry: Registry) -> set[str]:
+    """Workers whose steps may carry capabilities: those with tools of their own to grant (roles)."""
+    return {name for name, w in registry.workers.items() if getattr(w, "tasks", None) and getattr(w, "tools", None)}
+
+
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -212,8 +226,20 @@ def plan_id_for(goal: str) -> str:
     return f"{slug}-{hashlib.sha256(goal.encode()).hexdigest()[:6]}"
 
 
-def draft_to_plan_data(draft: Any, goal: str, *, plan_id: str | None = None) -> dict[str, Any]:
-    """The data of a `Plan` from a draft; shape errors are left to `Plan.from_data` to report."""
+def free_tasks(registry: Registry) -> set[tuple[str, str]]:
+    """The (worker, action) pairs a planner writes with free-form parameters (a role's tasks)."""
+    return {(name, action) for name, w in registry.workers.items() for action in planning_actions(w) if w.input_model(action) is None}
+
+
+def draft_to_plan_data(draft: Any, goal: str, *, plan_id: str | None = None, free: set[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """The data of a `Plan` from a draft; shape errors are left to `Plan.from_data` to report.
+
+    In a plan, `depends_on` is ordering only: a worker sees what its step
+    references. A draft's free-form task (a pair in `free`) that depends on
+    steps it does not reference means "work from their results" (small
+    models write it so), so those references are added to its ``input``:
+    the data flow becomes explicit, and the reviewer sees it.
+    """
     steps = draft.get("steps") if isinstance(draft, dict) else draft
     data: dict[str, Any] = {"plan_id": plan_id or plan_id_for(goal), "goal": goal, "steps": steps}
     if isinstance(draft, dict):
@@ -221,4 +247,22 @@ def draft_to_plan_data(draft: Any, goal: str, *, plan_id: str | None = None) -> 
             if key in draft:
                 data[key] = draft[key]
     copied: dict[str, Any] = json.loads(json.dumps(data))  # a private copy: the caller's draft is not shared with the plan
+    if free and isinstance(copied["steps"], list):
+        for step in copied["steps"]:
+            feed_dependencies(step, free)
     return copied
+
+
+def feed_dependencies(step: Any, free: set[tuple[str, str]]) -> None:
+    """Add to a free-form task's ``input`` a reference to each step it depends on but does not reference (see `draft_to_plan_data`)."""
+    if not isinstance(step, dict) or (step.get("worker", "tool"), step.get("action")) not in free:
+        return
+    deps = step.get("depends_on")
+    params = step.setdefault("parameters", {})
+    if not isinstance(deps, list) or not isinstance(params, dict):
+        return
+    referenced = {ref for ref, _ in find_references([params, step.get("instruction", "")])}
+    missing = [d for d in deps if isinstance(d, str) and d not in referenced]
+    text = params.get("input", "")
+    if missing and isinstance(text, str):
+        params["input"] = "\n\n".join([text, *(f"${{{d}}}" for d in missing)]) if text else "\n\n".join(f"${{{d}}}" for d in missing)

@@ -27,7 +27,7 @@ from planexec.models.base import Message, Model, ModelRequest
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
-from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, plan_id_for, planning_actions
+from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks, plan_id_for, planning_actions
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
 from planexec.workers.tool_calls import prompt_file
@@ -146,7 +146,10 @@ class Planner:
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
         shown, turns = _example_turns(self.examples, pairs, goal)
-        system = prompt_file("planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown)
+        contract = "" if self.positional else "\n" + prompt_file("planner", "contract.md")
+        system = prompt_file(
+            "planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown, contract=contract
+        )
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
     def request(self, messages: list[Message]) -> ModelRequest:
@@ -166,7 +169,7 @@ class Planner:
         except json.JSONDecodeError as exc:
             return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]
         try:
-            plan = Plan.from_data(draft_to_plan_data(draft, goal, plan_id=plan_id))
+            plan = Plan.from_data(draft_to_plan_data(draft, goal, plan_id=plan_id, free=free_tasks(self.registry)))
         except PlanParseError as exc:
             return None, exc.problems
         problems = validate_plan(plan, self.registry)

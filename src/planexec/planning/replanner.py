@@ -18,15 +18,15 @@ from planexec.errors import PlanParseError, Problem
 from planexec.models.base import Message
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
-from planexec.planning.draft_schema import draft_schema, draft_to_plan_data
+from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks
 from planexec.planning.planner import Planner
 from planexec.workers.tool_calls import prompt_file
 
 __all__ = ["FunctionReplanner", "PlannerReplanner", "ReplanContext", "Replanner", "Revision", "revised_plan"]
 
 
-def _steps_of(data: Any, plan: Plan) -> list[Step]:
-    return Plan.from_data(draft_to_plan_data(data, plan.goal, plan_id=plan.plan_id)).steps
+def _steps_of(data: Any, plan: Plan, free: set[tuple[str, str]]) -> list[Step]:
+    return Plan.from_data(draft_to_plan_data(data, plan.goal, plan_id=plan.plan_id, free=free)).steps
 
 
 class PlannerReplanner:
@@ -79,7 +79,7 @@ class PlannerReplanner:
 
         def check(text: str) -> tuple[Plan | None, list[Problem]]:
             try:
-                steps = _steps_of(json.loads(text), context.plan)
+                steps = _steps_of(json.loads(text), context.plan, free_tasks(self.planner.registry))
                 plan = revised_plan(context.plan, steps, done)
             except json.JSONDecodeError as exc:
                 return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]

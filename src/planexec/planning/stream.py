@@ -27,7 +27,7 @@ from planexec.errors import PlanningError, Problem
 from planexec.models.base import ModelDelta, ModelResponse, stream_response
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
-from planexec.planning.draft_schema import plan_id_for
+from planexec.planning.draft_schema import feed_dependencies, free_tasks, plan_id_for
 from planexec.planning.planner import PlanDraft, Planner
 from planexec.usage import Usage
 
@@ -86,6 +86,7 @@ class PlanStream:
 
     def _accept(self, data: Any, text: str, t0: float) -> Step:
         """A complete step, checked on its own against the steps before it."""
+        feed_dependencies(data, free_tasks(self.planner.registry))
         try:
             step = Step.model_validate(data)
         except ValidationError as exc:

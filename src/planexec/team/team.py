@@ -21,12 +21,13 @@ from typing import Any, Literal, get_args
 
 from planexec.config import Config, load_config
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
+from planexec.engine.calls import approve_calls
 from planexec.engine.engine import Engine, Run
 from planexec.engine.join import Joiner
 from planexec.engine.recording import RunLog
 from planexec.engine.results import RunResult
 from planexec.errors import PlanRejectedError
-from planexec.governance.policies import Policy, PolicyContext, review_plan
+from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import NO_ONE, ReviewOutcome
 from planexec.models.base import Model
 from planexec.plan.drafts import Planning
@@ -42,6 +43,7 @@ from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
 from planexec.usage import Budget, Usage
 from planexec.workers.context import run_dependencies
+from planexec.workers.gate import CallApprover
 from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
@@ -76,7 +78,11 @@ class Team:
     plan runs when no policy rejects or escalates it (`auto_approve`
     approves escalations too, and steps that require approval). A plan that
     is not approved raises `PlanRejectedError` and nothing runs. `approver`
-    decides steps marked `requires_approval`. Approvals that outlive the
+    decides steps marked `requires_approval`; `call_approver` decides each
+    tool call a role worker makes that changes things and that the plan did
+    not pre-approve (`auto_approve` approves such plain calls, never an
+    escalation: a call untrusted data steered goes to a person or is
+    refused, see `planexec.workers.gate`). Approvals that outlive the
     process and can be given from another one (``planexec approve``) are
     kept in the `store`: ``approver=StoreApprover(store)`` for steps and
     ``plan_approver=PlanApprover(store)`` for plan versions (each version
@@ -113,6 +119,7 @@ class Team:
         reviewer: Reviewer | None = None,
         approver: Approver | StoreApprover | None = None,
         plan_approver: PlanApprover | None = None,
+        call_approver: CallApprover | StoreApprover | None = None,
         auto_approve: bool = False,
         store: RunLog | str | None = None,
         budget: Budget | None = None,
@@ -160,6 +167,9 @@ class Team:
         self.approver = approver if approver is not None else ((lambda step: True) if auto_approve else None)
         self.auto_approve = auto_approve
         self.plan_approver = plan_approver
+        # a tool call a role worker makes that changes things and that the plan did not pre-approve;
+        # auto_approve approves plain calls and never an escalation (untrusted data steering a call)
+        self.call_approver = call_approver if call_approver is not None else (approve_calls if auto_approve else None)
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
         self.budget = budget
         self.max_concurrency = max_concurrency or self.config.max_concurrency
@@ -209,7 +219,13 @@ class Team:
 
     def engine_options(self, *, monitored: bool = True, **overrides: Any) -> dict[str, Any]:
         """The engine settings of the team's runs; a single agent's (`monitored` False) have no replanner or joiner."""
-        options: dict[str, Any] = {"seed": self.seed, "store": self.store, "budget": self.budget, "approver": self.approver}
+        options: dict[str, Any] = {
+            "seed": self.seed,
+            "store": self.store,
+            "budget": self.budget,
+            "approver": self.approver,
+            "call_approver": self.call_approver,
+        }
         if self.plan_approver is not None:
             options["plan_approver"] = self.plan_approver
         if self.max_concurrency:
@@ -251,7 +267,9 @@ class Team:
         `person_required` False (a hand-written plan) lets a plan every policy
         approves run without asking the reviewer.
         """
-        result = review_plan(plan, self.policies, self.policy_context())
+        context = self.policy_context()
+        plan = narrow_plan(plan, self.policies, context)[0]  # the policies judge, and the engine runs, the narrowed plan
+        result = review_plan(plan, self.policies, context)
 
         def outcome(decision: Literal["approve", "reject"], by: Any, reason: str) -> ReviewOutcome:
             return ReviewOutcome(decision=decision, by=by, reason=reason, plan=plan, verdicts=result.verdicts)

@@ -164,6 +164,15 @@ class Gate:
             return
         call = self.call
         grant = self.grants.get(tool.name) if call.step.capabilities is not None else None
+        outside = grant.admits(call.parameters) if grant is not None else None
+        if outside is not None:
+            name, why = outside
+            self._refused(tool.name, call.parameters, "outside_grant", f"argument {name!r}: {why}")
+            raise CallRefusedError(
+                f"step {call.step_id!r}: the call to {tool.name!r} was refused (outside_grant: argument {name!r}: {why})",
+                tool=tool.name,
+                rule="outside_grant",
+            )
         for name in sorted(tool.sensitive & call.parameters.keys()):
             if grant is not None and grant.bounds(name):
                 continue
@@ -223,7 +232,9 @@ class Gate:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
         chain = [s.label() for s in self.sources if s.untrusted]
         if self.tainted and not found.read_only:
-            reason = f"{tool!r} changes things and this worker has read untrusted text; a reader of untrusted text returns data, it does not act"
+            reason = (
+                f"{tool!r} changes things and this worker has read untrusted text; a reader of untrusted text returns data, it does not act"
+            )
             return await self._escalate(tool, arguments, "quarantine", reason, chain)
         if self.tainted:
             for name in sorted(found.sensitive & arguments.keys()):
@@ -231,19 +242,25 @@ class Gate:
                     reason = f"argument {name!r} = {_short(arguments[name])} comes from untrusted data and the grant does not bound it"
                     return await self._escalate(tool, arguments, "untrusted_argument", reason, chain)
         if (not found.read_only or found.requires_approval) and not grant.approved:
-            return await self._approve(tool, arguments, "call", None, f"{tool!r} changes things; the plan did not pre-approve this call", chain)
+            return await self._approve(
+                tool, arguments, "call", None, f"{tool!r} changes things; the plan did not pre-approve this call", chain
+            )
         return _Decision(True, chain=chain)
 
     async def _legacy(self, found: Tool, tool: str, arguments: dict[str, Any]) -> _Decision:
         """Without the contract: every tool of the worker, step-level approval for tools that require it."""
         if found.requires_approval and not self.call.step.requires_approval:
-            return self._refused(tool, arguments, "approval_required", f"tool {tool!r} requires approval and this step was not approved for it")
+            return self._refused(
+                tool, arguments, "approval_required", f"tool {tool!r} requires approval and this step was not approved for it"
+            )
         return _Decision(True)
 
     async def _escalate(self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str]) -> _Decision:
         return await self._approve(tool, arguments, "escalation", rule, reason, chain)
 
-    async def _approve(self, tool: str, arguments: dict[str, Any], kind: RequestKind, rule: str | None, reason: str, chain: list[str]) -> _Decision:
+    async def _approve(
+        self, tool: str, arguments: dict[str, Any], kind: RequestKind, rule: str | None, reason: str, chain: list[str]
+    ) -> _Decision:
         denied_rule = rule or "approval_required"
         if self.hooks is None:
             return self._refused(tool, arguments, denied_rule, f"{reason}; no one can approve it here", chain)
@@ -265,7 +282,9 @@ class Gate:
             return _Decision(True, rule=rule, reason=reason, chain=chain, decided_by=by)
         return self._refused(tool, arguments, denied_rule if rule else "approval_denied", f"{reason}; not approved by {by}", chain, by=by)
 
-    def _refused(self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str] | None = None, *, by: str = "plan") -> _Decision:
+    def _refused(
+        self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str] | None = None, *, by: str = "plan"
+    ) -> _Decision:
         decision = _Decision(False, rule=rule, reason=reason, chain=chain or [], decided_by=by)
         self._record(tool, arguments, decision, ran=False)
         return decision
@@ -293,8 +312,8 @@ class Gate:
 
 
 async def admit_direct(call: StepCall, tool: Tool, tools: Mapping[str, Tool]) -> None:
-    """`Gate.admit_direct` for a step that names the tool; free when no sensitive argument takes a referenced value."""
-    if tool.sensitive and call.context:
+    """`Gate.admit_direct` for a step that names the tool; free when no grant bounds it and no sensitive argument takes a referenced value."""
+    if (tool.sensitive and call.context) or call.step.capabilities is not None:
         await Gate(call, tools).admit_direct(tool)
 
 
@@ -354,7 +373,10 @@ def _short(value: Any) -> str:
 
 def _shown(arguments: dict[str, Any]) -> dict[str, Any]:
     """Arguments as a request or record keeps them: long strings cut."""
-    return {k: (v[:_SHOWN] + f"... [{len(v) - _SHOWN} more characters]" if isinstance(v, str) and len(v) > _SHOWN else v) for k, v in arguments.items()}
+    return {
+        k: (v[:_SHOWN] + f"... [{len(v) - _SHOWN} more characters]" if isinstance(v, str) and len(v) > _SHOWN else v)
+        for k, v in arguments.items()
+    }
 
 
 def _digest(call: StepCall, tool: str, arguments: dict[str, Any]) -> str:

@@ -1,0 +1,66 @@
+"""What each step of a plan may call, read against the registry, and what a revision newly grants.
+
+Owns `effective_grants` (a role step's capabilities, or all its worker's
+tools when it has none), `implied_grant` (what a step that names a tool
+itself grants: that tool, with its sensitive literal arguments fixed) and
+`widening` (the grants a new plan version holds that the version it revises
+did not: a new tool, a wider path, a new recipient). The engine asks for a
+person before running a widening revision; policies narrow grants.
+Imports `plan` and `workers.registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from planexec.plan.capabilities import Constraint, Grant, grant_label, widened_grants
+from planexec.plan.model import Plan, Step, find_references
+from planexec.workers.registry import Registry
+
+__all__ = ["effective_grants", "implied_grant", "plan_grants", "widening"]
+
+
+def effective_grants(step: Step, registry: Registry | None) -> list[Grant] | None:
+    """What a role step may call: its capabilities, or every tool of its worker when it has none (None: not a role step)."""
+    worker = registry.workers.get(step.worker) if registry is not None else None
+    tools = getattr(worker, "tools", None)
+    tasks = getattr(worker, "tasks", None)
+    if not isinstance(tools, Mapping) or not tasks or step.action not in tasks:
+        return step.capabilities
+    return list(step.capabilities) if step.capabilities is not None else [Grant(tool=name) for name in tools]
+
+
+def implied_grant(step: Step, registry: Registry | None) -> Grant | None:
+    """What a step that calls its tool directly grants: the tool, each sensitive argument bound to its literal value."""
+    tool = registry.tools.get(step.action) if registry is not None else None
+    if tool is None:
+        return None
+    bounds = {}
+    for name in sorted(tool.sensitive & step.parameters.keys()):
+        value = step.parameters[name]
+        if not find_references(value):  # a referenced value is judged when it arrives (the gate)
+            bounds[name] = Constraint(values=[value])
+    return Grant(tool=tool.name, arguments=bounds, approved=True)
+
+
+def plan_grants(plan: Plan, registry: Registry | None, steps: list[str] | None = None) -> dict[str, list[Grant]]:
+    """Every grant of the plan's steps (or of `steps`), by step id."""
+    out: dict[str, list[Grant]] = {}
+    for step in plan.steps:
+        if steps is not None and step.step_id not in steps:
+            continue
+        grants = effective_grants(step, registry)
+        if grants is None:
+            implied = implied_grant(step, registry)
+            grants = [implied] if implied is not None else []
+        out[step.step_id] = grants
+    return out
+
+
+def widening(old: Plan, new: Plan, registry: Registry | None, steps: list[str]) -> list[str]:
+    """What the `steps` of `new` (the added or changed ones) grant that no step of `old` did, one line per grant."""
+    before = [g for grants in plan_grants(old, registry).values() for g in grants]
+    out = []
+    for sid, grants in plan_grants(new, registry, steps).items():
+        out += [f"step {sid!r}: {grant_label(g)}" for g in widened_grants(grants, before)]
+    return out
