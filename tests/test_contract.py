@@ -213,6 +213,7 @@ def test_without_the_contract_every_tool_of_the_role_runs(tmp_path):
     step = {"id": "c", "worker": "coder", "action": "code", "instruction": "Summarise notes.txt", "requires_approval": True}
     result = engine.run_sync(_plan(step))
     assert (tmp_path / "ws" / "x.txt").exists()
+    assert _calls(result, "c") == [("read_file", True, None, True), ("write_file", True, None, True)]  # still recorded
 
 
 # --- what a step sees --------------------------------------------------------------------------------
