@@ -84,7 +84,7 @@ def test_paths_outside_the_workspace_are_refused(tmp_path, name, path):
         call(tool, **arguments)
     message = str(info.value)
     assert repr(path) in message and str(workspace) in message
-    assert info.value.tool == name and info.value.problems[0].rule in ("outside_workspace", "absolute_path")
+    assert info.value.tool == name and info.value.problems[0].rule in ("outside_workspace", "absolute_path", "symlink")
     assert (tmp_path / "outside.txt").read_text() == "secret\n"
 
 
@@ -101,10 +101,12 @@ def test_list_files_does_not_look_through_a_symlink_that_points_out(tmp_path):
     assert call(listing)["entries"][0] == {"path": "escape", "kind": "symlink", "size": None}
 
 
-def test_a_symlink_inside_the_workspace_is_followed(tmp_path, files):
+def test_a_symlink_is_refused_even_when_it_points_inside(tmp_path, files):
     (tmp_path / "real.txt").write_text("hello\n")
     (tmp_path / "alias.txt").symlink_to(tmp_path / "real.txt")
-    assert call(files["read_file"], path="alias.txt")["text"] == "hello\n"
+    with pytest.raises(ToolError, match="'alias.txt' is a symlink") as info:
+        call(files["read_file"], path="alias.txt")
+    assert info.value.problems[0].rule == "symlink"
 
 
 def test_missing_files_and_directories_are_clear_errors(tmp_path, files):
