@@ -36,7 +36,7 @@ def run(engine, plan):
     return asyncio.run(go())
 
 
-@tool
+@tool(read_only=True)
 def recompute(expression: str) -> float:
     """Recompute an arithmetic expression (a stand-in for the calculator)."""
     return float(eval(expression, {"__builtins__": {}}))  # test input only
@@ -99,7 +99,7 @@ def test_a_critic_that_rejects_fails_the_check_with_its_reasons_and_the_planner_
 
     reg, _ = team([tool_call("recompute", expression="3*4"), '{"approved": false, "reasons": ["expected 12, got 13"]}'], step_value=13)
 
-    @reg.tool
+    @reg.tool(read_only=True)  # a revision may add it without a person: it changes nothing
     def constant(value: int) -> int:
         return value
 

@@ -26,12 +26,13 @@ SUBMODULES = {
         "Event", "parse_event", "RunStarted", "RunFinished", "RunResumed", "StepReady", "StepStarted", "StepSucceeded",
         "StepFailed", "StepRetried", "StepRerouted", "StepSkipped", "StepCancelled", "StepJudged", "StepResolved",
         "PlanDrafted", "PlanStepParsed", "PlanCompleted", "ReplanStarted", "PlanRevised", "JoinerDecided", "SubRunEvent",
-        "ApprovalRequested", "ApprovalDecided", "RollbackStarted", "RollbackFinished",
+        "ApprovalRequested", "ApprovalDecided", "RollbackStarted", "RollbackFinished", "ToolCallDecided",
     },
     "policies": {
         "Policy", "PolicyContext", "PolicyVerdict", "Review", "ReviewOutcome", "policy", "review_plan", "PolicySet",
         "load_policies", "MaxSteps", "MaxEstimatedCost", "ToolsNeedPerson", "ForbidTools", "RequiresOrder",
-        "RiskEscalation", "Approver", "StoreApprover", "PlanApprover",
+        "RiskEscalation", "Approver", "StoreApprover", "PlanApprover", "LimitGrants", "narrow_plan", "CallRequest",
+        "approve_calls", "person",
     },
     "store": {
         "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "store_target", "DEFAULT_STORE", "STORE_ENV",

@@ -239,7 +239,7 @@ class Shop:
     stock: dict[str, int] = field(default_factory=dict)
 
 
-@tool
+@tool(read_only=True)
 def in_stock(ctx: ToolContext[Shop], item: str) -> str:
     """How many of an item the shop of this run has."""
     return f"{ctx.deps.name}:{item}={ctx.deps.stock.get(item, 0)} (run {ctx.run_id}, step {ctx.step_id}, tool {ctx.tool})"
@@ -344,13 +344,13 @@ def test_a_role_workers_tool_calls_get_the_runs_dependencies():
 TEXT = 'line one\nline "two" — ünïcode'
 
 
-@tool
+@tool(read_only=True)
 def read_note() -> str:
     """Read the note."""
     return TEXT
 
 
-@tool
+@tool(read_only=True)
 def read_meta() -> dict[str, Any]:
     """Read the note's metadata."""
     return {"lines": 2, "title": "a\nb"}

@@ -62,73 +62,73 @@ async def _lookup(name: str, table: dict[str, Any], key: str, kind: str) -> Any:
     return table[key]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def population(city: str) -> int:
     """The number of people living in a city."""
     return (await _lookup("population", CITIES, city, "city"))["population"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def area(city: str) -> int:
     """The area of a city in square kilometres."""
     return (await _lookup("area", CITIES, city, "city"))["area"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def founded(city: str) -> int:
     """The year a city was founded."""
     return (await _lookup("founded", CITIES, city, "city"))["founded"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def elevation(city: str) -> int:
     """The elevation of a city above sea level, in metres."""
     return (await _lookup("elevation", CITIES, city, "city"))["elevation"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def mayor(city: str) -> str:
     """The name of a city's mayor."""
     return (await _lookup("mayor", CITIES, city, "city"))["mayor"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def twin_city(city: str) -> str:
     """The twin city of a city."""
     return (await _lookup("twin_city", CITIES, city, "city"))["twin"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def river(city: str) -> str:
     """The river that flows through a city."""
     return (await _lookup("river", CITIES, city, "city"))["river"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def capital(country: str) -> str:
     """The capital city of a country."""
     return await _lookup("capital", COUNTRIES, country, "country")
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def birthplace(person: str) -> str:
     """The city a person was born in."""
     return (await _lookup("birthplace", PEOPLE, person, "person"))["born_in"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def birth_year(person: str) -> int:
     """The year a person was born."""
     return (await _lookup("birth_year", PEOPLE, person, "person"))["born"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def river_length(river: str) -> int:
     """The length of a river in kilometres."""
     return (await _lookup("river_length", RIVERS, river, "river"))["length"]
 
 
-@tool(idempotent=True)
+@tool(idempotent=True, read_only=True)
 async def river_mouth(river: str) -> str:
     """The city where a river ends."""
     return (await _lookup("river_mouth", RIVERS, river, "river"))["mouth"]

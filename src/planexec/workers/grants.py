@@ -58,9 +58,19 @@ def plan_grants(plan: Plan, registry: Registry | None, steps: list[str] | None =
 
 
 def widening(old: Plan, new: Plan, registry: Registry | None, steps: list[str]) -> list[str]:
-    """What the `steps` of `new` (the added or changed ones) grant that no step of `old` did, one line per grant."""
+    """What the `steps` of `new` (the added or changed ones) grant that no step of `old` did, one line per grant.
+
+    A read-only tool with no sensitive argument (a calculator, a lookup)
+    changes nothing and sends nothing anywhere, so granting it is no
+    widening; any other new tool, or a wider bound, is.
+    """
     before = [g for grants in plan_grants(old, registry).values() for g in grants]
+    tools = registry.tools if registry is not None else {}
     out = []
     for sid, grants in plan_grants(new, registry, steps).items():
-        out += [f"step {sid!r}: {grant_label(g)}" for g in widened_grants(grants, before)]
+        for g in widened_grants(grants, before):
+            found = tools.get(g.tool)
+            if found is not None and found.read_only and not found.sensitive:
+                continue
+            out.append(f"step {sid!r}: {grant_label(g)}")
     return out
