@@ -320,11 +320,12 @@ REPLANNED = {
         {"id": "b", "action": "broken", "parameters": {"name": "b"}, "depends_on": ["a"], "failure_action": "replan"},
     ],
 }
-REVISION = [{"id": "c", "action": "ship", "parameters": {"name": "c"}, "depends_on": ["a"]}]
+REVISION = [{"id": "c", "action": "ship", "parameters": {"name": "c"}, "depends_on": ["a"]}]  # a tool v1 did not grant
+REBUILD = [{"id": "c", "action": "build", "parameters": {"name": "c"}, "depends_on": ["a"]}]  # within what v1 granted
 
 
-def replanning_engine(reg: Registry, store: SqliteRunStore, plan_approver: PlanApprover) -> Engine:
-    return Engine(reg, store=store, replanner=FunctionReplanner(lambda ctx: REVISION), plan_approver=plan_approver)
+def replanning_engine(reg: Registry, store: SqliteRunStore, plan_approver: PlanApprover, revision=REVISION) -> Engine:
+    return Engine(reg, store=store, replanner=FunctionReplanner(lambda ctx: revision), plan_approver=plan_approver)
 
 
 def test_the_reviewed_version_is_approved_by_its_reviewer_and_a_revision_by_yes_after_the_policies(reg, tmp_path):
@@ -340,7 +341,7 @@ def test_the_reviewed_version_is_approved_by_its_reviewer_and_a_revision_by_yes_
     approver = ReviewingPlanApprover(
         store, reviewed=plan.content_hash, reviewed_by="ada", policies=[watch], context=PolicyContext(registry=reg), yes=True
     )
-    result = replanning_engine(reg, store, approver).run_sync(plan, run_id="r1")
+    result = replanning_engine(reg, store, approver, REBUILD).run_sync(plan, run_id="r1")
     assert result.status is RunStatus.SUCCEEDED and result.plan.version == 2
     assert seen == [(2, 1, ["c"])]  # the reviewed v1 is not reviewed again; v2 against v1: only the new step
     decided = [(a.by, a.reason) for a in store.approvals("r1") if a.step_id is None]
@@ -349,13 +350,23 @@ def test_the_reviewed_version_is_approved_by_its_reviewer_and_a_revision_by_yes_
 
 def test_a_revision_a_policy_rejects_is_denied_by_the_policy(reg, tmp_path):
     store = SqliteRunStore(tmp_path / "runs.db")
-    no_ship = policy(lambda plan: ("reject", "no shipping") if "ship" in {s.action for s in plan.steps} else "approve", name="no_ship")
+    no_c = policy(lambda plan: ("reject", "no step c") if "c" in plan.step_ids else "approve", name="no_c")
     plan = Plan.model_validate(REPLANNED)
-    approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, policies=[no_ship], yes=True)
-    result = replanning_engine(reg, store, approver).run_sync(plan, run_id="r1")
+    approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, policies=[no_c], yes=True)
+    result = replanning_engine(reg, store, approver, REBUILD).run_sync(plan, run_id="r1")
     assert result.status is RunStatus.FAILED and result.error.rule == "plan_rejected"
     revision = [a for a in store.approvals("r1") if a.step_id is None][-1]
-    assert (revision.state.value, revision.by, revision.reason) == ("denied", "policy", "rejected by policy: no_ship: no shipping")
+    assert (revision.state.value, revision.by, revision.reason) == ("denied", "policy", "rejected by policy: no_c: no step c")
+
+
+def test_a_revision_that_grants_a_new_tool_is_not_approved_by_yes(reg, tmp_path):
+    store = SqliteRunStore(tmp_path / "runs.db")
+    plan = Plan.model_validate(REPLANNED)
+    approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, yes=True)
+    result = replanning_engine(reg, store, approver).run_sync(plan, run_id="r1")
+    assert result.status is RunStatus.FAILED and result.error.rule == "replan_widens"
+    assert "step 'c': ship(" in result.reason and "no person is here to approve it" in result.reason
+    assert [a.step_id for a in store.approvals("r1")] == [None]  # v1 only: the widening revision never reached --yes
 
 
 def test_a_person_at_the_terminal_sees_the_diff_and_decides_a_revision(reg, tmp_path, capsys):

@@ -34,17 +34,17 @@ def reg():
     def counted(name):
         reg.calls[name] = reg.calls.get(name, 0) + 1
 
-    @reg.tool
+    @reg.tool(read_only=True)
     async def fetch(key: str) -> int:
         counted(f"fetch:{key}")
         return {"a": 84, "b": 0, "c": 2}[key]
 
-    @reg.tool
+    @reg.tool(read_only=True)
     async def divide(x: int, y: int) -> float:
         counted("divide")
         return x / y
 
-    @reg.tool
+    @reg.tool(read_only=True)
     async def show(value: float, unit: str = "") -> str:
         counted("show")
         return f"{value:g}{unit}"
