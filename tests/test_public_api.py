@@ -40,7 +40,7 @@ SUBMODULES = {
         "RunNotFoundError", "EventConflictError", "ApprovalError", "TemplateNotFoundError", "record_run",
         "DurableRunner", "resolve_step", "ResumeError",
     },
-    "testing": {"ScriptedModel", "FunctionModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"},
+    "testing": {"ScriptedModel", "FunctionModel", "ObedientModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"},
 }  # fmt: skip
 
 
