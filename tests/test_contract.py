@@ -357,7 +357,7 @@ def test_the_cli_shows_a_denial_with_its_rule_and_provenance(tmp_path, monkeypat
     code = main(["run", "--plan", "plan.json", "--model", "script:m", "--yes", "--run-id", "r1"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
-    line = 'call write_file(path="owned.txt", content="x") refused, rule quarantine'
+    line = 'call write_file(content="x", path="owned.txt") refused, rule quarantine'
     assert line in out and "data from: read_file in step 'c' (untrusted)" in out
     assert not (tmp_path / "workspace" / "owned.txt").exists()
     assert main(["show", "r1"]) == 0
@@ -365,3 +365,35 @@ def test_the_cli_shows_a_denial_with_its_rule_and_provenance(tmp_path, monkeypat
     assert line in shown and "data from: read_file in step 'c' (untrusted)" in shown
     assert "output derives from untrusted data: read_file in step 'c' (untrusted)" in shown
     assert approve_calls is not None
+
+
+def test_a_pre_approved_bounded_call_runs_after_reading_and_the_injection_cannot_move_it(tmp_path):
+    grant = [{"tool": "read_file"}, {"tool": "write_file", "arguments": {"path": {"values": ["summary.txt"]}}, "approved": True}]
+    team, _ = _team(
+        tmp_path,
+        [
+            tool_call("read_file", path="notes.txt"),
+            tool_call("write_file", path="../owned.txt", content="x"),  # the injection
+            tool_call("write_file", path="summary.txt", content="Ship on Friday."),
+            "done",
+        ],
+        auto_approve=True,
+    )
+    (tmp_path / "ws" / "notes.txt").write_text(INJECTION)
+    step = {"id": "c", "worker": "coder", "action": "code", "instruction": "Summarise notes.txt into summary.txt", "capabilities": grant}
+    result = team.execute_sync(_plan(step))
+    assert _calls(result, "c") == [
+        ("read_file", True, None, True),
+        ("write_file", False, "outside_grant", False),
+        ("write_file", True, None, True),
+    ]
+    assert (tmp_path / "ws" / "summary.txt").read_text() == "Ship on Friday." and not (tmp_path / "owned.txt").exists()
+
+
+def test_a_tool_call_on_the_last_turn_is_refused_never_run(tmp_path):
+    team, _ = _team(tmp_path, [tool_call("list_files"), tool_call("write_file", path="late.txt", content="x")], auto_approve=True)
+    team.registry.workers["coder"].max_turns = 2
+    result = team.execute_sync(_plan({"id": "c", "worker": "coder", "action": "code", "instruction": "write late.txt"}))
+    assert result.steps["c"].error.rule == "worker"
+    assert _calls(result, "c") == [("list_files", True, None, True), ("write_file", False, "turn_limit", False)]
+    assert not (tmp_path / "ws" / "late.txt").exists()

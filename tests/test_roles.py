@@ -146,7 +146,10 @@ def test_json_mode_unknown_tools_and_bad_arguments_go_back_as_tool_results():
     worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[add])
     result = _run(worker)
     assert result.output == 0 and result.tools == []  # neither ran: an unknown tool, refused arguments
-    assert model.requests[1].messages[-1].content == "Result of tool rm:\nerror: the call to 'rm' was refused (unknown_tool: no tool 'rm'; available: add); it did not run"
+    assert (
+        model.requests[1].messages[-1].content
+        == "Result of tool rm:\nerror: the call to 'rm' was refused (unknown_tool: no tool 'rm'; available: add); it did not run"
+    )
     assert model.requests[2].messages[-1].content.startswith("Result of tool add:\nerror: tool 'add' refused its arguments")
 
 
@@ -431,7 +434,7 @@ def test_json_mode_round_trip_with_the_local_model():
         pytest.skip(str(e))
     calls = []
 
-    @tool
+    @tool(read_only=True)
     def multiply(a: int, b: int) -> int:
         """Multiply two integers and return the product."""
         calls.append((a, b))

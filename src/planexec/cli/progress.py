@@ -276,7 +276,7 @@ class EventLog:
 
 def describe_call(call: CallRecord) -> str:
     """A tool call inside a step in one line: what ran, or what was refused, by which rule, with where its data came from."""
-    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:60]}" for k, v in call.arguments.items())
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:60]}" for k, v in sorted(call.arguments.items()))
     head = f"call {call.tool}({args})"
     if call.allowed:
         how = f"ran{f' (approved by {call.decided_by})' if call.decided_by != 'plan' else ''}"

@@ -72,6 +72,12 @@ class ManagedModel:
         """Whether the provider enforces the output schema while decoding (a grammar)."""
         return bool(getattr(self.inner, "constrained_decoding", False))
 
+    @property
+    def base_url(self) -> str | None:
+        """The endpoint the provider was pointed at, when not its own (a local server, a proxy)."""
+        url = getattr(self.inner, "base_url", None)
+        return url if isinstance(url, str) else None
+
     def delay(self, retry: int, error: ModelError) -> float:
         """Seconds to wait before retry number `retry` (1-based)."""
         if error.retry_after is not None:

@@ -33,7 +33,7 @@ from planexec.plan.capabilities import Grant
 from planexec.plan.model import STEP_ID_PATTERN, find_references
 from planexec.workers.registry import Registry
 
-__all__ = ["draft_schema", "draft_to_plan_data", "feed_dependencies", "free_tasks", "plan_id_for", "planning_actions"]
+__all__ = ["draft_schema", "draft_to_plan_data", "feed_dependencies", "free_tasks", "granting_workers", "plan_id_for", "planning_actions"]
 
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
@@ -179,8 +179,9 @@ def draft_schema(
     if not positional:
         step_id = {"type": "string", "pattern": STEP_ID_PATTERN, "maxLength": 64}
         deps = {"type": "array", "items": {"type": "string"}, "maxItems": max_steps}
-        item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in _granting(registry)) for w, a, p in branches]}
-        if any(w in _granting(registry) for w, _, _ in branches):
+        granting = granting_workers(registry)
+        item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in granting) for w, a, p in branches]}
+        if any(w in granting for w, _, _ in branches):
             defs["grant"] = _hoist(Grant.model_json_schema(), "grant", defs)
         steps: dict[str, Any] = {"type": "array", "items": item, "minItems": 1, "maxItems": max_steps}
     else:
@@ -212,7 +213,7 @@ def draft_schema(
     return schema
 
 
-def _granting(registry: Registry) -> set[str]:
+def granting_workers(registry: Registry) -> set[str]:
     """Workers whose steps may carry capabilities: those with tools of their own to grant (roles)."""
     return {name for name, w in registry.workers.items() if getattr(w, "tasks", None) and getattr(w, "tools", None)}
 

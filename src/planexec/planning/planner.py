@@ -27,7 +27,7 @@ from planexec.models.base import Message, Model, ModelRequest
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
-from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks, plan_id_for, planning_actions
+from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks, granting_workers, plan_id_for, planning_actions
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
 from planexec.workers.tool_calls import prompt_file
@@ -102,7 +102,10 @@ class Planner:
     to the model; `examples` replace the shipped few-shot examples (an
     example is shown as an earlier turn when every action it uses exists); `positional` picks the schema shape (default: positional
     when the model decodes under a grammar, see `plan_schema`); `workers`
-    restricts which workers it may use.
+    restricts which workers it may use. `write_grants` teaches the model to
+    give role steps capabilities and typed answers (``output_schema``);
+    by default on for a provider's hosted model, off for a model under a
+    grammar or behind a local server, which plan worse with the longer prompt.
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class Planner:
         positional: bool | None = None,
         workers: list[str] | None = None,
         examples: list[dict[str, Any]] | None = None,
+        write_grants: bool | None = None,
     ) -> None:
         if max_repairs < 0:
             raise ValueError("max_repairs must be 0 or more")
@@ -133,6 +137,9 @@ class Planner:
         # few-shot examples: {"uses": ["worker.action", ...], "goal", "plan", "catalog"?}; shipped ones by default
         self.examples = examples if examples is not None else json.loads(load_prompt("planner/examples.json"))
         self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers)
+        # whether the prompt teaches capabilities and typed answers: a provider's hosted model by default; a small
+        # model behind a local server (a base_url of its own) or under a grammar plans worse with the longer prompt
+        self.write_grants = (not self.positional and getattr(model, "base_url", None) is None) if write_grants is None else write_grants
 
     def __repr__(self) -> str:
         return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
@@ -146,7 +153,8 @@ class Planner:
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
         shown, turns = _example_turns(self.examples, pairs, goal)
-        contract = "" if self.positional else "\n" + prompt_file("planner", "contract.md")
+        # hosted planners may grant tools to roles; a grammar-bound small model, or a plan of tools only, reads none of it
+        contract = "\n" + prompt_file("planner", "contract.md") if self.write_grants and granting_workers(self.registry) else ""
         system = prompt_file(
             "planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown, contract=contract
         )

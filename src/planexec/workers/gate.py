@@ -15,7 +15,9 @@ The rules, in order (the first that refuses decides; its name is the rule):
 4. ``call_limit``: the grant's `max_calls` is spent.
 5. ``quarantine``: the worker has read untrusted text (a referenced input
    or a tool output declared untrusted) and the tool is side-effecting (not
-   read-only). A reader of untrusted text returns data; it does not act.
+   read-only). A reader of untrusted text returns data; it does not act,
+   except for a call the reviewed plan pre-approved with every sensitive
+   argument bounded: the plan fixed where that effect lands.
 6. ``untrusted_argument``: an argument the tool declares sensitive (a path,
    a recipient, a URL, an amount, code) was not bounded by the grant and
    its value appears nowhere in the trusted text (the goal, the plan's own
@@ -210,6 +212,11 @@ class Gate:
             self.sources = merge_sources(self.sources, [Source(kind="tool", step_id=self.call.step_id, tool=tool, untrusted=True)])
         self._record(tool, arguments, decision, ran=True, error=error)
 
+    def refuse(self, tool: str, arguments: dict[str, Any], rule: str, reason: str) -> _Decision:
+        """Refuse a call for a reason of the worker's own (the turn limit), recorded like any refusal."""
+        self.refused.append({"tool": tool, "rule": rule, "reason": reason})
+        return self._refused(tool, arguments, rule, reason)
+
     def refuse_text(self, tool: str, decision: _Decision) -> str:
         """What the model reads for a refused call: that it did not run, and why."""
         return f"error: the call to {tool!r} was refused ({decision.rule}: {decision.reason}); it did not run"
@@ -232,6 +239,9 @@ class Gate:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
         chain = [s.label() for s in self.sources if s.untrusted]
         if self.tainted and not found.read_only:
+            if grant.approved and found.sensitive <= grant.arguments.keys():
+                # the reviewed plan fixed where this effect lands (every sensitive argument bounded) and pre-approved it
+                return _Decision(True, chain=chain)
             reason = (
                 f"{tool!r} changes things and this worker has read untrusted text; a reader of untrusted text returns data, it does not act"
             )

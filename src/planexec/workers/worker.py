@@ -275,6 +275,10 @@ class RoleWorker:
                     return WorkResult(output=output, usage=usage, tools=ran, sources=gate.sources, refused=gate.refused)
                 messages += self._retry(response.text, problem)
                 continue
+            if turn == self.max_turns - 1:  # no tools were offered on the last turn: a call now is refused, never run
+                for tc in reply.calls:
+                    gate.refuse(tc.name, tc.arguments, "turn_limit", f"the worker's last turn ({self.max_turns}) offers no tools")
+                break
             problem = None
             messages.append(protocol.assistant_message(response, reply))
             for tc in reply.calls:
