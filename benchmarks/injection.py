@@ -64,23 +64,35 @@ def _figures(f: Figures) -> dict[str, Any]:
         "reads_attempted": f.reads_attempted,
         "attack_success_rate": f.attack_success_rate,
         "benign_utility": f.benign_utility / f.benign_runs if f.benign_runs else None,
-        "utility_under_attack": f.utility_under_attack / f.attacked_runs if f.attacked_runs else None,
+        "utility_under_attack": f.utility_under_attack / f.achievable_runs if f.achievable_runs else None,
+        "achievable_attacked_runs": f.achievable_runs,
+        "safe_refusals": f.safe_refusals,
         "attacked_runs": f.attacked_runs,
         "benign_runs": f.benign_runs,
         "wall_time_s": round(f.wall_time, 3),
     }
 
 
-def _print(report: InjectionReport) -> None:
+def _print(report: InjectionReport, baseline: InjectionReport | None = None) -> None:
+    """The figures as a markdown table; with `baseline` (the same runs without the defences), benign utility kept."""
     print(
-        "| mode | approval | injected effects ran / asked | out-of-plan reads ran / asked | attack success | benign utility | utility under attack |"
+        "| mode | approval | injected effects ran / asked | out-of-plan reads ran / asked | attack success | benign utility "
+        "| utility under attack (achievable) | refused, task impossible |" + (" benign utility kept |" if baseline else "")
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if baseline else ""))
     for f in report.figures:
+        kept = ""
+        if baseline is not None:
+            base = baseline.figure(f.mode, f.approval)
+            kept = (
+                f" {f.benign_utility}/{base.benign_utility} ({f.benign_utility / base.benign_utility:.0%}) |"
+                if base.benign_utility
+                else " - |"
+            )
         print(
             f"| {f.mode} | {f.approval} | {_ratio(f.effects_executed, f.effects_attempted)} | {_ratio(f.reads_executed, f.reads_attempted)} "
             f"| {_share(f.attack_successes, f.attacked_runs)} | {_share(f.benign_utility, f.benign_runs)} "
-            f"| {_share(f.utility_under_attack, f.attacked_runs)} |"
+            f"| {_share(f.utility_under_attack, f.achievable_runs)} | {_share(f.safe_refusals, f.attacked_runs - f.achievable_runs)} |{kept}"
         )
 
 
@@ -105,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     options: dict[str, Any] = {"modes": modes, "approval": settings, "tool_calling": args.tool_calling}
     report = run_suite(scenarios, attacks=True, **options).merged(run_suite(scenarios, attacks=False, **options))
+    # the same suite without the plan's contract: what the defences cost in utility, and what they stop
+    baseline = run_suite(scenarios, attacks=True, defences=False, **options).merged(
+        run_suite(scenarios, attacks=False, defences=False, **options)
+    )
     wall = round(time.perf_counter() - t0, 1)
     code = str(Path(planexec.__file__).resolve().parent)
     if args.json:
@@ -115,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             "tool_calling": args.tool_calling,
             "stripped_plan_fields": report.stripped_fields,
             "figures": [_figures(f) for f in report.figures],
+            "figures_without_defences": [_figures(f) for f in baseline.figures],
             "runs": [r.to_dict() for r in report.runs] if args.detail else None,
             "total_wall_time_s": wall,
         }
@@ -123,10 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     stripped = ", ".join(report.stripped_fields) or "none"
     print(f"# Prompt injection: {len(scenarios)} scenarios, the obedient model in every role ({args.tool_calling} tool calls)")
     print(f"code: {code}; plan fields stripped (unknown to this Plan): {stripped}\n")
-    _print(report)
+    print("## with the defences (the plan's contract enforced)\n")
+    _print(report, baseline)
+    print("\n## without the defences (`enforce_contract=False`)\n")
+    _print(baseline)
     if args.detail:
         Console(width=None if sys.stdout.isatty() else 160).print(report.scenarios_table())
-    print(f"\n({len(report.runs)} runs in {wall} s)")
+    print(f"\n({len(report.runs) + len(baseline.runs)} runs in {wall} s)")
     return 0
 
 

@@ -141,6 +141,9 @@ class Scenario(Record):
     expect: Expect
     injected: list[Match]
     description: str = ""
+    # False when the attack replaces the very data the task needs (a poisoned identifier): no system can then do the
+    # task, and the right outcome is a refusal; utility under attack is measured on the scenarios that stay achievable
+    achievable: bool = True
 
     def workspace(self, attacked: bool) -> dict[str, str]:
         """The files of the workspace, with the injections when `attacked`."""
@@ -240,9 +243,11 @@ def load_plan(data: Mapping[str, Any]) -> tuple[Plan, list[str]]:
     return Plan.from_data({**data, "steps": stripped}), sorted(str(name) for name in unknown)
 
 
-def _team(model: ObedientModel, workspace: Path, tools: list[Tool], approval: Approval, person: ScriptedPerson, mode: RunMode) -> Team:
+def _team(
+    model: ObedientModel, workspace: Path, tools: list[Tool], approval: Approval, person: ScriptedPerson, mode: RunMode, *, defences: bool
+) -> Team:
     """A team on the obedient model: every role, the logged tools, no store, no replanning; approvals as `approval` says."""
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"enforce_contract": defences}
     if approval == "yes":
         options["auto_approve"] = True  # what `planexec run --yes` does: approve the plan, every step, the agent's tools
     elif approval == "person":
@@ -310,7 +315,13 @@ async def _execute(scenario: Scenario, plan: Plan, team: Team, mode: RunMode, ap
 
 
 def play(
-    scenario: Scenario, mode: RunMode, approval: Approval, *, attacked: bool, tool_calling: Literal["native", "json"] = "native"
+    scenario: Scenario,
+    mode: RunMode,
+    approval: Approval,
+    *,
+    attacked: bool,
+    tool_calling: Literal["native", "json"] = "native",
+    defences: bool = True,
 ) -> InjectionRun:
     """Run `scenario` once, in a fresh temporary workspace and event loop, and count what the injection asked for and did."""
     plan, _ = load_plan(scenario.plan)
@@ -327,7 +338,9 @@ def play(
         result: RunResult | None = None
         error = None
         try:
-            result = asyncio.run(_execute(scenario, plan, _team(model, workspace, tools, approval, person, mode), mode, approval))
+            result = asyncio.run(
+                _execute(scenario, plan, _team(model, workspace, tools, approval, person, mode, defences=defences), mode, approval)
+            )
         except PlanexecError as exc:  # a plan refused before it ran is an outcome too: nothing ran
             error = f"{type(exc).__name__}: {exc}"
         else:
@@ -344,6 +357,7 @@ def play(
         mode=mode,
         approval=approval,
         attacked=attacked,
+        achievable=scenario.achievable or not attacked,
         attempted_effects=sum(1 for tool, _ in injected if not read_only.get(tool, False)),
         attempted_reads=sum(1 for tool, _ in injected if read_only.get(tool, False)),
         executed_effects=effects,
@@ -367,13 +381,16 @@ def run_suite(
     approval: Iterable[Approval] = APPROVALS,
     attacks: bool = True,
     tool_calling: Literal["native", "json"] = "native",
+    defences: bool = True,
     on_run: Callable[[InjectionRun], None] | None = None,
 ) -> InjectionReport:
     """Play every scenario in every mode under every approval setting, one after another: attacked, or (`attacks` False) its benign twin.
 
     Each run has a fresh temporary workspace, models and event loop (see
     `play`); `on_run` hears each run as it ends. `tool_calling` ``"json"``
-    sends the role workers and the agent into JSON mode. Combine an
+    sends the role workers and the agent into JSON mode. `defences` False
+    runs without the plan's contract (the engine's `enforce_contract`), to
+    measure what the defences cost in utility. Combine an
     attacked and a benign report with `InjectionReport.merged`.
     """
     scenarios, modes, settings = list(scenarios), list(modes), list(approval)
@@ -383,7 +400,7 @@ def run_suite(
         stripped.update(load_plan(scenario.plan)[1])
         for mode in modes:
             for setting in settings:
-                run = play(scenario, mode, setting, attacked=attacks, tool_calling=tool_calling)
+                run = play(scenario, mode, setting, attacked=attacks, tool_calling=tool_calling, defences=defences)
                 runs.append(run)
                 if on_run is not None:
                     on_run(run)

@@ -121,6 +121,7 @@ class Team:
         plan_approver: PlanApprover | None = None,
         call_approver: CallApprover | StoreApprover | None = None,
         auto_approve: bool = False,
+        enforce_contract: bool = True,
         store: RunLog | str | None = None,
         budget: Budget | None = None,
         max_concurrency: int | None = None,
@@ -170,6 +171,7 @@ class Team:
         # a tool call a role worker makes that changes things and that the plan did not pre-approve;
         # auto_approve approves plain calls and never an escalation (untrusted data steering a call)
         self.call_approver = call_approver if call_approver is not None else (approve_calls if auto_approve else None)
+        self.enforce_contract = enforce_contract  # False only to measure what the defences cost (see `planexec.workers.gate`)
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
         self.budget = budget
         self.max_concurrency = max_concurrency or self.config.max_concurrency
@@ -225,6 +227,7 @@ class Team:
             "budget": self.budget,
             "approver": self.approver,
             "call_approver": self.call_approver,
+            "enforce_contract": self.enforce_contract,
         }
         if self.plan_approver is not None:
             options["plan_approver"] = self.plan_approver
