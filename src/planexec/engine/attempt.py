@@ -35,7 +35,7 @@ from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
-from planexec.workers.io import StepCall, WorkResult
+from planexec.workers.io import Source, StepCall, WorkResult, merge_sources
 from planexec.workers.worker import WorkerError
 
 __all__ = ["CURRENT_STEP", "Attempts"]
@@ -95,7 +95,12 @@ class Attempts:
                     result = result.as_json(worker)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
                     if step.success_criteria or not self._by_criteria:
-                        judged = await self._check(step, result.output, call, attempt)
+                        gate = GATE_HOOKS.set(self._hooks.owned_by(step.step_id))  # a critic's calls pass the same gate
+                        try:
+                            sources = merge_sources(*(out.provenance.sources for out in call.context.values()), result.sources)
+                            judged = await self._check(step, result.output, call, attempt, sources)
+                        finally:
+                            GATE_HOOKS.reset(gate)
                         if judged is not ZERO:
                             worked = worked + judged
                 except CheckFailedError as exc:
@@ -129,13 +134,13 @@ class Attempts:
                 stop_meter(token)
             return result, None, time.perf_counter() - t0, worked
 
-    async def _check(self, step: Step, output: Any, call: StepCall, attempt: int) -> Usage:
+    async def _check(self, step: Step, output: Any, call: StepCall, attempt: int, sources: list[Source]) -> Usage:
         """Apply the step's success criteria; record the critics' verdicts; return what judging cost."""
         checker = self._checker
         if isinstance(checker, CriteriaChecker):
             if not step.success_criteria:
                 return ZERO
-            return self._judged(step.step_id, attempt, await checker.check(step, output, call=call))
+            return self._judged(step.step_id, attempt, await checker.check(step, output, call=call, sources=sources))
         await checker.check(step, output)
         return ZERO
 

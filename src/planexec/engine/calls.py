@@ -13,6 +13,7 @@ Imports `engine.events`, `engine.state`, `workers.gate` and `workers.tools`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -46,11 +47,16 @@ def approve_calls(request: CallRequest) -> bool:
 class CallHooks:
     """The `GateHooks` of one attempt (see the module docstring)."""
 
-    def __init__(self, run: RunControl, state: RunState, approver: CallApprover | None, *, enforce: bool) -> None:
+    def __init__(self, run: RunControl, state: RunState, approver: CallApprover | None, *, enforce: bool, owner: str | None = None) -> None:
         self._run = run
         self._state = state
         self._approver = approver
         self.enforce = enforce
+        self._owner = owner
+
+    def owned_by(self, step_id: str) -> CallHooks:
+        """These hooks for calls made on behalf of `step_id` (a critic judging it): they are recorded on that step."""
+        return CallHooks(self._run, self._state, self._approver, enforce=self.enforce, owner=step_id)
 
     async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
         """(approved, who decided); an escalation reaches only a person, and a failing approver refuses."""
@@ -60,6 +66,8 @@ class CallHooks:
         if request.kind == "escalation" and not is_person(approver):
             return False, "the contract (an escalation needs a person)"
         run = self._run
+        if self._owner is not None:
+            request = dataclasses.replace(request, step_id=self._owner)
         run._emit(ApprovalRequested, step_id=request.step_id, content_hash=request.digest, plan_version=self._state.plan.version)
         try:
             ask = getattr(approver, "approve_call", None)
@@ -74,6 +82,8 @@ class CallHooks:
 
     def record_call(self, record: CallRecord) -> None:
         """Keep the call on the step's record and in the run's events."""
+        if self._owner is not None and record.step_id != self._owner:
+            record = dataclasses.replace(record, step_id=self._owner)
         rec = self._state.records.get(record.step_id)
         if rec is not None:
             rec.calls.append(record)

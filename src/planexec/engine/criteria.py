@@ -32,7 +32,7 @@ from planexec.plan.model import (
     lookup,
 )
 from planexec.usage import Usage
-from planexec.workers.io import StepCall, WorkResult
+from planexec.workers.io import Output, Provenance, Source, StepCall, WorkResult
 from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
 from planexec.workers.worker import WorkerError
@@ -64,15 +64,16 @@ class CriteriaChecker:
         self.registry = registry
         self._validators: dict[str, Any] = {}
 
-    async def check(self, step: Step, output: Any, *, call: StepCall | None = None) -> Judgement:
+    async def check(self, step: Step, output: Any, *, call: StepCall | None = None, sources: list[Source] | None = None) -> Judgement:
         """The critics' judgement; `CheckFailedError` naming the step and the criterion that rejected the output.
 
-        `call` (the attempt that produced the output) gives a critic the run's context.
+        `call` (the attempt that produced the output) gives a critic the run's context; `sources` are where the
+        output came from: a critic judging an output that derives from untrusted text reads it quarantined.
         """
         judgement = Judgement()
         for crit in step.success_criteria:
             if isinstance(crit, CriticCriterion):
-                ok, reason = await self._critic(crit, step, output, call, judgement)
+                ok, reason = await self._critic(crit, step, output, call, judgement, sources or [])
             else:
                 ok, reason = await self._one(crit, output)
             if not ok:
@@ -80,7 +81,7 @@ class CriteriaChecker:
         return judgement
 
     async def _critic(
-        self, crit: CriticCriterion, step: Step, output: Any, call: StepCall | None, judgement: Judgement
+        self, crit: CriticCriterion, step: Step, output: Any, call: StepCall | None, judgement: Judgement, sources: list[Source]
     ) -> tuple[bool, str]:
         """Ask the critic worker to review the output; only a judged approval passes."""
         critic = self.registry.workers.get(crit.worker)
@@ -93,9 +94,23 @@ class CriteriaChecker:
                 "action": "review",
                 "worker": crit.worker,
                 "instruction": f"Check this result against: {criteria}",
+                # the output is a reference, so the critic's gate knows where it came from
+                "parameters": {"output": f"${{{step.step_id}}}"},
             }
         )
         parameters = {"step": step.step_id, "task": step.instruction or step.action, "criteria": criteria, "output": output}
+        judged = Output(
+            value=output,
+            provenance=Provenance(
+                run_id=call.run_id if call else "",
+                plan_id=call.plan_id if call else "",
+                step_id=step.step_id,
+                worker=call.worker if call else "",
+                action=step.action,
+                plan_version=call.plan_version if call else 1,
+                sources=sources,
+            ),
+        )
         request = StepCall(
             run_id=call.run_id if call else "",
             plan_id=call.plan_id if call else "",
@@ -105,6 +120,7 @@ class CriteriaChecker:
             worker=crit.worker,
             instruction=review.instruction,
             parameters=parameters,
+            context={step.step_id: judged},
             attempt=call.attempt if call else 1,
         )
         try:
