@@ -38,7 +38,7 @@ SUBMODULES = {
         "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "store_target", "DEFAULT_STORE", "STORE_ENV",
         "SCHEMA_VERSION", "RunSummary", "RunView", "replay", "Approval", "ApprovalState", "Template", "StoreError",
         "RunNotFoundError", "EventConflictError", "ApprovalError", "TemplateNotFoundError", "record_run",
-        "DurableRunner", "resolve_step", "ResumeError",
+        "DurableRunner", "resolve_step", "ResumeError", "verify_run", "AuditReport", "AuditProblem", "ProblemKind",
     },
     "testing": {"ScriptedModel", "FunctionModel", "ObedientModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"},
 }  # fmt: skip

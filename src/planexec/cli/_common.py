@@ -9,6 +9,12 @@ plan files and tools modules, the policies and the terminal review,
 choosing and opening the run store, the registry a plan file runs on
 (`plan_registry`), the step approver at a terminal, and `watch` (a run fed
 to a display, Ctrl-C turned into a recorded cancel).
+
+Every command prints through it: `console` (rich, for tables, displays and
+lines), `say` (a plain line) and `emit` (text as is: JSON, event lines).
+All three hide secrets (`secrets.redact`): a console writes to its stream
+through `RedactedStream`, so what a display, a table or a summary shows
+(a tool's output, an error message) never carries a key out.
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import io
 import json
 import os
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO, cast
 
 from rich.console import Console
 from rich.prompt import Confirm
@@ -39,6 +46,7 @@ from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
 from planexec.models.pricing import PriceTable
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
+from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
 from planexec.team.team import Team
 from planexec.workers.gate import CallRequest
@@ -251,21 +259,57 @@ def registry(modules: list[str]) -> Registry:
     return registry
 
 
+class RedactedStream(io.TextIOBase):
+    """A text stream that hides secrets in everything written to it, then writes to `stream` (a terminal stays one)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        """Write `text` with its secrets redacted; returns the length of `text` (what the caller gave)."""
+        self.stream.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream underneath."""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        """Whether the stream underneath is a terminal."""
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        """The file descriptor of the stream underneath."""
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # TextIOBase declares it an attribute
+        """The encoding of the stream underneath."""
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
 def console(*, stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr) that hides secrets in all it prints."""
     stream = sys.stderr if stderr else sys.stdout
     # not a terminal (a log, CI): wide enough that tables and lines do not wrap, unless COLUMNS says otherwise
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, width=width)
+    return Console(stderr=stderr, width=width, file=cast(IO[str], RedactedStream(stream)))
 
 
 def say(text: str, *, stderr: bool = False) -> None:
-    """Print plain text to stdout (or stderr): no markup, no highlighting, long lines not broken."""
+    """Print plain text to stdout (or stderr): no markup, no highlighting, long lines not broken; secrets hidden."""
     console(stderr=stderr).print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def emit(text: str, *, stderr: bool = False) -> None:
+    """Print text exactly as it is (JSON, an event line), secrets hidden, to stdout (or stderr)."""
+    print(redact(text), file=sys.stderr if stderr else sys.stdout)
 
 
 def print_problems(problems: list[Problem], plan_id: str | None, *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps([p.to_dict() for p in problems], indent=2, ensure_ascii=False))
+        emit(json.dumps([p.to_dict() for p in problems], indent=2, ensure_ascii=False))
     else:
         say(PlanValidationError(problems, plan_id=plan_id).render())
 

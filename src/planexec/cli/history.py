@@ -9,8 +9,10 @@ store and ends with `RunFinished`). The store is chosen by ``--store``,
 ``PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
 these commands only read, and never create a store. A store that cannot be
 opened or read, or an unknown run id, is a `common.UsageError` (exit 2).
-Reuses the plumbing of `_common` and the lines of `progress`; imports the store
-and records only.
+Everything is printed through `_common` (`console`, `say`, `emit`), which
+hides secrets; the JSON of ``show --json`` and ``logs --json`` (a run's
+export) too. Reuses the plumbing of `_common` and the lines of `progress`;
+imports the store and records only.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         raise common.UsageError("--limit must be at least 1")
     store = _open(args, missing_ok=True)
     if store is None:
-        print("[]" if args.json else "no runs recorded here yet (no run store file)")
+        common.emit("[]" if args.json else "no runs recorded here yet (no run store file)")
         return common.EXIT_OK
     try:
         runs = store.runs(limit=args.limit, status=args.status)
@@ -92,7 +94,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
+        common.emit(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
     if not runs:
@@ -137,7 +139,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         view, undecided = _held(view, events)
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
     if args.json:
-        print(json.dumps(_show_json(summary, versions, view, approvals, len(events)), indent=2, ensure_ascii=False))
+        common.emit(json.dumps(_show_json(summary, versions, view, approvals, len(events)), indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
 
@@ -267,7 +269,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 else:
                     t0 = t0 or ev.at
                     line = f"[+{(ev.at - t0).total_seconds():7.2f}s] {describe_event(ev)}"
-                print(line)
+                common.emit(line)
             sys.stdout.flush()
             if batch:
                 after = batch[-1].seq

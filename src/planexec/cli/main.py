@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from planexec import __version__
 from planexec.cli import _common as common
 from planexec.cli.approvals import add_approval_commands
+from planexec.cli.audit import add_audit_commands
 from planexec.cli.eval import add_eval_options, run_eval
 from planexec.cli.goals import add_goal_options, add_mode_option, cmd_plan
 from planexec.cli.history import add_history_commands
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_history_commands(sub)
     add_recovery_commands(sub)
     add_approval_commands(sub)
+    add_audit_commands(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")

@@ -1,8 +1,8 @@
 """The ``anthropic:`` provider: the Messages API through the official ``anthropic`` SDK.
 
 Owns `AnthropicModel`. Imports ``anthropic`` lazily (with an install hint)
-and only `errors`, `usage` and `models.base` from planexec; never the
-engine, planner or store.
+and only `errors`, `usage`, `secrets` and `models.base` from planexec; never
+the engine, planner or store. Its api key is registered as a secret.
 
 Our records map to the Messages API like this: system messages become the
 ``system`` parameter; an assistant's tool calls become ``tool_use`` blocks;
@@ -48,6 +48,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.secrets import register_secret
 from planexec.usage import Usage
 
 __all__ = ["ANSWER_TOOL", "DEFAULT_MODEL", "AnthropicModel"]
@@ -160,6 +161,7 @@ class AnthropicModel:
         self.model = model
         self.name = f"anthropic:{model}"
         self.api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
+        register_secret(self.api_key, f"{self.name} api_key" if api_key else "ANTHROPIC_API_KEY")
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
         self.timeout = timeout
         self.max_retries = max_retries

@@ -3,8 +3,8 @@
 Owns `OpenAIModel`. The same provider reaches OpenAI and OpenAI-compatible
 servers (vLLM, Ollama, LM Studio, llama.cpp's ``python -m llama_cpp.server``)
 through ``base_url``. Imports ``openai`` lazily (with an install hint) and
-only `errors`, `usage` and `models.base` from planexec; never the engine,
-planner or store.
+only `errors`, `usage`, `secrets` and `models.base` from planexec; never
+the engine, planner or store. Its api key is registered as a secret.
 
 Structured output is negotiated per server. Three ``response_format`` modes
 are tried, strongest first, and the one that worked is remembered per base
@@ -58,6 +58,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.secrets import register_secret
 from planexec.usage import Usage
 
 __all__ = ["SCHEMA_MODES", "OpenAIModel"]
@@ -150,6 +151,7 @@ class OpenAIModel:
         self.name = name or f"openai:{model}"
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        register_secret(self.api_key, f"{self.name} api_key" if api_key else "OPENAI_API_KEY")
         self.timeout = timeout
         self.max_retries = max_retries
         self.http_client = http_client

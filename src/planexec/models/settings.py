@@ -8,7 +8,9 @@ explicit argument (the CLI's ``--model``), the environment
 ``PLANEXEC_MODEL_<ROLE>``), ``planexec.toml``, then the defaults: with
 ``OPENAI_API_KEY`` set, ``openai:gpt-4o-mini``; with nothing, the embedded
 ``local:smollm2``. Workers use the planner's model unless told otherwise.
-Imports `config`, `errors`, `pricing` and `models.providers`.
+Every api key it resolves is registered as a secret (`secrets`), so no
+event, log line or printout shows it. Imports `config`, `errors`,
+`pricing`, `secrets` and `models.providers`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from planexec.config import Config
 from planexec.models.managed import ManagedModel
 from planexec.models.pricing import PriceTable
 from planexec.models.providers import ProviderOptions, parse_model_name, resolve_model
+from planexec.secrets import register_secret
 
 __all__ = ["DEFAULT_MODEL", "OPENAI_DEFAULT_MODEL", "ModelChoice", "ModelSettings"]
 
@@ -54,6 +57,7 @@ class ModelSettings:
         self.env = dict(os.environ if env is None else env)
         self.base_url = base_url
         self.api_key = api_key
+        register_secret(api_key, "api_key")
         self.seed = seed
         self.prices = PriceTable.default(self.config.prices)
         picked = self._pick(planner, "--model", "PLANEXEC_PLANNER_MODEL", self.config.planner_model, "planner_model")
@@ -101,6 +105,7 @@ class ModelSettings:
         api_key = self.api_key if provider == "openai" and self.api_key else None
         if api_key is None and configured and configured.api_key_env:
             api_key = self.env.get(configured.api_key_env)
+            register_secret(api_key, configured.api_key_env)
         return ProviderOptions(base_url=base_url, api_key=api_key, timeout=configured.timeout if configured else None)
 
     def model(self, name: str) -> ManagedModel:

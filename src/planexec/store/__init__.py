@@ -5,8 +5,10 @@ Owns nothing itself; it gathers the store's public names. `RunStore` (in
 ``.planexec/runs.db``) and `PostgresRunStore` (``postgresql://...``) are
 its backends; `open_store` picks one from a path or URL; `replay` rebuilds
 each step's record from stored events. `recorder.record_run` writes a live
-run into a store. The store imports only events, plan, results, records,
-errors and usage: never the engine.
+run into a store. `verify_run` checks a run's records against their hash
+chain (the audit log, see `audit`) and returns an `AuditReport`. The store
+imports only events, plan, results, records, errors and usage: never the
+engine.
 """
 
 from planexec.engine.recording import DurableRunner, record_run
@@ -19,6 +21,7 @@ from planexec.errors import (
     StoreError,
     TemplateNotFoundError,
 )
+from planexec.store.audit import AuditProblem, AuditReport, ProblemKind, verify_run
 from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
 from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, store_target
 from planexec.store.postgres import PostgresRunStore
@@ -32,9 +35,12 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalState",
+    "AuditProblem",
+    "AuditReport",
     "DurableRunner",
     "EventConflictError",
     "PostgresRunStore",
+    "ProblemKind",
     "ResumeError",
     "RunNotFoundError",
     "RunStore",
@@ -49,4 +55,5 @@ __all__ = [
     "replay",
     "resolve_step",
     "store_target",
+    "verify_run",
 ]

@@ -5,7 +5,12 @@ Owns `Approvals`, the part of `sql.SqlRunStore` that keeps the
 plan) and content hash, so asking again after a restart finds the same
 request; deciding takes the latest pending one (or the one for a given
 hash) and refuses, naming the run and step, when nothing is pending.
-Imports `errors` and the store's `base`.
+
+Both join the run's audit chain (see `audit`): a request is one record, its
+decision another, written once into the request's row (the store's
+triggers refuse any other change to an approval, and its deletion). Who
+decided and why are redacted (`secrets.redact`) before they are stored.
+Imports `errors`, `secrets` and the store's `audit`, `base` and `rows`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from planexec.errors import ApprovalError
+from planexec.secrets import redact
+from planexec.store.audit import approval_ref, decision_content, request_content
 from planexec.store.base import Approval, ApprovalState
 from planexec.store.rows import from_timestamp, now
 
@@ -23,13 +30,15 @@ _APPROVAL_COLUMNS = "approval_id, run_id, step_id, content_hash, state, requeste
 
 
 class Approvals:
-    """Approval requests and decisions, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, `_require_run`)."""
+    """Approval requests and decisions, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, `_require_run`, `_chain`, `_save_chain`)."""
 
     _tx: Any
     _one: Any
     _all: Any
     _q: Any
     _require_run: Any
+    _chain: Any
+    _save_chain: Any
     location: str
 
     def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
@@ -42,10 +51,17 @@ class Approvals:
             self._require_run(cur, run_id)
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
             if row is None:
+                chain = self._chain(cur, run_id)
+                requested_at = now()
+                link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
                 cur.execute(
-                    self._q("INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at) VALUES (?, ?, ?, ?, ?)"),
-                    (*key, ApprovalState.PENDING.value, now()),
+                    self._q(
+                        "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    (*key, ApprovalState.PENDING.value, requested_at, *link),
                 )
+                self._save_chain(cur, chain)
                 row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
         return _approval(row)
 
@@ -79,10 +95,21 @@ class Approvals:
                 raise ApprovalError(f"{what} is not pending approval: {why}", run_id=run_id, step_id=step_id, location=self.location)
             target = pending[-1]
             state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
-            cur.execute(
-                self._q("UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ? WHERE approval_id = ? AND state = ?"),
-                (state.value, now(), by, reason, target.approval_id, ApprovalState.PENDING.value),
+            decided_at, by, reason = now(), redact(by), redact(reason)
+            chain = self._chain(cur, run_id)
+            link = chain.add(
+                "approval_decision",
+                approval_ref(target.step_id, target.content_hash),
+                decision_content(state.value, decided_at, by, reason),
             )
+            cur.execute(
+                self._q(
+                    "UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ?, "
+                    "decision_link = ?, decision_prev_hash = ?, decision_hash = ? WHERE approval_id = ? AND state = ?"
+                ),
+                (state.value, decided_at, by, reason, *link, target.approval_id, ApprovalState.PENDING.value),
+            )
+            self._save_chain(cur, chain)
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
         return _approval(row)
 

@@ -57,6 +57,7 @@ class PostgresRunStore(SqlRunStore):
     """
 
     dialect = "postgres"
+    _for_update = " FOR UPDATE"  # a run's audit head: two writers of one run take turns
 
     def __init__(self, url: str, *, schema: str | None = None, connect_timeout: float = 5.0, create: bool = True) -> None:
         super().__init__()

@@ -7,7 +7,19 @@ which tells a fresh database (0) from ours (its version) and refuses a
 foreign one or one written by newer code. The DDL is written once, with
 ``{int}``, ``{float}``, ``{serial}`` and ``{without_rowid}`` filled in per
 dialect (``sqlite`` or ``postgres``). The event log is append-only: triggers
-refuse an UPDATE or DELETE of an event. Imports `errors` only.
+refuse an UPDATE or DELETE of an event.
+
+Migration 3 adds the audit log (see `audit`): ``link``, ``prev_hash`` and
+``hash`` on events, plan versions and approval requests (``decision_*`` for
+an approval's decision), and ``audit_heads``, one row per run. The runs
+already stored get a head without a hash: they were recorded before the
+audit log, and say so when verified. Its triggers make the audited content
+immutable: a plan version is never updated or deleted; an approval is
+never deleted, and updated only once, from pending to decided, with its
+request's columns unchanged; a run's head only moves forward and is never
+deleted (on PostgreSQL, TRUNCATE of these tables is refused too). The
+``runs`` row stays updatable: it is a summary made from the events, which
+the verifier never trusts. Imports `errors` only.
 """
 
 from __future__ import annotations
@@ -31,6 +43,22 @@ _TYPES = {
         "without_rowid": "",
     },
 }
+
+
+_CHAIN_COLUMNS = ("link {int}", "prev_hash TEXT", "hash TEXT")
+# an approval's request: what its decision may not change
+_REQUEST_COLUMNS = ("approval_id", "run_id", "step_id", "content_hash", "requested_at", "link", "prev_hash", "hash")
+
+
+def _sqlite_refuse(name: str, operation: str, table: str, message: str, *, when: str | None = None) -> str:
+    condition = f" WHEN {when}" if when else ""
+    quoted = message.replace("'", "''")
+    return f"CREATE TRIGGER {name} BEFORE {operation} ON {table}{condition} BEGIN SELECT RAISE(ABORT, '{quoted}'); END"
+
+
+def _pg_refuse(name: str, operations: str, table: str, message: str) -> str:
+    quoted = message.replace("'", "''")
+    return f"CREATE TRIGGER {name} BEFORE {operations} ON {table} FOR EACH ROW EXECUTE FUNCTION planexec_refuse('{quoted}')"
 
 
 @dataclass(frozen=True)
@@ -102,6 +130,67 @@ MIGRATIONS: tuple[Migration, ...] = (
                 " name TEXT NOT NULL, version {int} NOT NULL, plan TEXT NOT NULL, params TEXT NOT NULL,"
                 " description TEXT NOT NULL DEFAULT '', source_run_id TEXT, created_at TEXT NOT NULL,"
                 " PRIMARY KEY (name, version))"
+            ),
+        ),
+    ),
+    Migration(
+        3,
+        "the audit log: hash-chained records and each run's head",
+        ddl=(
+            *(f"ALTER TABLE {table} ADD COLUMN {column}" for table in ("events", "plans", "approvals") for column in _CHAIN_COLUMNS),
+            *(f"ALTER TABLE approvals ADD COLUMN decision_{column}" for column in _CHAIN_COLUMNS),
+            "CREATE TABLE audit_heads (run_id TEXT PRIMARY KEY, link {int}, seq {int}, hash TEXT)",
+            # the runs stored before: a head without a hash says they were recorded before the audit log
+            (
+                "INSERT INTO audit_heads (run_id) SELECT run_id FROM events"
+                " UNION SELECT run_id FROM plans UNION SELECT run_id FROM approvals"
+            ),
+        ),
+        sqlite=(
+            _sqlite_refuse("plans_no_update", "UPDATE", "plans", "plan versions are append-only"),
+            _sqlite_refuse("plans_no_delete", "DELETE", "plans", "plan versions are append-only"),
+            _sqlite_refuse("approvals_no_delete", "DELETE", "approvals", "approvals are append-only"),
+            _sqlite_refuse(
+                "approvals_decided_once",
+                "UPDATE",
+                "approvals",
+                "an approval is decided once and its request never changes",
+                when="OLD.state <> 'pending' OR NEW.state = 'pending' OR "
+                + " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in _REQUEST_COLUMNS),
+            ),
+            _sqlite_refuse("audit_heads_no_delete", "DELETE", "audit_heads", "a run's audit head is never deleted"),
+            _sqlite_refuse(
+                "audit_heads_forward",
+                "UPDATE",
+                "audit_heads",
+                "a run's audit head only moves forward",
+                when="OLD.hash IS NULL OR NEW.hash IS NULL OR NEW.link < OLD.link OR NEW.seq < OLD.seq OR NEW.run_id IS NOT OLD.run_id",
+            ),
+        ),
+        postgres=(
+            ("CREATE FUNCTION planexec_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END $$"),
+            (
+                "CREATE FUNCTION planexec_decided_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF OLD.state <> 'pending' OR NEW.state = 'pending' OR "
+                + " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in _REQUEST_COLUMNS)
+                + " THEN RAISE EXCEPTION 'an approval is decided once and its request never changes'; END IF;"
+                " RETURN NEW; END $$"
+            ),
+            (
+                "CREATE FUNCTION planexec_head_forward() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF OLD.hash IS NULL OR NEW.hash IS NULL OR NEW.link < OLD.link OR NEW.seq < OLD.seq"
+                " OR NEW.run_id IS DISTINCT FROM OLD.run_id"
+                " THEN RAISE EXCEPTION 'a run''s audit head only moves forward'; END IF; RETURN NEW; END $$"
+            ),
+            _pg_refuse("plans_append_only", "UPDATE OR DELETE", "plans", "plan versions are append-only"),
+            _pg_refuse("approvals_no_delete", "DELETE", "approvals", "approvals are append-only"),
+            "CREATE TRIGGER approvals_decided_once BEFORE UPDATE ON approvals FOR EACH ROW EXECUTE FUNCTION planexec_decided_once()",
+            _pg_refuse("audit_heads_no_delete", "DELETE", "audit_heads", "a run's audit head is never deleted"),
+            "CREATE TRIGGER audit_heads_forward BEFORE UPDATE ON audit_heads FOR EACH ROW EXECUTE FUNCTION planexec_head_forward()",
+            *(
+                f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} FOR EACH STATEMENT"
+                f" EXECUTE FUNCTION planexec_refuse('the audit log is append-only')"
+                for table in ("events", "plans", "approvals", "audit_heads")
             ),
         ),
     ),

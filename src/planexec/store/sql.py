@@ -9,8 +9,19 @@ failed call changes nothing. Appending is the hot path (one transaction per
 batch of events while a run goes on): one query for the run's last seq, one
 multi-row INSERT, and snapshot updates only for the events that change the
 ``runs`` row. Approvals and templates are its mixins (`approvals`,
-`templates`). Imports `events`, `plan`, `plan_diff`, `results`, `usage`,
-`errors` and the store's `base`, `rows`, `approvals` and `templates`.
+`templates`).
+
+Every record of a run joins its hash chain as it is written (see `audit`):
+the run's head is read (locked, on PostgreSQL, so two writers never take
+the same link) and written back in the same transaction, and `audit_trail`
+reads it all back for `audit.verify_run`. The run's last event seq is the
+head's, so chaining adds one statement to an append (the head's update),
+not two. Secrets never reach the database: every event, plan version and
+approval is redacted (`secrets.redact`) on its way in, before it is hashed,
+and the run summaries are made from the redacted events. Events are stored
+as canonical JSON (sorted keys, compact), the very text their hash covers.
+Imports `events`, `plan`, `plan_diff`, `results`, `usage`, `secrets`,
+`errors` and the store's `audit`, `base`, `rows`, `approvals` and `templates`.
 """
 
 from __future__ import annotations
@@ -28,7 +39,20 @@ from planexec.engine.results import PlanVersion, RunStatus
 from planexec.errors import EventConflictError, RunNotFoundError, StoreError
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
+from planexec.secrets import redact, secrets
 from planexec.store.approvals import Approvals
+from planexec.store.audit import (
+    GENESIS,
+    AuditTrail,
+    Chain,
+    ChainHead,
+    ChainRecord,
+    approval_ref,
+    canonical,
+    decision_content,
+    plan_content,
+    request_content,
+)
 from planexec.store.base import RunSummary
 from planexec.store.rows import from_timestamp, timestamp
 from planexec.store.templates import Templates
@@ -50,6 +74,7 @@ class SqlRunStore(Approvals, Templates, ABC):
 
     dialect = "sql"
     location = "?"
+    _for_update = ""  # how a read locks the rows it reads until the transaction ends, where the backend can
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -69,6 +94,10 @@ class SqlRunStore(Approvals, Templates, ABC):
     @abstractmethod
     def _close_connection(self) -> None:
         """Close the backend's connection(s)."""
+
+    def _raw(self, column: str) -> str:
+        """`column` read as it is stored (a backend that may hold text that is not UTF-8 reads its bytes)."""
+        return column
 
     # --- plumbing ----------------------------------------------------------------
 
@@ -90,6 +119,28 @@ class SqlRunStore(Approvals, Templates, ABC):
     def _require_run(self, cur: Any, run_id: str) -> None:
         if self._one(cur, "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)) is None:
             raise RunNotFoundError(run_id, location=self.location)
+
+    def _chain(self, cur: Any, run_id: str) -> Chain:
+        """The run's chain head, locked until the transaction ends; a new chain for a run that has none yet."""
+        select = self._q("SELECT link, seq, hash FROM audit_heads WHERE run_id = ?" + self._for_update)
+        cur.execute(select, (run_id,))
+        row = cur.fetchone()
+        if row is None:
+            cur.execute(
+                self._q("INSERT INTO audit_heads (run_id, link, seq, hash) VALUES (?, -1, -1, ?) ON CONFLICT (run_id) DO NOTHING"),
+                (run_id, GENESIS),
+            )
+            cur.execute(select, (run_id,))
+            row = cur.fetchone()
+        return Chain(run_id, ChainHead(link=row[0], seq=row[1], hash=row[2]))
+
+    def _save_chain(self, cur: Any, chain: Chain) -> None:
+        """Write the head back (in the transaction that added the records)."""
+        if chain.changed:
+            cur.execute(
+                self._q("UPDATE audit_heads SET link = ?, seq = ?, hash = ? WHERE run_id = ?"),
+                (chain.link, chain.seq, chain.hash, chain.run_id),
+            )
 
     def close(self) -> None:
         """Release the connection; later calls raise `StoreError`."""
@@ -123,13 +174,17 @@ class SqlRunStore(Approvals, Templates, ABC):
                 groups.setdefault(ev.run_id, []).append(ev)
         stored = 0
         with self._tx(write=True) as cur:
-            for run_id, evs in groups.items():
-                stored += self._append_run(cur, run_id, evs, parent)
+            for run_id in sorted(groups):  # the heads are locked in one order: two writers never wait on each other
+                stored += self._append_run(cur, run_id, groups[run_id], parent)
         return stored
 
     def _append_run(self, cur: Any, run_id: str, evs: list[Any], parent: tuple[str, str] | None) -> int:
-        row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        last = -1 if row[0] is None else int(row[0])
+        chain = self._chain(cur, run_id)
+        if chain.legacy:  # recorded before the audit log: its head has no seq
+            row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+            last = -1 if row[0] is None else int(row[0])
+        else:
+            last = chain.seq
         expected = last + 1
         fast = True
         for ev in evs:
@@ -137,7 +192,7 @@ class SqlRunStore(Approvals, Templates, ABC):
                 fast = False
                 break
             expected += 1
-        fresh = [(ev, ev.to_json()) for ev in evs] if fast else self._sort_out(cur, run_id, evs, last)
+        fresh = [_stored(ev) for ev in evs] if fast else self._sort_out(cur, run_id, evs, last)
         if not fresh:
             return 0
         if last == -1:
@@ -146,20 +201,21 @@ class SqlRunStore(Approvals, Templates, ABC):
             chunk = fresh[start : start + _CHUNK]
             params: list[Any] = []
             for ev, body in chunk:
-                params += (run_id, ev.seq, ev.type, body)
+                params += (run_id, ev.seq, ev.type, body, *chain.add_event(ev.type, ev.seq, body))
             cur.execute(self._insert(len(chunk)), params)
         for ev, _ in fresh:
             kind = ev.type
             if kind in _SNAPSHOT_EVENTS or (kind in _USAGE_EVENTS and not ev.usage.is_zero()):
-                self._update_snapshot(cur, run_id, [ev for ev, _ in fresh])
+                self._update_snapshot(cur, run_id, [ev for ev, _ in fresh], chain)
                 break
+        self._save_chain(cur, chain)
         return len(fresh)
 
     def _insert(self, rows: int) -> str:
         sql = self._insert_sql.get(rows)
         if sql is None:
             sql = self._insert_sql[rows] = self._q(
-                "INSERT INTO events (run_id, seq, type, body) VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows)
+                "INSERT INTO events (run_id, seq, type, body, link, prev_hash, hash) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
             )
         return sql
 
@@ -167,7 +223,7 @@ class SqlRunStore(Approvals, Templates, ABC):
         """The slow path: drop events stored before (same content), refuse conflicts and gaps; the new ones in order."""
         by_seq: dict[int, tuple[Any, str]] = {}
         for ev in evs:
-            body = ev.to_json()
+            ev, body = _stored(ev)
             if ev.seq < 0:
                 raise EventConflictError(
                     f"event of run {run_id!r} has a negative seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location
@@ -183,6 +239,13 @@ class SqlRunStore(Approvals, Templates, ABC):
             stored = self._all(cur, "SELECT seq, body FROM events WHERE run_id = ? AND seq >= ? AND seq <= ?", (run_id, old[0], old[-1]))
             bodies = {int(seq): body for seq, body in stored}
             for seq in old:
+                if seq not in bodies:
+                    raise EventConflictError(
+                        f"event {seq} of run {run_id!r} is missing from {self.location} (removed from the log?)",
+                        run_id=run_id,
+                        seq=seq,
+                        location=self.location,
+                    )
                 if json.loads(bodies[seq]) != json.loads(by_seq[seq][1]):
                     raise EventConflictError(
                         f"event {seq} of run {run_id!r} is already stored with another content ({by_seq[seq][0].type} now, "
@@ -212,7 +275,7 @@ class SqlRunStore(Approvals, Templates, ABC):
             (run_id, RunStatus.RUNNING.value, timestamp(first.at), parent_run, parent_step),
         )
 
-    def _update_snapshot(self, cur: Any, run_id: str, evs: list[Any]) -> None:
+    def _update_snapshot(self, cur: Any, run_id: str, evs: list[Any], chain: Chain) -> None:
         """Apply what these new events change in the run's row (and the plan versions); same transaction."""
         used = Usage()
         finished = False
@@ -238,9 +301,8 @@ class SqlRunStore(Approvals, Templates, ABC):
                     self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
                     (ev.version, ev.content_hash, len(ev.step_ids), run_id),
                 )
-                self._insert_plan(
-                    cur, run_id, ev.plan.model_copy(update={"version": ev.version}), ev.reason, ev.diff.to_json(), ev.usage, ev.at
-                )
+                plan = ev.plan.model_copy(update={"version": ev.version})
+                self._insert_plan(cur, run_id, plan, ev.reason, ev.diff.to_json(), ev.usage, ev.at, chain)
             elif kind == "plan_completed":
                 cur.execute(
                     self._q("UPDATE runs SET content_hash = ?, step_count = ? WHERE run_id = ?"),
@@ -303,10 +365,14 @@ class SqlRunStore(Approvals, Templates, ABC):
     def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
         """Store a version of the run's plan (normally the first, before its `RunStarted`); the same again is a no-op."""
         with self._tx(write=True) as cur:
-            self._insert_plan(cur, run_id, plan, reason, None, Usage(), datetime.now(UTC))
+            chain = self._chain(cur, run_id)
+            self._insert_plan(cur, run_id, plan, reason, None, Usage(), datetime.now(UTC), chain)
+            self._save_chain(cur, chain)
 
-    def _insert_plan(self, cur: Any, run_id: str, plan: Plan, reason: str, diff: str | None, usage: Usage, at: datetime) -> None:
-        text = plan.model_dump_json(by_alias=True)
+    def _insert_plan(
+        self, cur: Any, run_id: str, plan: Plan, reason: str, diff: str | None, usage: Usage, at: datetime, chain: Chain
+    ) -> None:
+        text = canonical(redact(json.loads(plan.model_dump_json(by_alias=True))))
         row = self._one(cur, "SELECT plan FROM plans WHERE run_id = ? AND version = ?", (run_id, plan.version))
         if row is not None:
             if json.loads(row[0]) != json.loads(text):
@@ -314,9 +380,15 @@ class SqlRunStore(Approvals, Templates, ABC):
                     f"run {run_id!r} already has a different plan version {plan.version} in {self.location}", location=self.location
                 )
             return
+        reason = redact(reason)
+        diff = None if diff is None else canonical(redact(json.loads(diff)))
+        columns = (text, reason, diff, usage.model_dump_json(), timestamp(at))
         cur.execute(
-            self._q("INSERT INTO plans (run_id, version, plan, reason, diff, usage, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-            (run_id, plan.version, text, reason, diff, usage.model_dump_json(), timestamp(at)),
+            self._q(
+                "INSERT INTO plans (run_id, version, plan, reason, diff, usage, created_at, link, prev_hash, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            (run_id, plan.version, *columns, *chain.add("plan", plan.version, plan_content(*columns))),
         )
 
     def plan_versions(self, run_id: str) -> list[PlanVersion]:
@@ -335,6 +407,92 @@ class SqlRunStore(Approvals, Templates, ABC):
             )
             for version, plan, reason, diff, usage in rows
         ]
+
+    # --- the audit log -------------------------------------------------------------
+
+    def audit_trail(self, run_id: str) -> AuditTrail:
+        """The run's head and every record with its chain columns, read as stored (see `audit.verify_run`)."""
+        r = self._raw
+        with self._tx(write=False) as cur:
+            head = self._one(cur, "SELECT link, seq, hash FROM audit_heads WHERE run_id = ?", (run_id,))
+            if head is None:
+                self._require_run(cur, run_id)
+            events = self._all(
+                cur, f"SELECT seq, {r('type')}, {r('body')}, link, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+            plans = self._all(
+                cur,
+                f"SELECT version, {r('plan')}, {r('reason')}, {r('diff')}, {r('usage')}, {r('created_at')}, link, prev_hash, hash "
+                "FROM plans WHERE run_id = ? ORDER BY version",
+                (run_id,),
+            )
+            approvals = self._all(
+                cur,
+                f"SELECT {r('step_id')}, {r('content_hash')}, {r('requested_at')}, link, prev_hash, hash, {r('state')}, "
+                f"{r('decided_at')}, {r('decided_by')}, {r('reason')}, decision_link, decision_prev_hash, decision_hash "
+                "FROM approvals WHERE run_id = ? ORDER BY approval_id",
+                (run_id,),
+            )
+        records = [
+            ChainRecord(table="event", kind=_text(kind), ref=int(seq), content=_text(body), link=link, prev_hash=prev, hash=digest)
+            for seq, kind, body, link, prev, digest in events
+        ]
+        for version, plan, reason, diff, usage, created, link, prev, digest in plans:
+            content = plan_content(_text(plan), _text(reason), _maybe_text(diff), _text(usage), _text(created))
+            records.append(
+                ChainRecord(table="plan", kind="plan", ref=int(version), content=content, link=link, prev_hash=prev, hash=digest)
+            )
+        for step, content_hash, requested, link, prev, digest, state, decided, by, reason, d_link, d_prev, d_hash in approvals:
+            ref = approval_ref(_text(step), _text(content_hash))
+            content = request_content(_text(step), _text(content_hash), _text(requested))
+            records.append(
+                ChainRecord(
+                    table="approval_request", kind="approval_request", ref=ref, content=content, link=link, prev_hash=prev, hash=digest
+                )
+            )
+            if _text(state) != "pending" or d_hash is not None:
+                content = decision_content(_text(state), _maybe_text(decided), _maybe_text(by), _maybe_text(reason))
+                records.append(
+                    ChainRecord(
+                        table="approval_decision",
+                        kind="approval_decision",
+                        ref=ref,
+                        content=content,
+                        link=d_link,
+                        prev_hash=d_prev,
+                        hash=d_hash,
+                    )
+                )
+        chain_head = None if head is None else ChainHead(link=head[0], seq=head[1], hash=head[2])
+        return AuditTrail(run_id=run_id, head=chain_head, records=records)
+
+
+def _stored(ev: Any) -> tuple[Any, str]:
+    """The event as the store keeps it, redacted, and its canonical JSON (the text stored and hashed)."""
+    data = ev.to_dict()
+    try:
+        body = canonical(data)
+    except ValueError:  # a float that JSON has no number for: as the event's own JSON writes it (null)
+        data = json.loads(ev.to_json())
+        body = canonical(data)
+    if not secrets.may_be_in(body):  # one substring search over the text instead of a walk over the data
+        return ev, body
+    hidden = redact(data)
+    if hidden is data:
+        return ev, body
+    body = canonical(hidden)
+    return parse_event(body), body
+
+
+def _text(value: Any) -> str:
+    """A column read by `_raw`: text as it is, bytes decoded so that encoding them again gives the same bytes."""
+    if isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", "surrogateescape")
+
+
+def _maybe_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
 
 
 def _summary(row: Sequence[Any]) -> RunSummary:

@@ -5,8 +5,10 @@ an SQLite database of another application, a damaged one, or one written
 by a newer planexec gets a `StoreError` naming the file and what is wrong,
 and is never modified), the pragmas (WAL, ``synchronous=NORMAL``: a
 committed write survives a killed process; a busy timeout), migrations on
-open, and the transactions `sql.SqlRunStore` runs in. Checkpoints (copying
-the WAL back into the database, with an fsync) run on a background
+open, and the transactions `sql.SqlRunStore` runs in (``BEGIN IMMEDIATE``
+for a write: one writer at a time, so a run's audit head needs no row
+lock). Checkpoints (copying the WAL back into the database, with an
+fsync) run on a background
 connection every few hundred commits instead of inside a commit, so a run's
 steps never wait for one. Imports the store's `sql` and `schema`, `errors`.
 """
@@ -156,6 +158,10 @@ class SqliteRunStore(SqlRunStore):
                 if self._checkpointer is None:
                     self._checkpointer = _Checkpointer(self.path, self._timeout)
                 self._checkpointer.poke()
+
+    def _raw(self, column: str) -> str:
+        # SQLite keeps whatever bytes were written into a TEXT column: read them as bytes, so a damaged one is reported, not raised
+        return f"CAST({column} AS BLOB)"
 
     def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
         text = str(exc)

@@ -1,0 +1,261 @@
+"""Secrets never leave the process: not in stored events, plans or approvals, not in logs, not in what the CLI prints.
+
+A key is put in the environment (``OPENAI_API_KEY=sk-test-<random>``), and
+tools return it and fail with it in their error; the run is recorded into a
+SQLite store through the engine and through the CLI. The key's bytes must
+appear nowhere: the database file and its WAL, the CLI's output, the logs,
+the JSON exports (``show --json``, ``logs --json``); the redaction marker
+must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import secrets as random
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from planexec import Engine, Plan, Registry
+from planexec.cli.main import main
+from planexec.engine.recording import record_run
+from planexec.records import Record
+from planexec.secrets import MIN_LENGTH, RedactingFilter, Secrets, redact, refresh_secrets, register_secret
+from planexec.store import SqliteRunStore, verify_run
+
+MARKER = "[redacted:OPENAI_API_KEY]"
+
+TOOLS = '''
+import os
+from planexec import tool
+
+
+@tool
+def reveal() -> str:
+    """Says the key out loud."""
+    return "the key is " + os.environ["OPENAI_API_KEY"]
+
+
+@tool
+def parrot(text: str) -> dict:
+    """Returns what it was given, under the key's name too."""
+    return {"said": text, os.environ["OPENAI_API_KEY"]: "as a key"}
+
+
+@tool
+def leak_error(text: str) -> str:
+    """Fails, naming the key in its error."""
+    raise RuntimeError("login refused for key " + os.environ["OPENAI_API_KEY"] + " after " + text)
+'''
+
+PLAN = {
+    "plan_id": "leaky",
+    "goal": "use the service",
+    "steps": [
+        {"id": "reveal", "action": "reveal", "worker": "tool"},
+        {"id": "parrot", "action": "parrot", "worker": "tool", "parameters": {"text": "${reveal}"}},
+        {"id": "fail", "action": "leak_error", "worker": "tool", "parameters": {"text": "${parrot.said}"}},
+    ],
+}
+
+
+@pytest.fixture
+def key(monkeypatch):
+    """A fresh key in the environment, read by the process's secrets; forgotten afterwards."""
+    value = "sk-test-" + random.token_hex(16)
+    monkeypatch.setenv("OPENAI_API_KEY", value)
+    refresh_secrets()
+    yield value
+    monkeypatch.delenv("OPENAI_API_KEY")
+    refresh_secrets()
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, key):
+    """A folder with the tools module and the plan file; the CLI runs there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "leaky.py").write_text(TOOLS)
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    return tmp_path
+
+
+def stored_bytes(path: Path) -> bytes:
+    """The database file and its WAL (and shared memory), as an attacker reading the folder sees them."""
+    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
+
+
+def registry(folder: Path) -> Registry:
+    reg = Registry()
+    reg.load_module(str(folder / "leaky.py"))
+    return reg
+
+
+# --- redact ---------------------------------------------------------------------------------------
+
+
+def test_redact_hides_every_occurrence_nested_and_in_keys(key):
+    value = {"a": f"x{key}y{key}", key: [1, (f"in a tuple {key}",)], "n": None, "b": b"bytes " + key.encode()}
+    hidden = redact(value)
+    assert hidden == {"a": f"x{MARKER}y{MARKER}", MARKER: [1, (f"in a tuple {MARKER}",)], "n": None, "b": b"bytes " + MARKER.encode()}
+    assert key not in json.dumps(hidden, default=str)
+
+
+def test_a_value_without_a_secret_comes_back_as_the_same_object(key):
+    value = {"a": ["b", {"c": 1}], "d": "e"}
+    assert redact(value) is value
+    assert redact("plain") == "plain"
+
+
+def test_records_and_pydantic_models_are_rebuilt_with_the_secret_hidden(key):
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Note(Record):
+        text: str
+        tags: list[str]
+
+    class Answer(BaseModel):
+        value: str
+        note: Note
+
+    answer = Answer(value=f"key={key}", note=Note(text="fine", tags=[key]))
+    hidden = redact(answer)
+    assert isinstance(hidden, Answer) and hidden.value == f"key={MARKER}" and hidden.note == Note(text="fine", tags=[MARKER])
+    assert answer.value == f"key={key}"  # the original is left alone
+
+
+def test_which_values_are_secrets():
+    env = {
+        "OPENAI_API_KEY": "sk-1234567890",
+        "github_token": "ghp_abcdefgh",
+        "DB_PASSWORD": "hunter2hunter2",
+        "SHORT_TOKEN": "1234567",  # under MIN_LENGTH: it would match ordinary text
+        "GIT_AUTHOR_NAME": "Ada Lovelace",  # AUTHOR is not AUTH
+        "HOME": "/home/somebody",
+        "X_AUTH": "bearer-abcdefgh",
+    }
+    found = Secrets(env)
+    assert found.names() == ["DB_PASSWORD", "OPENAI_API_KEY", "X_AUTH", "github_token"]
+    assert found.redact("Ada Lovelace at /home/somebody uses 1234567") == "Ada Lovelace at /home/somebody uses 1234567"
+    found.register("a-registered-value", "my key")
+    found.register("short", "ignored")
+    assert found.redact("a-registered-value and short") == "[redacted:my key] and short"
+    assert len("short") < MIN_LENGTH
+
+
+def test_a_secret_inside_another_is_hidden_whole():
+    found = Secrets({"A_KEY": "abcdefgh", "B_KEY": "abcdefgh-longer"})
+    assert found.redact("abcdefgh-longer, abcdefgh") == "[redacted:B_KEY], [redacted:A_KEY]"
+
+
+def test_api_keys_are_registered_where_they_are_resolved(monkeypatch):
+    from planexec.models.openai import OpenAIModel
+
+    given = "sk-given-" + random.token_hex(8)
+    OpenAIModel("gpt-4o-mini", api_key=given)
+    assert redact(f"the key {given}") == "the key [redacted:openai:gpt-4o-mini api_key]"
+    from planexec.config import Config
+    from planexec.models.settings import ModelSettings
+
+    configured = "sk-configured-" + random.token_hex(8)
+    config = Config.model_validate({"providers": {"openai": {"api_key_env": "MY_SERVER_SETTING"}}})
+    ModelSettings(config, env={"MY_SERVER_SETTING": configured}).options("openai")
+    assert redact(configured) == "[redacted:MY_SERVER_SETTING]"
+    register_secret(None, "nothing")  # a missing key is no secret
+
+
+def test_redaction_is_cheap(key):
+    event = {"type": "step_succeeded", "output": {"value": ["lorem ipsum dolor sit amet " * 4] * 90, "meta": {"n": 1}}}
+    assert 9_000 < len(json.dumps(event)) < 11_000
+    rounds = 200
+    started = time.perf_counter()
+    for _ in range(rounds):
+        redact(event)
+    per_event = (time.perf_counter() - started) / rounds
+    assert per_event < 0.005  # measured: ~0.1 ms with a secret set (see the report); generous on a shared machine
+
+
+# --- logs -------------------------------------------------------------------------------------------
+
+
+def test_log_records_of_planexec_loggers_are_redacted_messages_arguments_and_tracebacks(key, caplog):
+    caplog.set_level(logging.DEBUG)
+    try:
+        raise RuntimeError(f"refused {key}")
+    except RuntimeError:
+        logging.getLogger("planexec.store").exception("could not log in with %s", key)
+    logging.getLogger("planexec").warning(f"the key is {key}")
+    assert key not in caplog.text and MARKER in caplog.text
+    assert all(key not in r.getMessage() for r in caplog.records)
+    assert any(isinstance(f, RedactingFilter) for f in logging.getLogger("planexec").filters)
+
+
+# --- a run recorded through the engine ------------------------------------------------------------------
+
+
+def test_a_run_through_the_engine_stores_no_secret(project, key, caplog):
+    caplog.set_level(logging.DEBUG)
+    path = project / "store" / "runs.db"
+
+    def noisy(event):  # an event subscriber that fails: the engine logs its traceback
+        if event.type == "step_failed":
+            raise ValueError(f"subscriber saw {event.error.message}")
+
+    async def go():
+        with SqliteRunStore(path) as store:
+            run = Engine(registry(project)).start(Plan.from_data(PLAN), run_id="run-1")
+            record_run(run, store)
+            run.subscribe(noisy)
+            result = await run.result()
+            store.request_approval("run-1", "sha256:x", step_id="fail")
+            store.decide_approval("run-1", step_id="fail", approved=False, by="ada", reason=f"it leaked {key}")
+            store.save_plan("run-1", Plan.from_data({**PLAN, "goal": f"use {key}"}).model_copy(update={"version": 2}))
+            return result
+
+    result = asyncio.run(go())
+    assert key in json.dumps(result.model_dump(mode="json"))  # the run itself saw the key: the tools returned it
+    assert result.steps["fail"].error is not None
+    data = stored_bytes(path)
+    assert key.encode() not in data and MARKER.encode() in data
+    assert key not in caplog.text and "subscriber saw" in caplog.text and MARKER in caplog.text
+    with SqliteRunStore(path) as store:
+        events = store.events("run-1")
+        assert key not in json.dumps([e.to_dict() for e in events]) and MARKER in json.dumps([e.to_dict() for e in events])
+        assert store.run("run-1").reason is None or key not in store.run("run-1").reason
+        assert store.approvals("run-1")[0].reason == f"it leaked {MARKER}"
+        assert store.plan_versions("run-1")[-1].plan.goal == f"use {MARKER}"
+        assert verify_run(store, "run-1").ok  # what is chained is what is stored: the redacted records
+
+
+# --- a run through the CLI ----------------------------------------------------------------------------
+
+
+def test_a_run_through_the_cli_prints_and_stores_no_secret(project, key, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    db = project / "cli.db"
+    code = main(["run", "--plan", "plan.json", "--tools", "leaky.py", "--yes", "--store", str(db), "--run-id", "run-9"])
+    assert code == 1  # the last step fails
+    printed = capsys.readouterr()
+    outputs = {"run": printed.out + printed.err}
+    for name, argv in {
+        "show": ["show", "run-9"],
+        "show --json": ["show", "run-9", "--json"],
+        "logs": ["logs", "run-9"],
+        "logs --json": ["logs", "run-9", "--json"],
+        "runs --json": ["runs", "--json"],
+    }.items():
+        assert main([*argv, "--store", str(db)]) == 0, name
+        printed = capsys.readouterr()
+        outputs[name] = printed.out + printed.err
+    for name, text in outputs.items():
+        assert key not in text, name
+    assert MARKER in outputs["run"] and MARKER in outputs["show"] and MARKER in outputs["logs"]
+    export = json.loads(outputs["show --json"])  # the JSON export of the run
+    assert MARKER in json.dumps(export) and export["steps"]["fail"]["state"] == "failed"
+    assert all(key not in line for line in outputs["logs --json"].splitlines())
+    data = stored_bytes(db)
+    assert key.encode() not in data and MARKER.encode() in data
+    assert key not in caplog.text
