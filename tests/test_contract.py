@@ -428,3 +428,63 @@ def test_a_critic_judging_an_output_derived_from_untrusted_text_reads_it_quarant
         ("critic", "calculator", True, None),
     ]
     assert set(result.steps) == {"r"}  # the critic's calls are kept on the step it judged
+
+
+def test_a_call_escalated_to_a_person_waits_in_the_store_and_is_decided_from_another_process(tmp_path, monkeypatch, capsys):
+    import contextlib
+    import threading
+    import time
+
+    from planexec.cli.main import main
+    from planexec.engine.approval import StoreApprover
+    from planexec.store import RunNotFoundError, open_store
+
+    store = open_store(str(tmp_path / "runs.db"))
+    team, _ = _team(
+        tmp_path,
+        [tool_call("read_file", path="notes.txt"), tool_call("write_file", path="summary.txt", content="s"), "done"],
+        store=store,
+        call_approver=StoreApprover(store, poll=0.05),  # nobody asked here: a person decides from elsewhere
+    )
+    (tmp_path / "ws" / "notes.txt").write_text("plain notes")
+    listed: list[str] = []
+
+    def person():
+        for _ in range(200):
+            with contextlib.suppress(RunNotFoundError):  # the run may not be recorded yet
+                if store.approvals("r1", pending_only=True):
+                    break
+            time.sleep(0.05)
+        assert main(["approvals", "--store", str(tmp_path / "runs.db")]) == 0
+        listed.append(capsys.readouterr().out)
+        assert main(["approve", "r1", "--step", "c", "--store", str(tmp_path / "runs.db")]) == 0
+
+    helper = threading.Thread(target=person)
+    helper.start()
+    step = {"id": "c", "worker": "coder", "action": "code", "instruction": "Summarise notes.txt", "timeout": 30}
+    result = team.execute_sync(_plan(step), run_id="r1")
+    helper.join(10)
+    assert "a call in step c" in listed[0] and 'coder calls write_file(content="s", path="summary.txt") (quarantine' in listed[0]
+    assert _calls(result, "c")[1] == ("write_file", True, "quarantine", True)
+    assert (tmp_path / "ws" / "summary.txt").read_text() == "s"
+    (approval,) = [a for a in store.approvals("r1") if a.step_id == "c"]
+    assert approval.state.value == "approved" and approval.by  # keyed by the call's digest, decided by the person
+
+
+def test_a_key_a_tool_returns_never_reaches_the_model(tmp_path, monkeypatch):
+    from planexec.secrets import refresh_secrets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-4f1c9a7e2b")
+    refresh_secrets()
+
+    @tool(read_only=True)
+    def leaky() -> str:
+        """Reads the environment, as a careless tool might."""
+        return "config: OPENAI_API_KEY=sk-test-4f1c9a7e2b"
+
+    team, model = _team(tmp_path, [tool_call("leaky"), "done"], tools=[leaky])
+    step = {"id": "c", "worker": "coder", "action": "code", "instruction": "check the config, key sk-test-4f1c9a7e2b"}
+    team.registry.workers["coder"].tools["leaky"] = leaky
+    team.execute_sync(_plan(step))
+    sent = json.dumps([[m.content for m in r.messages] for r in model.requests])
+    assert "sk-test-4f1c9a7e2b" not in sent and "[redacted:OPENAI_API_KEY]" in sent

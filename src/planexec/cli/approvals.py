@@ -43,6 +43,7 @@ from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
 from planexec.plan.view import plan_table
 from planexec.store import Approval, ApprovalState, RunStore
+from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
 __all__ = [
@@ -145,6 +146,17 @@ def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
     """What an approval is about, for people (``what``, ``details``) and for JSON (the other keys)."""
     versions = store.plan_versions(approval.run_id)
     if approval.step_id is not None:
+        call = _call_request(store, approval)
+        if call is not None:
+            args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:80]}" for k, v in sorted(call.arguments.items()))
+            why = f" ({call.rule}: {call.reason})" if call.rule else ""
+            chain = f"; data from: {' <- '.join(call.chain)}" if call.chain else ""
+            return {
+                "kind": "call",
+                "what": f"a call in step {call.step_id}",
+                "details": f"{call.worker} calls {call.tool}({args}){why}{chain}",
+                "call": call.to_dict(),
+            }
         step = _find_step(versions, approval.step_id, approval.content_hash)
         if step is None:
             return {"kind": "step", "what": f"step {approval.step_id}", "details": "(not in the stored plan)"}
@@ -187,6 +199,15 @@ def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
         "steps": None,
         "diff": None,
     }
+
+
+def _call_request(store: RunStore, approval: Approval) -> CallRequest | None:
+    """The tool call an approval is about, when it is one (its request is in the run's events)."""
+    for e in store.events(approval.run_id):
+        if e.type == "approval_requested" and e.content_hash == approval.content_hash and e.call is not None:
+            found: CallRequest = e.call
+            return found
+    return None
 
 
 def _find_step(versions: Iterable[Any], step_id: str, content_hash: str) -> Step | None:

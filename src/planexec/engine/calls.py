@@ -68,7 +68,9 @@ class CallHooks:
         run = self._run
         if self._owner is not None:
             request = dataclasses.replace(request, step_id=self._owner)
-        run._emit(ApprovalRequested, step_id=request.step_id, content_hash=request.digest, plan_version=self._state.plan.version)
+        run._emit(
+            ApprovalRequested, step_id=request.step_id, content_hash=request.digest, plan_version=self._state.plan.version, call=request
+        )
         try:
             ask = getattr(approver, "approve_call", None)
             verdict = await ask(request) if ask is not None else await _ask(approver, request)

@@ -20,7 +20,7 @@ from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
-from planexec.workers.gate import CallRecord
+from planexec.workers.gate import CallRecord, CallRequest
 from planexec.workers.io import Output
 
 __all__ = [
@@ -164,12 +164,13 @@ class SubRunEvent(_Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequested(_Event):
-    """A plan version (`step_id` None) or a step waits for approval of exactly this content."""
+    """A plan version (`step_id` None), a step, or one tool call inside a step waits for approval of exactly this content."""
 
     type: Literal["approval_requested"] = "approval_requested"
     step_id: str | None
     content_hash: str
     plan_version: int
+    call: CallRequest | None = None  # a single tool call inside the step (its digest is `content_hash`), not the step
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

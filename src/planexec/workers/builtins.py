@@ -53,6 +53,6 @@ def has_keys(output: Any, keys: list[str]) -> tuple[bool, str]:
 def register(registry: Registry) -> None:
     """The ``planexec.plugins`` hook: add the built-ins to `registry`."""
     for fn in (echo, sleep, concat, noop):
-        registry.tool(fn, idempotent=True, read_only=True)
+        registry.tool(fn, idempotent=True, read_only=True, untrusted_output=False)  # they only pass values along
     registry.predicate(truthy)
     registry.predicate(has_keys)

@@ -67,7 +67,7 @@ class Registry:
         requires_approval: bool = False,
         read_only: bool = False,
         sensitive: Iterable[str] = (),
-        untrusted_output: bool = False,
+        untrusted_output: bool = True,
     ) -> Any:
         """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
 

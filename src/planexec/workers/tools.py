@@ -132,8 +132,10 @@ class Tool:
     side-effecting, approved per call inside a role worker); `sensitive`
     names the arguments that choose where an effect lands (a path, a
     recipient, a URL, an amount, code), which untrusted data may not choose;
-    `untrusted_output` says its result carries text from outside (a file, a
-    page, a message), which quarantines whoever reads it.
+    `untrusted_output` (the default) says its result may carry text from
+    outside (a file, a page, a message), which quarantines whoever reads it:
+    a tool whose result is its own computation (a calculator) declares
+    ``untrusted_output=False``.
     """
 
     def __init__(
@@ -147,7 +149,7 @@ class Tool:
         requires_approval: bool = False,
         read_only: bool = False,
         sensitive: Iterable[str] = (),
-        untrusted_output: bool = False,
+        untrusted_output: bool = True,
         input_schema: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
     ) -> None:
@@ -162,7 +164,7 @@ class Tool:
         # arguments that choose where an effect lands (a path, a recipient, a URL, an amount, code):
         # a value for one that comes from untrusted data is denied unless the step's grant bounds it
         self.sensitive: frozenset[str] = frozenset(sensitive)
-        # its output carries text from outside (a file, a page, a message): whoever reads it is quarantined
+        # its output may carry text from outside (a file, a page, a message): whoever reads it is quarantined
         self.untrusted_output = untrusted_output
         self.is_async = inspect.iscoroutinefunction(fn)
         by_schema = input_schema is not None
@@ -221,7 +223,7 @@ class Tool:
         requires_approval: bool = False,
         read_only: bool = False,
         sensitive: Iterable[str] = (),
-        untrusted_output: bool = False,
+        untrusted_output: bool = True,
     ) -> Tool:
         """A tool declared by a name, a description and a JSON Schema of its arguments (an MCP tool, another framework's).
 
@@ -358,7 +360,7 @@ def tool(
     requires_approval: bool = False,
     read_only: bool = False,
     sensitive: Iterable[str] = (),
-    untrusted_output: bool = False,
+    untrusted_output: bool = True,
 ) -> Tool: ...
 
 
@@ -373,7 +375,7 @@ def tool(
     requires_approval: bool = False,
     read_only: bool = False,
     sensitive: Iterable[str] = (),
-    untrusted_output: bool = False,
+    untrusted_output: bool = True,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -387,7 +389,7 @@ def tool(
     requires_approval: bool = False,
     read_only: bool = False,
     sensitive: Iterable[str] = (),
-    untrusted_output: bool = False,
+    untrusted_output: bool = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
 

@@ -27,6 +27,7 @@ from planexec.errors import (
     ToolInputError,
 )
 from planexec.models.base import Message, Model, ToolCall
+from planexec.secrets import redact
 from planexec.usage import Usage
 from planexec.workers.arguments import InputModel
 from planexec.workers.gate import Gate, admit_direct
@@ -247,7 +248,7 @@ class RoleWorker:
         validator = self._answer_validator if schema is None else jsonschema.validators.validator_for(schema)(schema)
         messages = [
             Message(role="system", content=protocol.system_prompt(self.system_prompt)),
-            Message(role="user", content=self.render_task(call)),
+            Message(role="user", content=redact(self.render_task(call))),  # no key enters a prompt
         ]
         usage = Usage()
         ran: list[str] = []
@@ -311,13 +312,13 @@ class RoleWorker:
             gate.refused.append({"tool": tc.name, "rule": "tool_input", "reason": str(exc)})
             return f"error: {exc}", False
         except ToolError as exc:
-            gate.ran(tc.name, tc.arguments, decision, error=str(exc))
-            return f"error: {exc}", True
+            gate.ran(tc.name, tc.arguments, decision, error=redact(str(exc)))
+            return redact(f"error: {exc}"), True
         except Exception as exc:  # the model sees the failure and may try again
-            gate.ran(tc.name, tc.arguments, decision, error=f"{type(exc).__name__}: {exc}")
-            return f"error: {type(exc).__name__}: {exc}", True
+            gate.ran(tc.name, tc.arguments, decision, error=redact(f"{type(exc).__name__}: {exc}"))
+            return redact(f"error: {type(exc).__name__}: {exc}"), True
         gate.ran(tc.name, tc.arguments, decision)
-        return result_text(result), True
+        return result_text(redact(result)), True  # a key a tool returns never reaches the model
 
 
 def _answer_problem(validator: Any, answer: Any) -> str | None:

@@ -101,7 +101,7 @@ def _describe(node: ast.AST) -> str:
     return f"syntax ({type(node).__name__})"
 
 
-@tool(name="calculator", idempotent=True, read_only=True)
+@tool(name="calculator", idempotent=True, read_only=True, untrusted_output=False)
 def calculator(expression: str) -> float | int:
     """Evaluate an arithmetic expression exactly as Python would and return the number.
 
