@@ -402,3 +402,13 @@ def test_an_unknown_run_or_a_missing_store_is_a_usage_error_without_a_traceback(
     (tmp_path / "junk.db").write_bytes(b"not a database at all" * 10)
     assert main(["audit", "verify", "run-1", "--store", str(tmp_path / "junk.db")]) == 2
     assert "not a planexec run store" in capsys.readouterr().err
+
+
+def test_garbage_in_the_chain_columns_is_reported_not_raised(attacker, target, capsys):
+    if "://" in target:
+        pytest.skip("PostgreSQL keeps its columns' types: only SQLite stores any value in any column")
+    attacker.sql("UPDATE events SET link = 'not a number', hash = x'ff00' WHERE run_id = ? AND seq = 3", ("run-1",))
+    attacker.sql("UPDATE events SET seq = 'three' WHERE run_id = ? AND seq = 4", ("run-1",))
+    report = verify(target)
+    assert not report.ok and (ProblemKind.INSERTED, 3) in found(report)
+    assert cli(target) == 1 and "Traceback" not in capsys.readouterr().err

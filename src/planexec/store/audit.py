@@ -319,7 +319,7 @@ class _Walk:
         self.by_hash = {r.hash: r for r in self.records}
         self.referenced = {r.prev_hash for r in self.records} | {self.head.hash}
         self.events_at = {r.ref: r for r in self.records if r.table == "event"}  # column seq -> record
-        self.event_links = sorted((r.link or 0, int(r.ref)) for r in self.records if r.table == "event")
+        self.event_links = sorted((r.link or 0, r.ref) for r in self.records if r.table == "event" and isinstance(r.ref, int))
         self.home: dict[int, int] = {}  # id(record) -> the link where it verified
         self.reported: set[int] = set()
         self.problems: list[AuditProblem] = []

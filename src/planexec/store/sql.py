@@ -434,36 +434,23 @@ class SqlRunStore(Approvals, Templates, ABC):
                 (run_id,),
             )
         records = [
-            ChainRecord(table="event", kind=_text(kind), ref=int(seq), content=_text(body), link=link, prev_hash=prev, hash=digest)
+            ChainRecord(table="event", kind=_text(kind), ref=_key(seq), content=_text(body), **_chained(link, prev, digest))
             for seq, kind, body, link, prev, digest in events
         ]
         for version, plan, reason, diff, usage, created, link, prev, digest in plans:
             content = plan_content(_text(plan), _text(reason), _maybe_text(diff), _text(usage), _text(created))
-            records.append(
-                ChainRecord(table="plan", kind="plan", ref=int(version), content=content, link=link, prev_hash=prev, hash=digest)
-            )
+            records.append(ChainRecord(table="plan", kind="plan", ref=_key(version), content=content, **_chained(link, prev, digest)))
         for step, content_hash, requested, link, prev, digest, state, decided, by, reason, d_link, d_prev, d_hash in approvals:
             ref = approval_ref(_text(step), _text(content_hash))
             content = request_content(_text(step), _text(content_hash), _text(requested))
             records.append(
-                ChainRecord(
-                    table="approval_request", kind="approval_request", ref=ref, content=content, link=link, prev_hash=prev, hash=digest
-                )
+                ChainRecord(table="approval_request", kind="approval_request", ref=ref, content=content, **_chained(link, prev, digest))
             )
             if _text(state) != "pending" or d_hash is not None:
                 content = decision_content(_text(state), _maybe_text(decided), _maybe_text(by), _maybe_text(reason))
-                records.append(
-                    ChainRecord(
-                        table="approval_decision",
-                        kind="approval_decision",
-                        ref=ref,
-                        content=content,
-                        link=d_link,
-                        prev_hash=d_prev,
-                        hash=d_hash,
-                    )
-                )
-        chain_head = None if head is None else ChainHead(link=head[0], seq=head[1], hash=head[2])
+                chained = _chained(d_link, d_prev, d_hash)
+                records.append(ChainRecord(table="approval_decision", kind="approval_decision", ref=ref, content=content, **chained))
+        chain_head = None if head is None else ChainHead(link=_int(head[0]), seq=_int(head[1]), hash=_maybe_text(head[2]))
         return AuditTrail(run_id=run_id, head=chain_head, records=records)
 
 
@@ -493,6 +480,25 @@ def _text(value: Any) -> str:
 
 def _maybe_text(value: Any) -> str | None:
     return None if value is None else _text(value)
+
+
+def _int(value: Any) -> int | None:
+    """An integer column as stored; None when it holds something else (SQLite keeps whatever was written)."""
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _key(value: Any) -> int | str:
+    """A record's key (seq, version): the number, or the text it holds instead (which then does not verify)."""
+    number = _int(value)
+    return number if number is not None else str(value)
+
+
+def _chained(link: Any, prev: Any, digest: Any) -> dict[str, Any]:
+    """A record's chain columns as the verifier reads them."""
+    return {"link": _int(link), "prev_hash": _maybe_text(prev), "hash": _maybe_text(digest)}
 
 
 def _summary(row: Sequence[Any]) -> RunSummary:
