@@ -93,7 +93,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([{**a.to_dict(), **what} for a, what in rows], indent=2, ensure_ascii=False))
+        common.emit(json.dumps([{**a.to_dict(), **what} for a, what in rows], indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
     if not rows:

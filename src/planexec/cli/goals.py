@@ -150,7 +150,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         Path(args.output).write_text(planning.plan.to_json() + "\n", encoding="utf-8")
         common.console(stderr=True).print(f"wrote {args.output}", markup=False, highlight=False)
     if args.json:
-        print(planning.plan.to_json())
+        common.emit(planning.plan.to_json())
     else:
         _show_plan(planning, graph=args.show_graph)
     return common.EXIT_OK
@@ -303,7 +303,7 @@ def _report(args: argparse.Namespace, result: RunResult, t0: float) -> int:
     result = result.model_copy(update={"wall_time": time.perf_counter() - t0})
     code = common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return code
     out = common.console()
     print_summary(out, result)

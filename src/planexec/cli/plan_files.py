@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup = {"tools": list(dict.fromkeys([*config.tools, *args.tools]))}  # what `planexec resume RUN_ID` loads again
     result = asyncio.run(_execute(Engine(registry, **options), plan, display, run_id=args.run_id, setup=setup))
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print_summary(out, result)
         hint = common.resume_hint(result, recorded=store is not None)
@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     """``planexec schema``: the JSON Schema of a plan."""
     indent = args.indent if args.indent > 0 else None
-    print(json.dumps(Plan.model_json_schema(), indent=indent, ensure_ascii=False))
+    common.emit(json.dumps(Plan.model_json_schema(), indent=indent, ensure_ascii=False))
     return common.EXIT_OK
 
 

@@ -170,7 +170,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     store = _open(args, missing_ok=True)
     templates = _read(store, lambda s: s.templates()) if store is not None else []
     if args.json:
-        print(json.dumps([t.to_dict() for t in templates], indent=2, ensure_ascii=False))
+        common.emit(json.dumps([t.to_dict() for t in templates], indent=2, ensure_ascii=False))
         return common.EXIT_OK
     if not templates:
         common.say("no plan templates saved here yet" + (f" ({store.location})" if store is not None else ""))
@@ -195,7 +195,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = _open(args)
     template, versions = _read(store, lambda s: (s.template(args.template_name, args.version), s.templates(args.template_name)))
     if args.json:
-        print(json.dumps({**template.to_dict(), "versions": [_brief(v) for v in versions]}, indent=2, ensure_ascii=False))
+        common.emit(json.dumps({**template.to_dict(), "versions": [_brief(v) for v in versions]}, indent=2, ensure_ascii=False))
         return common.EXIT_OK
     common.say(
         f"template {template.name!r} version {template.version} of {len(versions)}"

@@ -96,7 +96,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     except (ResumeError, StoreError, ConfigError) as exc:
         raise common.UsageError(str(exc)) from None
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print_summary(out, result)
         hint = common.resume_hint(result, recorded=True)
