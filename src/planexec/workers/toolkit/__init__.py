@@ -24,7 +24,7 @@ from planexec.workers.toolkit.files import (
     SearchResults,
     file_tools,
 )
-from planexec.workers.toolkit.sandbox import PythonRun, namespace_available, python_tool
+from planexec.workers.toolkit.sandbox import PythonRun, python_tool, sandbox_available
 from planexec.workers.tools import Tool
 
 __all__ = [
@@ -38,8 +38,8 @@ __all__ = [
     "calculator",
     "default_toolkit",
     "file_tools",
-    "namespace_available",
     "python_tool",
+    "sandbox_available",
 ]
 
 
