@@ -32,12 +32,12 @@ TOOLS = '''
 from planexec.errors import ToolError
 from planexec.workers.tools import tool
 
-@tool
+@tool(read_only=True)
 def lookup(key: str) -> int:
     """A number by key."""
     return {"a": 2, "b": 3}[key]
 
-@tool
+@tool(read_only=True)
 def broken(key: str) -> int:
     """Always raises."""
     raise ToolError(f"broken: cannot look up {key}", tool="broken")

@@ -163,11 +163,14 @@ def draft_schema(
     workers: list[str] | None = None,
     done: list[str] | None = None,
     first: int = 1,
+    grants: bool = True,
 ) -> dict[str, Any]:
     """The JSON Schema of a plan draft over the registry's workers (or only `workers`).
 
     For a revision, `done` names the finished steps new ones may depend on and
     refer to, and `first` numbers the first new positional step (``s<first>``).
+    With `grants` (open shape only) role steps may carry ``capabilities`` and
+    an ``output_schema``.
     """
     done = list(done or [])
     if max_steps < 1:
@@ -179,7 +182,7 @@ def draft_schema(
     if not positional:
         step_id = {"type": "string", "pattern": STEP_ID_PATTERN, "maxLength": 64}
         deps = {"type": "array", "items": {"type": "string"}, "maxItems": max_steps}
-        granting = granting_workers(registry)
+        granting = granting_workers(registry) if grants else set()
         item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in granting) for w, a, p in branches]}
         if any(w in granting for w, _, _ in branches):
             defs["grant"] = _hoist(Grant.model_json_schema(), "grant", defs)

@@ -136,10 +136,10 @@ class Planner:
         self.workers = workers
         # few-shot examples: {"uses": ["worker.action", ...], "goal", "plan", "catalog"?}; shipped ones by default
         self.examples = examples if examples is not None else json.loads(load_prompt("planner/examples.json"))
-        self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers)
-        # whether the prompt teaches capabilities and typed answers: a provider's hosted model by default; a small
+        # whether the prompt and schema teach capabilities and typed answers: a provider's hosted model by default; a small
         # model behind a local server (a base_url of its own) or under a grammar plans worse with the longer prompt
         self.write_grants = (not self.positional and getattr(model, "base_url", None) is None) if write_grants is None else write_grants
+        self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers, grants=self.write_grants)
 
     def __repr__(self) -> str:
         return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"

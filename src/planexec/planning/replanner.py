@@ -74,6 +74,7 @@ class PlannerReplanner:
             workers=self.planner.workers,
             done=done,
             first=first,
+            grants=self.planner.write_grants,
         )
         found: dict[str, list[Step]] = {}
 

@@ -581,11 +581,9 @@ def python_tool(
         """Run a Python 3 program in the workspace directory and return its stdout, stderr and exit code.
 
         The program runs in a fresh, isolated interpreter with no network
-        access; only the workspace is writable, and /tmp is a small private
-        scratch area. Print what you want to see. Files it writes with
-        relative paths land in the workspace. It is killed when it runs past
-        its time limit (`timed_out` is then true) or grows the workspace past
-        its disk quota (`quota_exceeded`); output past a bound is cut.
+        access. Print what you want to see. Files it writes with relative
+        paths land in the workspace. It is killed when it runs past its
+        time limit (`timed_out` is then true); output past a bound is cut.
         """
         problem = await asyncio.to_thread(_sandbox_problem, exe)  # probed once per binary, then cached
         if problem is not None:
