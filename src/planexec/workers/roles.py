@@ -73,8 +73,8 @@ ROLES: tuple[RoleSpec, ...] = (
     ),
     RoleSpec(
         "coder",
-        "Writes and runs Python code (sandboxed) and reads and writes workspace files; writing a file needs the step "
-        "to require approval. Answers with what it did and the result.",
+        "Writes and runs Python code (sandboxed) and reads and writes workspace files; each file write and code run "
+        "is approved unless the step grants it. Answers with what it did and the result.",
         tools=("run_python", "read_file", "list_files", "write_file"),
         tasks=("code", "respond"),
     ),
