@@ -486,7 +486,8 @@ def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
     pytest.importorskip("planexec.workers.toolkit")
     model = ScriptedModel([tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}'])
     (critic,) = builtin_roles(model, workspace=tmp_path, roles=["critic"])
-    result = _run(critic, _call("review", worker="critic", capabilities=[{"tool": "run_python", "approved": True}]))
+    assert critic.tools["run_python"].read_only  # a critic checks with a read-only sandbox: nothing to approve
+    result = _run(critic, _call("review", worker="critic"))
     assert "42" in model.requests[1].messages[-1].content  # the sandbox's output went back to the model
     assert result.output == {"approved": True, "reasons": ["prints 42 as claimed"], "judged": True, "tools_used": ["run_python"]}
 

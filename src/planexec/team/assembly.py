@@ -21,7 +21,7 @@ from planexec.models.base import Model
 from planexec.models.settings import ModelSettings
 from planexec.workers.registry import Registry
 from planexec.workers.roles import ROLES, builtin_roles
-from planexec.workers.toolkit import default_toolkit
+from planexec.workers.toolkit import check_tools, default_toolkit
 from planexec.workers.tools import Tool
 
 __all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry", "is_local"]
@@ -143,6 +143,7 @@ def build_registry(
     if roles:
         names = [spec.name for spec in ROLES] if roles is True else list(roles)
         chosen = {name: models.for_role(name) for name in names}
-        for worker in builtin_roles(models.worker, models=chosen, tools=registry.tools, roles=names):
+        checks = check_tools(workspace) if workspace is not None else ()  # the critic's read-only run_python
+        for worker in builtin_roles(models.worker, models=chosen, tools=registry.tools, roles=names, checks=checks):
             registry.add_worker(worker)
     return registry

@@ -15,7 +15,7 @@ from pathlib import Path
 from planexec.models.settings import ModelSettings
 from planexec.workers.registry import Registry
 from planexec.workers.roles import ROLES, builtin_roles
-from planexec.workers.toolkit import default_toolkit
+from planexec.workers.toolkit import check_tools, default_toolkit
 
 __all__ = ["build_team"]
 
@@ -44,6 +44,9 @@ def build_team(
         registry.load_module(module)
     names = list(roles) if roles is not None else [spec.name for spec in ROLES]
     models = {name: settings.model(settings.for_role(name).name) for name in names}
-    for worker in builtin_roles(settings.model(settings.worker.name), models=models, tools=registry.tools, roles=names):
+    workers = builtin_roles(
+        settings.model(settings.worker.name), models=models, tools=registry.tools, roles=names, checks=check_tools(folder)
+    )
+    for worker in workers:
         registry.add_worker(worker)
     return registry

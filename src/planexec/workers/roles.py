@@ -19,7 +19,7 @@ from typing import Any
 from planexec.errors import RegistryError
 from planexec.models.base import Model
 from planexec.workers.tool_calls import prompt_file
-from planexec.workers.toolkit import default_toolkit
+from planexec.workers.toolkit import check_tools, default_toolkit
 from planexec.workers.tools import Tool
 from planexec.workers.worker import CriticWorker, RoleWorker
 
@@ -40,9 +40,14 @@ class RoleSpec:
     tasks: tuple[str, ...]
     critic: bool = False
 
-    def build(self, model: Model, tools: Mapping[str, Tool], *, max_turns: int = 8) -> RoleWorker:
-        """The role as a worker, with the tools of `tools` it names (missing ones are left out)."""
-        chosen = [tools[name] for name in self.tools if name in tools]
+    def build(self, model: Model, tools: Mapping[str, Tool], *, max_turns: int = 8, checks: Mapping[str, Tool] | None = None) -> RoleWorker:
+        """The role as a worker, with the tools of `tools` it names (missing ones are left out).
+
+        A critic takes the read-only twin in `checks` of a tool it names, when
+        there is one: it checks work, it does not change it.
+        """
+        twins = (checks or {}) if self.critic else {}
+        chosen = [twins.get(name) or tools[name] for name in self.tools if name in tools]
         names = ", ".join(t.name for t in chosen) or "none"
         options: dict[str, Any] = {
             "model": model,
@@ -120,6 +125,7 @@ def builtin_roles(
     tools: Iterable[Tool] | Mapping[str, Tool] | None = None,
     roles: Iterable[str] | None = None,
     max_turns: int = 8,
+    checks: Iterable[Tool] | None = None,
 ) -> list[RoleWorker]:
     """The built-in roles as workers, ready for `Registry.add_worker`.
 
@@ -129,7 +135,10 @@ def builtin_roles(
     as ``registry.tools``); without `tools`, from
     ``planexec.workers.toolkit.default_toolkit(workspace)``. A role whose tools are
     missing gets the ones that are there; the critic needs at least one.
-    `roles` picks a subset, by name, in that order.
+    `roles` picks a subset, by name, in that order. The critic checks with
+    the read-only twins in `checks` (by default, with a workspace,
+    `planexec.workers.toolkit.check_tools`): its ``run_python`` sees the
+    workspace read-only.
     """
     names = list(roles) if roles is not None else [spec.name for spec in ROLES]
     unknown = sorted({*names, *(models or {})} - set(_BY_NAME))
@@ -137,5 +146,8 @@ def builtin_roles(
         raise RegistryError(f"no built-in role {', '.join(map(repr, unknown))}; known: {', '.join(_BY_NAME)}", name=unknown[0])
     source = tools if tools is not None else _default_tools(workspace)
     available = dict(source) if isinstance(source, Mapping) else {t.name: t for t in source}
+    if checks is None and workspace is not None:
+        checks = check_tools(workspace)
+    twins = {t.name: t for t in checks or ()}
     chosen_models = models or {}
-    return [_BY_NAME[name].build(chosen_models.get(name, model), available, max_turns=max_turns) for name in names]
+    return [_BY_NAME[name].build(chosen_models.get(name, model), available, max_turns=max_turns, checks=twins) for name in names]

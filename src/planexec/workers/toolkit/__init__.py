@@ -1,6 +1,7 @@
 """Built-in tools for role workers: workspace files, a sandboxed Python runner, a calculator.
 
-Owns `default_toolkit`, which gathers them, and re-exports the pieces:
+Owns `default_toolkit`, which gathers them, `check_tools` (the read-only
+twins a critic checks with), and re-exports the pieces:
 `file_tools` (``read_file``, ``list_files``, ``search_files``, ``write_file``),
 `python_tool` (``run_python``) and `calculator`. Every tool that touches the
 disk is bound to one workspace directory. Imports `planexec.workers.tools`,
@@ -36,11 +37,17 @@ __all__ = [
     "SearchMatch",
     "SearchResults",
     "calculator",
+    "check_tools",
     "default_toolkit",
     "file_tools",
     "python_tool",
     "sandbox_available",
 ]
+
+
+def check_tools(workspace: str | Path) -> list[Tool]:
+    """Read-only twins of the toolkit's tools, for critics: ``run_python`` on a read-only workspace."""
+    return [python_tool(workspace, writable=False)]
 
 
 def default_toolkit(workspace: str | Path) -> list[Tool]:

@@ -504,6 +504,7 @@ def python_tool(
     max_processes: int = 64,
     scratch_mb: int = 64,
     bwrap: str | os.PathLike[str] | None = shutil.which("bwrap"),
+    writable: bool = True,
 ) -> Tool:
     """The `run_python(code, stdin="")` tool, running code in a bubblewrap sandbox bound to `workspace`.
 
@@ -517,6 +518,11 @@ def python_tool(
     PATH when this module was imported). The sandbox is checked at the first
     call, not here: where it cannot work, each call raises `ToolError` and
     runs nothing. See the module docstring for what is isolated.
+
+    With `writable` False the workspace is bound read-only: the code can
+    read and compute but change nothing, reach nothing and see no secret, so
+    the tool is declared read-only with no sensitive argument (a critic
+    checks work with it after reading untrusted output).
     """
     root = Path(workspace).resolve()
     if not root.is_dir():
@@ -551,7 +557,7 @@ def python_tool(
             ("/dev/shm", ["--size", scratch, "--tmpfs", "/dev/shm"]),
             ("/tmp", ["--size", scratch, "--tmpfs", "/tmp"]),
             (_CODE_PATH, ["--ro-bind-data", str(code_fd), _CODE_PATH]),
-            (ws, ["--bind", ws, ws]),
+            (ws, ["--bind" if writable else "--ro-bind", ws, ws]),
         ]
         mounts.sort(key=lambda item: len(Path(item[0]).parts))  # a deeper mount lands on top of a shallower one
         envs = [arg for name, value in env.items() for arg in ("--setenv", name, value)]
@@ -672,6 +678,8 @@ def python_tool(
             isolation="bubblewrap",
         )
 
+    if not writable:  # it can change nothing and send nothing anywhere: a check, not an action
+        return Tool(run_python, name="run_python", read_only=True, untrusted_output=True)
     # side-effecting (it writes in the workspace), so approved per call unless the plan granted it;
     # the code is what it does, and its output may echo files it read
     return Tool(run_python, name="run_python", sensitive=("code",), untrusted_output=True)
