@@ -426,7 +426,7 @@ def sleep_tool(name: str = "sleep", *, worker: str | None = None) -> Tool:
         await asyncio.sleep(seconds)
         return value
 
-    return Tool(sleep, name=name, worker=worker, description="sleep, then return value")
+    return Tool(sleep, name=name, worker=worker, description="sleep, then return value", read_only=True)
 
 
 _ids = itertools.count(1)
