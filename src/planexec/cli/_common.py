@@ -111,15 +111,20 @@ def approver(*, yes: bool, interactive: bool, display: LiveProgress | EventLog |
         return lambda step: True
     if not interactive:
         return lambda step: False
+    return _prompter(confirm, display)
+
+
+def _prompter(confirm_at: Callable[[Console, Any], bool], display: LiveProgress | EventLog | None) -> Callable[[Any], Any]:
+    """An async approver asking at the terminal with `confirm_at`, one question at a time, the live display paused."""
     lock = asyncio.Lock()
     err = console(stderr=True)
 
-    async def ask(step: Step) -> bool:
-        async with lock:  # one question at a time
+    async def ask(subject: Any) -> bool:
+        async with lock:
             if display is None:
-                return bool(await in_thread(confirm, err, step))
+                return bool(await in_thread(confirm_at, err, subject))
             with display.paused():
-                return bool(await in_thread(confirm, err, step))
+                return bool(await in_thread(confirm_at, err, subject))
 
     return ask
 
@@ -141,17 +146,7 @@ def call_asker(*, yes: bool, interactive: bool, display: LiveProgress | EventLog
         return approve_calls
     if not interactive:
         return None
-    lock = asyncio.Lock()
-    err = console(stderr=True)
-
-    async def ask(request: CallRequest) -> bool:
-        async with lock:  # one question at a time
-            if display is None:
-                return bool(await in_thread(confirm_call, err, request))
-            with display.paused():
-                return bool(await in_thread(confirm_call, err, request))
-
-    return person(ask)
+    return person(_prompter(confirm_call, display))
 
 
 def confirm_call(out: Console, request: CallRequest) -> bool:
