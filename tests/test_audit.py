@@ -19,6 +19,7 @@ import pytest
 from planexec import Engine, Plan, Registry
 from planexec.cli.main import main
 from planexec.engine.recording import record_run
+from planexec.events import parse_event
 from planexec.store import AuditReport, ProblemKind, open_store, verify_run
 from planexec.store.audit import GENESIS, canonical, link_hash
 from planexec.store.schema import MIGRATIONS, SQLITE_APPLICATION_ID, migrate
@@ -148,12 +149,12 @@ def test_the_cli_prints_the_verdict_and_the_head_hash(target, capsys):
     assert AuditReport.from_json(capsys.readouterr().out) == report
 
 
-def test_stored_events_are_canonical_json_and_the_hash_covers_the_bytes_stored(attacker):
+def test_stored_events_are_their_own_compact_json_and_the_hash_covers_the_bytes_stored(attacker):
     rows = attacker.events()
     (first,) = attacker.sql("SELECT prev_hash FROM plans WHERE run_id = ? AND link = 0", ("run-1",))[0]
     assert first == GENESIS  # the first plan version is saved before RunStarted: the chain's first record
     for seq, kind, body, link, prev_hash, digest in rows:
-        assert body == canonical(json.loads(body))
+        assert body == parse_event(body).to_json()  # the text the event's own encoder writes, read back the same
         assert digest == link_hash(prev_hash, "run-1", link, kind, seq, body)
     assert [row[3] for row in rows] == list(range(1, len(rows) + 1))
 

@@ -19,7 +19,7 @@ head's, so chaining adds one statement to an append (the head's update),
 not two. Secrets never reach the database: every event, plan version and
 approval is redacted (`secrets.redact`) on its way in, before it is hashed,
 and the run summaries are made from the redacted events. Events are stored
-as canonical JSON (sorted keys, compact), the very text their hash covers.
+as the compact JSON their record writes, the very text their hash covers.
 Imports `events`, `plan`, `plan_diff`, `results`, `usage`, `secrets`,
 `errors` and the store's `audit`, `base`, `rows`, `approvals` and `templates`.
 """
@@ -455,17 +455,14 @@ class SqlRunStore(Approvals, Templates, ABC):
 
 
 def _stored(ev: Any) -> tuple[Any, str]:
-    """The event as the store keeps it, redacted, and its canonical JSON (the text stored and hashed)."""
-    data = ev.to_dict()
-    try:
-        body = canonical(data)
-    except ValueError:  # a float that JSON has no number for: as the event's own JSON writes it (null)
-        data = json.loads(ev.to_json())
-        body = canonical(data)
+    """The event as the store keeps it, redacted, and its JSON: the compact text the record's own encoder writes
+    (fields in their declared order), which is the text stored and hashed; redacted when it holds a secret."""
+    body = ev.to_json()
     if not secrets.may_be_in(body):  # one substring search over the text instead of a walk over the data
         return ev, body
+    data = json.loads(body)
     hidden = redact(data)
-    if hidden is data:
+    if hidden == data:
         return ev, body
     body = canonical(hidden)
     return parse_event(body), body
