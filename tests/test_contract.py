@@ -517,3 +517,46 @@ def test_a_critic_runs_code_on_a_read_only_workspace_even_after_untrusted_text(t
     ran = json.loads(model.requests[3].messages[-1].content)
     assert ran["stdout"].startswith("Meet") and "Read-only file system" in ran["stderr"]
     assert not (tmp_path / "ws" / "owned.txt").exists()
+
+
+def test_a_sub_team_asks_the_parents_approver_and_plans_over_untrusted_text_quarantined(tmp_path):
+    from planexec import Engine, Planner, Registry, SubTeam
+    from planexec.engine.calls import approve_calls
+
+    def run(untrusted_input: bool):
+        written: list[str] = []
+
+        @tool
+        def save(text: str) -> str:
+            """Save a note."""
+            written.append(text)
+            return "saved"
+
+        inner = Registry.default()
+        inner.add_tool(save)
+        from planexec.workers.worker import RoleWorker
+
+        worker_model = ScriptedModel([tool_call("save", text="note"), "done"])
+        inner.add_worker(RoleWorker("clerk", model=worker_model, description="files notes", system_prompt="s", tools=[save]))
+        sub_plan = json.dumps(
+            {"steps": [{"id": "s1", "worker": "clerk", "action": "respond", "instruction": "file it", "parameters": {}, "depends_on": []}]}
+        )
+        team = SubTeam("office", planner=Planner(ScriptedModel([sub_plan]), inner), description="files things")
+        outer = Registry.default()
+        outer.add_tool(fetch_page)
+        outer.add_worker(team)
+        source = {
+            "id": "page",
+            "action": "fetch_page" if untrusted_input else "echo",
+            "parameters": {"url": "x"} if untrusted_input else {"value": "x"},
+        }
+        plan = _plan(source, {"id": "file", "worker": "office", "action": "delegate", "instruction": "file ${page}"})
+        result = Engine(outer, call_approver=approve_calls).run_sync(plan)
+        return result, written
+
+    trusted, written = run(False)
+    assert trusted.status is RunStatus.SUCCEEDED and written == ["note"]  # the parent's --yes approved the plain call
+    untrusted, written = run(True)
+    assert written == []  # the sub-team's goal carries the page: its workers read it quarantined
+    sub = untrusted.steps["file"].subrun
+    assert [(c.tool, c.rule) for c in sub.steps["s1"].calls] == [("save", "quarantine")]

@@ -63,7 +63,8 @@ class Attempts:
         self._default_timeout = host.config.default_timeout
         self._grace = host.config.cancel_grace
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
-        self._hooks = CallHooks(run, state, host.config.call_approver, enforce=host.config.enforce_contract)
+        config = host.config
+        self._hooks = CallHooks(run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted)
 
     async def run(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError."""

@@ -47,16 +47,31 @@ def approve_calls(request: CallRequest) -> bool:
 class CallHooks:
     """The `GateHooks` of one attempt (see the module docstring)."""
 
-    def __init__(self, run: RunControl, state: RunState, approver: CallApprover | None, *, enforce: bool, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        run: RunControl,
+        state: RunState,
+        approver: CallApprover | None,
+        *,
+        enforce: bool,
+        goal_trusted: bool = True,
+        owner: str | None = None,
+    ) -> None:
         self._run = run
         self._state = state
         self._approver = approver
         self.enforce = enforce
+        self.goal_trusted = goal_trusted
         self._owner = owner
+
+    @property
+    def approver(self) -> CallApprover | None:
+        """Who decides the calls of this run (a sub-team's run asks the same one)."""
+        return self._approver
 
     def owned_by(self, step_id: str) -> CallHooks:
         """These hooks for calls made on behalf of `step_id` (a critic judging it): they are recorded on that step."""
-        return CallHooks(self._run, self._state, self._approver, enforce=self.enforce, owner=step_id)
+        return CallHooks(self._run, self._state, self._approver, enforce=self.enforce, goal_trusted=self.goal_trusted, owner=step_id)
 
     async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
         """(approved, who decided); an escalation reaches only a person, and a failing approver refuses."""

@@ -68,6 +68,7 @@ class EngineConfig:
     plan_approver: PlanApprover | None = None
     call_approver: CallApprover | None = None
     enforce_contract: bool = True
+    goal_trusted: bool = True
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:

@@ -65,6 +65,16 @@ class Engine:
     plan's `rollback_plan` runs as the sub-run ``<run>/rollback`` and its
     result is `RunResult.rollback`.
 
+    The plan is a contract (see `planexec.workers.gate`): every tool call a
+    role worker makes passes its step's grants, quarantine and the sensitive
+    argument rule; `call_approver` decides a call that changes things and
+    that the plan did not pre-approve (without one it is refused; an
+    escalation reaches it only when it is a person), and a revision that
+    grants more than the version it revises needs a person. `goal_trusted`
+    False (a sub-team's goal built from untrusted output) starts every
+    worker quarantined. `enforce_contract` False turns it off, to measure
+    what it costs.
+
     Give the settings as keywords (`Engine(registry, max_concurrency=8)`) or
     as one `EngineConfig` (`Engine(config=...)`; keywords given as well
     replace its values); `engine.config` is what the engine runs with.

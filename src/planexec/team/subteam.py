@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from planexec.engine.attempt import CURRENT_STEP
+from planexec.engine.calls import CallHooks
 from planexec.engine.engine import Engine
 from planexec.engine.results import RunStatus
 from planexec.engine.synthesis import Synthesizer
@@ -31,6 +32,7 @@ from planexec.planning.joiner import Joiner
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.usage import Budget, Usage
+from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
@@ -98,6 +100,17 @@ class SubTeam:
             parts.append(f"(This is part of the larger goal: {call.goal})")
         return "\n".join(parts)
 
+    def contract_options(self, call: StepCall) -> dict[str, Any]:
+        """The contract one level down: the parent's call approver and enforcement; a goal built from untrusted output is untrusted."""
+        hooks = GATE_HOOKS.get()
+        options: dict[str, Any] = {"goal_trusted": not any(out.untrusted for out in call.context.values())}
+        if isinstance(hooks, CallHooks):
+            options["enforce_contract"] = hooks.enforce
+            options["goal_trusted"] = options["goal_trusted"] and hooks.goal_trusted
+            if hooks.approver is not None:
+                options["call_approver"] = hooks.approver
+        return options
+
     async def perform(self, call: StepCall) -> WorkResult:
         """Plan the step as a goal, run it one level down, and return its answer with the sub-run."""
         parent = CURRENT_STEP.get()
@@ -118,7 +131,7 @@ class SubTeam:
             synthesizer=self.synthesizer,
             joiner=self.joiner,
             budget=self.budget,
-            **self.engine_options,
+            **{**self.contract_options(call), **self.engine_options},
         )
         run = engine.start(planning.plan, planning=planning, run_id=f"{call.run_id}/{call.step_id}")
         if parent is not None:

@@ -102,9 +102,15 @@ CallApprover = Callable[[CallRequest], "bool | Awaitable[bool]"]
 
 
 class GateHooks(Protocol):
-    """What the engine gives a gate: approvals of calls and a place to record them."""
+    """What the engine gives a gate: approvals of calls, a place to record them, and whether the run's goal is trusted.
+
+    `goal_trusted` is False for a sub-team's run whose goal carries untrusted
+    text (its parent step referenced untrusted output): its workers start
+    quarantined and the goal is no source of trusted values.
+    """
 
     enforce: bool
+    goal_trusted: bool
 
     async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
         """(approved, who decided) for a call or an escalation."""
@@ -148,8 +154,9 @@ class Gate:
         inputs = [out for sid, out in call.context.items() if sid in referenced]
         # the worker has read untrusted text from the start when any input it sees is untrusted
         self.sources: list[Source] = merge_sources(*(out.provenance.sources for out in inputs))
-        self.tainted = any(out.untrusted for out in inputs)
-        self.trusted_text = _trusted_text(call, [out.value for out in inputs if not out.untrusted])
+        goal_trusted = self.hooks.goal_trusted if self.hooks is not None else True
+        self.tainted = any(out.untrusted for out in inputs) or not goal_trusted
+        self.trusted_text = _trusted_text(call, [out.value for out in inputs if not out.untrusted], goal=goal_trusted)
         self.refused: list[dict[str, Any]] = []
 
     async def admit_direct(self, tool: Tool) -> None:
@@ -327,9 +334,15 @@ async def admit_direct(call: StepCall, tool: Tool, tools: Mapping[str, Tool]) ->
         await Gate(call, tools).admit_direct(tool)
 
 
-def _trusted_text(call: StepCall, trusted_values: list[Any]) -> list[str]:
-    """The texts a value may come from and still be trusted: the goal, the plan's own words and literals, trusted inputs."""
+def _trusted_text(call: StepCall, trusted_values: list[Any], *, goal: bool = True) -> list[str]:
+    """The texts a value may come from and still be trusted: the goal, the plan's own words and literals, trusted inputs.
+
+    When the goal itself carries untrusted text (`goal` False), so does every plan written for it: only trusted
+    inputs count.
+    """
     step = call.step
+    if not goal:
+        return [t for value in trusted_values for t in _literal_strings(value) if t]
     texts = [call.goal, step.instruction]
     texts += _literal_strings(step.parameters)
     for value in trusted_values:
