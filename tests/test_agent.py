@@ -106,10 +106,11 @@ def test_an_agent_that_never_answers_stops_at_max_turns_with_a_worker_failure():
 
     assert result.status is RunStatus.ABORTED and result.answer is None
     error = result.steps["agent"].error
-    assert error.rule == "worker" and error.type == "WorkerError"
-    assert "made tool calls for 3 turns without answering" in error.message
+    assert error.rule == "incomplete" and error.type == "IncompleteError"  # out of turns with work left: never a success
+    assert "ran out of turns (3) with work left: it still asked for add(a, b); 2 tool call(s) ran before" in error.message
     assert len(model.requests) == 3 and result.usage_by_role()["agent"].model_calls == 3  # every turn is counted
-    assert model.requests[-1].tools == []  # the last turn offered no tools
+    assert [t.name for t in model.requests[-1].tools] == ["population", "add"]  # the last turn offered the tools too
+    assert [(c.tool, c.rule) for c in result.steps["agent"].calls][-1] == ("add", "turn_limit")  # refused, recorded
 
 
 def test_the_agent_works_in_json_mode_on_a_model_without_native_tool_calls():

@@ -394,7 +394,7 @@ def test_a_tool_call_on_the_last_turn_is_refused_never_run(tmp_path):
     team, _ = _team(tmp_path, [tool_call("list_files"), tool_call("write_file", path="late.txt", content="x")], auto_approve=True)
     team.registry.workers["coder"].max_turns = 2
     result = team.execute_sync(_plan({"id": "c", "worker": "coder", "action": "code", "instruction": "write late.txt"}))
-    assert result.steps["c"].error.rule == "worker"
+    assert result.steps["c"].error.rule == "incomplete"
     assert _calls(result, "c") == [("list_files", True, None, True), ("write_file", False, "turn_limit", False)]
     assert not (tmp_path / "ws" / "late.txt").exists()
 

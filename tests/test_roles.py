@@ -156,7 +156,7 @@ def test_json_mode_unknown_tools_and_bad_arguments_go_back_as_tool_results():
 def test_json_mode_turn_limit_and_model_errors_keep_usage():
     looping = _json_model(['{"tool": "add", "arguments": {"a": 1, "b": 1}}'] * 3)
     worker = RoleWorker("coder", model=looping, description="d", system_prompt="s", tools=[add], max_turns=3)
-    with pytest.raises(WorkerError, match="made tool calls for 3 turns without answering") as info:
+    with pytest.raises(WorkerError, match=r"ran out of turns \(3\) with work left: it still asked for add\(a, b\)") as info:
         _run(worker)
     assert info.value.usage.model_calls == 3
 
@@ -512,10 +512,11 @@ def test_an_off_schema_reply_refused_by_the_provider_is_fed_back_with_its_usage(
     )
 
 
-def test_the_last_turn_offers_no_tools_so_a_model_that_loops_on_them_must_answer():
+def test_a_model_that_loops_on_tools_to_its_last_turn_leaves_the_step_incomplete_never_succeeded():
     import json as _json
 
     from planexec.testing import FunctionModel
+    from planexec.workers.worker import IncompleteError
 
     def model_fn(request):
         branches = request.output_schema["anyOf"]
@@ -526,8 +527,8 @@ def test_the_last_turn_offers_no_tools_so_a_model_that_loops_on_them_must_answer
     model = FunctionModel(model_fn, name="test:looper")
     model.supports_tools = False
     worker = RoleWorker("w", model=model, description="d", system_prompt="p", tools=[scripted_tool("read_file")], max_turns=3)
-    result = asyncio.run(worker.perform(_call()))
-    assert result.output == "done at last"
-    assert len(model.requests) == 3
+    with pytest.raises(IncompleteError, match=r"ran out of turns \(3\) with work left: it still asked for read_file\(\)") as info:
+        asyncio.run(worker.perform(_call()))
+    assert len(model.requests) == 3 and info.value.usage.model_calls == 3
     last = model.requests[-1].output_schema["anyOf"]
-    assert [list(b["properties"]) for b in last] == [["answer"]]
+    assert ["tool", "arguments"] in [list(b["properties"]) for b in last]  # the tools are offered to the end

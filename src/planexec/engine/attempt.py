@@ -36,7 +36,7 @@ from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import Source, StepCall, WorkResult, merge_sources
-from planexec.workers.worker import WorkerError
+from planexec.workers.worker import IncompleteError, WorkerError
 
 __all__ = ["CURRENT_STEP", "Attempts"]
 
@@ -127,6 +127,8 @@ class Attempts:
                 return None, _error("tool_input", exc), time.perf_counter() - t0, meter.total
             except ToolOutputError as exc:
                 return None, _error("tool_output", exc), time.perf_counter() - t0, meter.total
+            except IncompleteError as exc:  # out of turns with work left: never a success
+                return None, _error("incomplete", exc), time.perf_counter() - t0, exc.usage if not exc.usage.is_zero() else meter.total
             except WorkerError as exc:  # the worker failed; what it had used is still counted
                 return None, _error("worker", exc), time.perf_counter() - t0, exc.usage if not exc.usage.is_zero() else meter.total
             except (Exception, SystemExit) as exc:  # whatever a tool raises becomes a recorded failure

@@ -35,7 +35,7 @@ from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file, result_text
 from planexec.workers.tools import Tool
 
-__all__ = ["CriticWorker", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
+__all__ = ["CriticWorker", "IncompleteError", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
 
 
 class WorkerError(PlanexecError):
@@ -47,6 +47,10 @@ class WorkerError(PlanexecError):
     def __init__(self, message: str, *, usage: Usage | None = None) -> None:
         self.usage = usage if usage is not None else Usage()
         super().__init__(message)
+
+
+class IncompleteError(WorkerError):
+    """A worker ran out of turns while it still wanted to call tools: its work is incomplete, never a success (rule ``incomplete``)."""
 
 
 @runtime_checkable
@@ -255,8 +259,8 @@ class RoleWorker:
         problem: str | None = None
         for turn in range(self.max_turns):
             try:
-                # the last turn offers no tools: a model that keeps calling them must answer with what it has
-                request = protocol.request(messages, self.temperature, final=turn == self.max_turns - 1)
+                # every turn offers the tools: a model that still calls them on the last one had work left, and says so
+                request = protocol.request(messages, self.temperature)
                 if self.max_tokens is not None:
                     request = request.model_copy(update={"max_tokens": self.max_tokens})
                 response = await self.model.complete(request)
@@ -276,10 +280,15 @@ class RoleWorker:
                     return WorkResult(output=output, usage=usage, tools=ran, sources=gate.sources, refused=gate.refused)
                 messages += self._retry(response.text, problem)
                 continue
-            if turn == self.max_turns - 1:  # no tools were offered on the last turn: a call now is refused, never run
+            if turn == self.max_turns - 1:  # out of turns with work left: refused, recorded, and the step is incomplete
                 for tc in reply.calls:
-                    gate.refuse(tc.name, tc.arguments, "turn_limit", f"the worker's last turn ({self.max_turns}) offers no tools")
-                break
+                    gate.refuse(tc.name, tc.arguments, "turn_limit", f"the worker used all {self.max_turns} turns")
+                wanted = ", ".join(f"{tc.name}({', '.join(sorted(tc.arguments))})" for tc in reply.calls)
+                raise IncompleteError(
+                    f"worker {self.name!r} ran out of turns ({self.max_turns}) with work left: it still asked for {wanted}; "
+                    f"{len(ran)} tool call(s) ran before",
+                    usage=usage,
+                )
             problem = None
             messages.append(protocol.assistant_message(response, reply))
             for tc in reply.calls:
@@ -287,9 +296,7 @@ class RoleWorker:
                 if did_run:
                     ran.append(tc.name)
                 messages.append(protocol.result_message(tc, content))
-        if problem is not None:
-            raise WorkerError(f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage)
-        raise WorkerError(f"worker {self.name!r} made tool calls for {self.max_turns} turns without answering", usage=usage)
+        raise WorkerError(f"worker {self.name!r} gave no usable answer in {self.max_turns} turns; last problem: {problem}", usage=usage)
 
     @staticmethod
     def _retry(text: str, problem: str) -> list[Message]:
