@@ -54,14 +54,32 @@ from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_STORE_FAILED = 3  # the run store failed while the run was being recorded (the run stopped; resume it)
+EXIT_RUN_EXISTS = 4  # --run-id names a run the store already has
 EXIT_BY_STATUS = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.CANCELLED: EXIT_INTERRUPTED}
+STORE_FAILED = "the run store failed"  # how the recorder words the cancellation it makes (engine/recording.py)
+
+
+def exit_code(result: RunResult) -> int:
+    """The exit code of a run: 0 succeeded, 130 cancelled (Ctrl-C), 3 stopped because the store failed, 1 anything else."""
+    if result.status is RunStatus.CANCELLED and (result.reason or "").startswith(STORE_FAILED):
+        return EXIT_STORE_FAILED
+    return EXIT_BY_STATUS.get(result.status, EXIT_FAILED)
 
 
 CTRL_C_REASON = "interrupted (Ctrl-C)"
 
 
 class UsageError(Exception):
-    """A problem with what the user asked for (a file, a module, a setting): one message, exit 2."""
+    """A problem with what the user asked for (a file, a module, a setting): one message, exit 2 (or its `code`)."""
+
+    code = 2
+
+
+class RunExistsError(UsageError):
+    """``--run-id`` names a run the store already has: nothing runs, exit 4."""
+
+    code = EXIT_RUN_EXISTS
 
 
 async def watch(run: Any, display: LiveProgress | EventLog | None) -> RunResult:
@@ -342,10 +360,21 @@ def open_run_store(spec: str | None, config: Any, *, create: bool) -> RunStore:
 
 
 def run_store(args: argparse.Namespace, config: Any) -> RunStore | None:
-    """The store ``planexec run`` records into (None with ``--no-store``)."""
+    """The store ``planexec run`` records into (None with ``--no-store``); `RunExistsError` when ``--run-id`` is taken."""
     if getattr(args, "no_store", False):
         return None
-    return open_run_store(getattr(args, "store", None), config, create=True)
+    store = open_run_store(getattr(args, "store", None), config, create=True)
+    run_id = getattr(args, "run_id", None)
+    if run_id:
+        try:
+            store.run(run_id)
+        except StoreError:  # not there: the id is free
+            return store
+        store.close()
+        raise RunExistsError(
+            f"run {run_id!r} is already in {store.location}: choose another --run-id, or continue it with: planexec resume {run_id}"
+        )
+    return store
 
 
 def resume_hint(result: RunResult, *, recorded: bool) -> str | None:

@@ -301,7 +301,7 @@ async def _stream(
 def _report(args: argparse.Namespace, result: RunResult, t0: float) -> int:
     """Print the result (its time from the command's start: routing and planning count) and return the exit code."""
     result = result.model_copy(update={"wall_time": time.perf_counter() - t0})
-    code = common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
+    code = common.exit_code(result)
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return code

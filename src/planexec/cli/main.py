@@ -12,7 +12,8 @@ modules; none of them imports this one.
 Exit codes: 0 success (or a valid plan); 1 problems with the plan, or a run
 that ended partial, aborted or asking for a replan; 2 usage and input errors
 (missing or malformed files, tool modules that do not load, bad
-configuration); 130 a run cancelled with Ctrl-C.
+configuration); 3 a run stopped because its store failed; 4 a --run-id the store already has;
+130 a run cancelled with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.command(args))
     except common.UsageError as exc:
         common.say(f"planexec: error: {exc}", stderr=True)
-        return common.EXIT_USAGE
+        return exc.code
     except KeyboardInterrupt:  # Ctrl-C outside a run (while loading tools, at a prompt)
         print("planexec: interrupted", file=sys.stderr)
         return common.EXIT_INTERRUPTED

@@ -82,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         hint = common.resume_hint(result, recorded=store is not None)
         if hint:
             common.say(hint)
-    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
+    return common.exit_code(result)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -102,7 +102,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         hint = common.resume_hint(result, recorded=True)
         if hint:
             common.say(hint)
-    return common.EXIT_BY_STATUS.get(result.status, common.EXIT_FAILED)
+    return common.exit_code(result)
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
