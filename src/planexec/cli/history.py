@@ -148,7 +148,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     say(f"run {summary.run_id}: {summary.goal}")
     status = f"status {summary.status.value}" + (f" ({summary.reason})" if summary.reason else "")
-    say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary)} · {len(events)} events")
+    say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary, view)} · {len(events)} events")
     u = summary.usage
     say(f"  usage: {u.input_tokens} tokens in, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
     if summary.parent_run_id:
@@ -314,7 +314,11 @@ def _steps_table(view: Any, summary: RunSummary) -> Table:
     return table
 
 
-def _duration(r: RunSummary) -> str:
+def _duration(r: RunSummary, view: RunView | None = None) -> str:
+    """How long the run worked: summed over every process that worked on it (a resumed run's last one alone understates it)."""
+    if view is not None and view.processes > 1:
+        last = f", the last {r.wall_time:.2f}s" if r.wall_time is not None else ""
+        return f"{view.worked:.2f}s worked over {view.processes} processes{last}"
     if r.wall_time is not None:
         return f"{r.wall_time:.2f}s"
     return f"running for {(datetime.now(UTC) - r.started_at).total_seconds():.1f}s"

@@ -5,7 +5,9 @@ plan, for the workers and actions of steps that never started), `replay`
 gives every step a `StepRecord` (state, attempts, timings, usage, output,
 error, critics' verdicts), keeps the records a plan revision dropped, and
 lists the steps that had started an attempt that never ended: after a
-crash, those are what resuming has to decide about. A `RunResumed` makes
+crash, those are what resuming has to decide about. `worked` sums the time
+of every process that worked on the run (its start and each resume, each
+from its first event to its last), which a killed process never reports. A `RunResumed` makes
 the run running again; a person's `StepResolved` is left to `resume` to
 apply. Pure: no I/O.
 Imports `events`, `plan`, `results` and `usage`.
@@ -47,6 +49,8 @@ class RunView(Record):
     answer: Any = None
     error: ErrorInfo | None = None
     last_seq: int = -1
+    processes: int = 0  # how many processes worked on the run: its start, then each resume
+    worked: float = 0.0  # seconds, summed over every process, from its first event to its last
 
 
 def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
@@ -64,10 +68,20 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
             rec = steps[step_id] = StepRecord(step_id=step_id, worker=step.worker if step else "", action=step.action if step else "")
         return rec
 
+    segment: list[datetime] = []  # the current process's first and last event times
+    worked = 0.0
+    processes = 0
     for ev in events:
         kind = ev.type
         run.setdefault("run_id", ev.run_id)
         run["last_seq"] = ev.seq
+        if kind in ("run_started", "run_resumed"):
+            if segment:  # the process before ended (finished, or killed) at its last event
+                worked += (segment[1] - segment[0]).total_seconds()
+            segment = [ev.at, ev.at]
+            processes += 1
+        elif segment:
+            segment[1] = max(segment[1], ev.at)
         if kind == "run_started":
             run.update(goal=ev.goal, plan_id=ev.plan_id, plan_version=ev.plan_version, started_at=ev.at)
             for sid in ev.step_ids:
@@ -99,8 +113,12 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
             )
         elif getattr(ev, "step_id", None) is not None:
             _step_event(record(ev.step_id), ev)
+    if segment:
+        worked += (segment[1] - segment[0]).total_seconds()
     in_flight = [sid for sid, rec in steps.items() if rec.state is StepState.RUNNING]
-    return RunView(steps=steps, superseded=superseded, in_flight=in_flight, sub_events=sub_events, **run)
+    return RunView(
+        steps=steps, superseded=superseded, in_flight=in_flight, sub_events=sub_events, processes=processes, worked=worked, **run
+    )
 
 
 def _step_event(rec: StepRecord, ev: Any) -> None:
