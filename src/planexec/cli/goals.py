@@ -12,7 +12,6 @@ per role). Imports `team`, `cli._common`, `cli.approvals`, `cli.progress`.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import os
@@ -25,6 +24,7 @@ from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.config import Config
+from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult
 from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
 from planexec.plan.drafts import Planning
@@ -117,7 +117,7 @@ def _plan_or_exit(team: Team, goal: str) -> Planning | None:
     err = common.console(stderr=True)
     err.print(f"planning with {team.planner_model.name} …", markup=False, highlight=False)
     try:
-        return asyncio.run(team.plan(goal))
+        return run_to_end(team.plan(goal))
     except PlanningError as exc:
         err.print(f"planexec: no valid plan: {exc}", markup=False, highlight=False, soft_wrap=True)
     except ModelError as exc:
@@ -191,7 +191,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     overhead: dict[str, Usage] = {}
     routed = mode == "auto"
     if routed:
-        decision = asyncio.run(team.route(args.goal))
+        decision = run_to_end(team.route(args.goal))
         overhead["router"] = decision.usage
         mode, why = decision.mode, f"router: {decision.reason}"
     common.say(f"mode: {'plan' if mode == 'stream' else mode} ({why})", stderr=True)
@@ -201,7 +201,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         display = _display(args, None)
         approver = step_approver(store, yes=True, interactive=False, display=display, store_option=args.store)
         calls = call_approver(store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
-        run = asyncio.run(_stream(team, args.goal, display, run_id=args.run_id, approver=approver, call_approver=calls))
+        run = run_to_end(_stream(team, args.goal, display, run_id=args.run_id, approver=approver, call_approver=calls))
         return _report(args, run, t0)
     planning = _plan_or_exit(team, args.goal)
     if planning is None:
@@ -240,7 +240,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     approvers = run_approvers(
         store, outcome, registry=team.registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
     )
-    result = asyncio.run(_execute(team, planning, display, overhead, run_id=args.run_id, **approvers))
+    result = run_to_end(_execute(team, planning, display, overhead, run_id=args.run_id, **approvers))
     return _report(args, result, t0)
 
 
@@ -271,7 +271,7 @@ def _run_single(
         )
         return await common.watch(run, display)
 
-    return _report(args, asyncio.run(work()), t0)
+    return _report(args, run_to_end(work()), t0)
 
 
 async def _execute(

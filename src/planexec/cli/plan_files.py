@@ -14,7 +14,6 @@ Imports `cli._common`, `cli.approvals`, `cli.goals`, `cli.plans`,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from planexec.cli.goals import cmd_run_goal
 from planexec.cli.plans import check_template_args, template_plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config
+from planexec.engine.loop import run_to_end
 
 __all__ = ["cmd_run", "cmd_schema", "cmd_validate"]
 
@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     )
     setup = {"tools": list(dict.fromkeys([*config.tools, *args.tools]))}  # what `planexec resume RUN_ID` loads again
-    result = asyncio.run(_execute(Engine(registry, **options), plan, display, run_id=args.run_id, setup=setup))
+    result = run_to_end(_execute(Engine(registry, **options), plan, display, run_id=args.run_id, setup=setup))
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:

@@ -13,7 +13,6 @@ resume API.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from typing import Any
 
@@ -22,6 +21,7 @@ from planexec.cli.approvals import resume_approvers
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.engine.engine import Engine
 from planexec.engine.events import RunStarted
+from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
 from planexec.errors import ConfigError, StoreError
@@ -92,7 +92,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         return await common.watch(run, display)
 
     try:
-        result = asyncio.run(go())
+        result = run_to_end(go())
     except (ResumeError, StoreError, ConfigError) as exc:
         raise common.UsageError(str(exc)) from None
     if args.json:

@@ -5,14 +5,13 @@ from which it resolves its collaborators (registry, runner, checker, the
 seeded random source, subscribers); it starts runs (`start`, `resume`,
 `start_streaming`), each a `Run` (in `run`) that does the running, and the
 rollback run of an aborted one, with the settings a rollback keeps.
-Imports `engine.config`, `engine.criteria`, `engine.recording`,
+Imports `engine.config`, `engine.criteria`, `engine.loop`, `engine.recording`,
 `engine.results`, `engine.resume`, `engine.run`, `engine.runner`,
 `engine.streaming`, `plan`, `usage` and `workers.registry`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import uuid
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from typing import Any
 from planexec.engine.approval import Approver
 from planexec.engine.config import EngineConfig, Subscriber
 from planexec.engine.criteria import Checker, CriteriaChecker
+from planexec.engine.loop import run_to_end
 from planexec.engine.recording import DurableRunner, record_run
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
@@ -201,8 +201,8 @@ class Engine:
         return await self.start(plan, run_id=run_id).result()
 
     def run_sync(self, plan: Plan, *, run_id: str | None = None) -> RunResult:
-        """`run` for code without an event loop."""
-        return asyncio.run(self.run(plan, run_id=run_id))
+        """`run` for code without an event loop; returns even when a tool that ignored its cancellation is still running."""
+        return run_to_end(self.run(plan, run_id=run_id), grace=self._config.cancel_grace)
 
     def needs_approval(self, step: Step) -> bool:
         """True when the step says so, or the tool its action names is declared `requires_approval`."""

@@ -11,7 +11,6 @@ a person. Imports every layer below it (`planning`, `governance`, `engine`,
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import time
@@ -24,6 +23,7 @@ from planexec.engine.approval import Approver, PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.engine import Engine, Run
 from planexec.engine.join import Joiner
+from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
 from planexec.engine.results import RunResult
 from planexec.errors import PlanRejectedError
@@ -258,7 +258,7 @@ class Team:
 
     def plan_sync(self, goal: str) -> Planning:
         """`plan` for code without an event loop."""
-        return asyncio.run(self.plan(goal))
+        return run_to_end(self.plan(goal))
 
     def policy_context(self, previous: Plan | None = None) -> PolicyContext:
         """What the policies read: the registry's tool metadata, the prices, the last approved version."""
@@ -412,7 +412,7 @@ class Team:
 
     def run_sync(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> RunResult:
         """`run` for code without an event loop."""
-        return asyncio.run(self.run(goal, mode=mode, run_id=run_id, deps=deps))
+        return run_to_end(self.run(goal, mode=mode, run_id=run_id, deps=deps))
 
     async def events(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> AsyncIterator[Any]:
         """Work `goal` and yield every event of its run as it happens (drafts, steps, revisions, the end)."""
@@ -435,7 +435,7 @@ class Team:
 
     def execute_sync(self, plan: Plan, *, run_id: str | None = None, review: bool = True, deps: Any = None) -> RunResult:
         """`execute` for code without an event loop."""
-        return asyncio.run(self.execute(plan, run_id=run_id, review=review, deps=deps))
+        return run_to_end(self.execute(plan, run_id=run_id, review=review, deps=deps))
 
     def __repr__(self) -> str:
         return f"Team(planner={self.models.planner.name!r}, workers={sorted(self.registry.workers)!r}, mode={self.mode!r})"
