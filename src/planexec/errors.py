@@ -49,6 +49,8 @@ __all__ = [
     "CheckFailedError",
     "ConfigError",
     "EventConflictError",
+    "LeaseHeldError",
+    "LeaseLostError",
     "ModelAuthError",
     "ModelBadRequestError",
     "ModelError",
@@ -302,6 +304,23 @@ class TemplateNotFoundError(StoreError):
         self.version = version
         what = f"template {name!r}" + (f" version {version}" if version is not None else "")
         super().__init__(f"no {what}" + (f" in {location}" if location else ""), location=location)
+
+
+class LeaseHeldError(StoreError):
+    """Run `run_id` is held by another live process (`holder`, a `store.leases.Lease`): it cannot be run here now."""
+
+    def __init__(self, message: str, *, run_id: str, holder: Any, location: str | None = None) -> None:
+        self.run_id = run_id
+        self.holder = holder
+        super().__init__(message, location=location)
+
+
+class LeaseLostError(StoreError):
+    """This process no longer holds run `run_id` (its lease expired and another process took it): it must stop writing it."""
+
+    def __init__(self, message: str, *, run_id: str, location: str | None = None) -> None:
+        self.run_id = run_id
+        super().__init__(message, location=location)
 
 
 class RunError(PlanexecError):

@@ -55,7 +55,7 @@ from planexec.workers.tools import in_thread
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_STORE_FAILED = 3  # the run store failed while the run was being recorded (the run stopped; resume it)
-EXIT_RUN_EXISTS = 4  # --run-id names a run the store already has
+EXIT_RUN_EXISTS = 4  # the run is taken: --run-id names a run the store already has, or another live process runs it
 EXIT_BY_STATUS = {RunStatus.SUCCEEDED: EXIT_OK, RunStatus.CANCELLED: EXIT_INTERRUPTED}
 STORE_FAILED = "the run store failed"  # how the recorder words the cancellation it makes (engine/recording.py)
 
@@ -78,6 +78,12 @@ class UsageError(Exception):
 
 class RunExistsError(UsageError):
     """``--run-id`` names a run the store already has: nothing runs, exit 4."""
+
+    code = EXIT_RUN_EXISTS
+
+
+class RunHeldError(UsageError):
+    """Another live process runs the run (it holds the run's lease): nothing runs or is written, exit 4."""
 
     code = EXIT_RUN_EXISTS
 

@@ -45,7 +45,11 @@ __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
 def add_history_commands(sub: Any) -> None:
     """Register ``runs``, ``show`` and ``logs`` on the CLI's subcommands."""
     p = sub.add_parser("runs", help="list recorded runs: status, goal, duration, cost")
-    p.add_argument("--status", choices=[s.value for s in RunStatus], help="only runs with this status")
+    p.add_argument(
+        "--status",
+        choices=[s.value for s in RunStatus] + ["interrupted"],
+        help="only runs with this status (interrupted: running when its process died)",
+    )
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs, newest first (default 20)")
     p.add_argument("--json", action="store_true", help="print the runs as a JSON list")
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
@@ -88,13 +92,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
         common.emit("[]" if args.json else "no runs recorded here yet (no run store file)")
         return common.EXIT_OK
     try:
-        runs = store.runs(limit=args.limit, status=args.status)
+        if args.status == "interrupted":  # stored as running: told apart by their leases
+            runs = [r for r in store.runs(limit=None, status=RunStatus.RUNNING) if r.interrupted][: args.limit]
+        else:
+            runs = store.runs(limit=args.limit, status=args.status)
     except StoreError as exc:
         raise common.UsageError(str(exc)) from None
     finally:
         store.close()
     if args.json:
-        common.emit(json.dumps([r.to_dict() for r in runs], indent=2, ensure_ascii=False))
+        common.emit(json.dumps([{**r.to_dict(), "state": r.state} for r in runs], indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
     if not runs:
@@ -108,7 +115,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         table.add_row(
             r.run_id + (f"\n  (sub-run of {r.parent_run_id})" if r.parent_run_id else ""),
-            Text(r.status.value, style=_STYLE.get(r.status, "")),
+            Text(r.state, style="red" if r.interrupted else _STYLE.get(r.status, "")),
             r.goal[:120],
             f"{r.started_at:%Y-%m-%d %H:%M:%S}",
             _duration(r),
@@ -147,7 +154,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         out.print(text, markup=False, highlight=False, soft_wrap=True)
 
     say(f"run {summary.run_id}: {summary.goal}")
-    status = f"status {summary.status.value}" + (f" ({summary.reason})" if summary.reason else "")
+    status = f"status {summary.state}" + (f" ({summary.reason})" if summary.reason else "")
+    if summary.interrupted:
+        status += f" (its process died with {len(view.in_flight)} step(s) in flight; continue with: planexec resume {summary.run_id})"
+    elif summary.lease is not None:
+        status += f" by {summary.lease.describe()}"
     say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary, view)} · {len(events)} events")
     u = summary.usage
     say(f"  usage: {u.input_tokens} tokens in, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
@@ -157,12 +168,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     for v in versions:
         diff = f": {v.diff.render().replace(chr(10), '; ')}" if v.diff is not None else ""
         say(f"  v{v.version} ({len(v.plan.steps)} steps) · {v.reason}{diff}")
+    if summary.interrupted:
+        view = _cut_off(view)
     out.print(_steps_table(view, summary))
     for sid, rec in view.steps.items():
         for line in _step_lines(sid, rec, steps.get(sid), view):
             say(line)
     if view.in_flight:
-        say(f"in flight when the log ends (started, never ended): {', '.join(view.in_flight)}")
+        what = "cut off when its process died" if summary.interrupted else "in flight when the log ends (started, never ended)"
+        say(f"{what}: {', '.join(view.in_flight)}")
     for a in approvals:
         what = f"step {a.step_id}" if a.step_id else "the plan"
         by = f" by {a.by}" if a.by else ""
@@ -195,12 +209,31 @@ def _held(view: RunView, events: list[Any]) -> tuple[RunView, list[str]]:
 
 
 _HELD = "it was running when the run stopped and is not idempotent: retry, skip or mark it done"
+_CUT_OFF = "it was running when the run's process died: planexec resume runs it again if it is idempotent, else holds it"
+
+
+def _cut_off(view: RunView) -> RunView:
+    """The view of an interrupted run: the steps it had running are cut off, not running (no process runs them)."""
+    steps = {
+        sid: rec.model_copy(update={"reason": _CUT_OFF}) if sid in view.in_flight and rec.state is StepState.RUNNING else rec
+        for sid, rec in view.steps.items()
+    }
+    return dataclasses.replace(view, steps=steps)
+
+
+def _state(rec: StepRecord) -> str:
+    """A step's state as ``show`` prints it: a held step is ``held``, a step cut off by a dead process ``interrupted``."""
+    if rec.state is StepState.NEEDS_DECISION:
+        return "held"
+    if rec.state is StepState.RUNNING and rec.reason == _CUT_OFF:
+        return "interrupted"
+    return str(rec.state.value)
 
 
 def _show_json(summary: RunSummary, versions: list[PlanVersion], view: RunView, approvals: list[Approval], events: int) -> dict[str, Any]:
     """What ``planexec show --json`` prints: the run, its plan versions, each step, its approvals, its answer."""
     return {
-        "run": summary.to_dict(),
+        "run": {**summary.to_dict(), "state": summary.state},
         "versions": [v.model_dump(mode="json") for v in versions],
         "steps": {sid: rec.model_dump(mode="json") for sid, rec in view.steps.items()},
         "superseded": {sid: rec.model_dump(mode="json") for sid, rec in view.superseded.items()},
@@ -215,9 +248,7 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
     """One step of ``planexec show``: what it is, its inputs, timings, output or error, verdicts, sub-run events."""
     t0 = view.started_at
     lines: list[str] = []
-    lines.append(
-        f"{sid} · {rec.state.value} · {rec.worker or (step.worker if step else '?')}.{rec.action or (step.action if step else '?')}"
-    )
+    lines.append(f"{sid} · {_state(rec)} · {rec.worker or (step.worker if step else '?')}.{rec.action or (step.action if step else '?')}")
     if step is not None:
         if step.dependencies:
             lines.append(f"  after: {', '.join(step.dependencies)}")
@@ -303,7 +334,7 @@ def _steps_table(view: Any, summary: RunSummary) -> Table:
         why = rec.error.render() if rec.error else (rec.reason or "")
         table.add_row(
             sid,
-            rec.state.value,
+            _state(rec),
             str(rec.attempts),
             rec.worker,
             f"{rec.wall_time:.3f}s",
@@ -321,6 +352,8 @@ def _duration(r: RunSummary, view: RunView | None = None) -> str:
         return f"{view.worked:.2f}s worked over {view.processes} processes{last}"
     if r.wall_time is not None:
         return f"{r.wall_time:.2f}s"
+    if r.interrupted:
+        return f"{view.worked:.2f}s worked before its process died" if view is not None else "stopped short"
     return f"running for {(datetime.now(UTC) - r.started_at).total_seconds():.1f}s"
 
 

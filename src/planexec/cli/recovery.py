@@ -24,7 +24,7 @@ from planexec.engine.events import RunStarted
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
-from planexec.errors import ConfigError, StoreError
+from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.store import RunStore
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]
@@ -93,6 +93,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     try:
         result = run_to_end(go())
+    except LeaseHeldError as exc:
+        raise common.RunHeldError(str(exc)) from None
     except (ResumeError, StoreError, ConfigError) as exc:
         raise common.UsageError(str(exc)) from None
     if args.json:
@@ -123,6 +125,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     by = args.by or common.user()
     try:
         resolve_step(store, args.run_id, args.step_id, decision, value, by=by)
+    except LeaseHeldError as exc:
+        raise common.RunHeldError(str(exc)) from None
     except (ResumeError, StoreError) as exc:
         raise common.UsageError(str(exc)) from None
     shown = {"retry": "will run again", "skip": "will be skipped", "mark_done": f"is done with output {json.dumps(value)}"}[decision]

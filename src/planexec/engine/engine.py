@@ -22,7 +22,7 @@ from planexec.engine.approval import Approver
 from planexec.engine.config import EngineConfig, Subscriber
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.loop import run_to_end
-from planexec.engine.recording import DurableRunner, record_run
+from planexec.engine.recording import DurableRunner, hold_run, let_go, record_run
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
 from planexec.engine.run import Run
@@ -137,17 +137,25 @@ class Engine:
         Steps that ended are never run again; a step cut off mid-attempt runs
         again only if idempotent (or a person said retry with `StepResolved`);
         otherwise the run ends ``needs_decision`` once nothing else can go on.
-        Raises `ResumeError` for a run that finished, `RunNotFoundError` for an unknown one.
+        Raises `ResumeError` for a run that finished, `RunNotFoundError` for an
+        unknown one, `LeaseHeldError` (naming the process) for a run another
+        live process is running: the store leases each run to one process.
         """
         store = self._config.store
         if store is None:
             raise ValueError("resume needs an engine with a store: Engine(..., store=open_store(...))")
-        events = store.events(run_id)
-        versions = store.plan_versions(run_id)
-        resumption = plan_resumption(run_id, events, versions, self.is_idempotent)
-        check_plan(resumption.plan, self.registry)
-        run = Run(self, resumption.plan, run_id, resumption=resumption)
-        self._record(run)
+        store.run(run_id)  # RunNotFoundError before a lease is taken for a run that does not exist
+        hold_run(store, run_id)  # LeaseHeldError while another process runs it; taken before reading, so nothing is missed
+        try:
+            events = store.events(run_id)
+            versions = store.plan_versions(run_id)
+            resumption = plan_resumption(run_id, events, versions, self.is_idempotent)
+            check_plan(resumption.plan, self.registry)
+            run = Run(self, resumption.plan, run_id, resumption=resumption)
+            self._record(run)
+        except BaseException:
+            let_go(store, run_id)
+            raise
         run.launch(name=f"planexec {run.run_id} (resumed)")
         return run
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
 from planexec.engine.results import PlanVersion
 from planexec.engine.runner import Runner
@@ -34,7 +34,7 @@ from planexec.errors import StoreError
 from planexec.plan.model import Plan
 from planexec.workers.io import StepCall, WorkResult
 
-__all__ = ["DurableRunner", "Recorder", "RunLog", "record_run"]
+__all__ = ["DurableRunner", "Holds", "Recorder", "RunLog", "hold_run", "let_go", "record_run"]
 
 log = logging.getLogger("planexec.store")
 
@@ -67,6 +67,31 @@ class RunLog(Protocol):
         ...
 
 
+@runtime_checkable
+class Holds(Protocol):
+    """A store that leases runs (`store.RunStore`'s SQL backends): one process runs a run at a time."""
+
+    def hold(self, run_id: str, *, on_lost: Callable[[Exception], None] | None = None) -> Any:
+        """Take the run's lease and keep it alive; `LeaseHeldError` when another live process holds it."""
+        ...
+
+    def let_go(self, run_id: str) -> None:
+        """Release the run's lease."""
+        ...
+
+
+def hold_run(store: Any, run_id: str, *, on_lost: Callable[[Exception], None] | None = None) -> None:
+    """Take run `run_id` in `store` for this process, when the store leases runs (a test double may not)."""
+    if isinstance(store, Holds):
+        store.hold(run_id, on_lost=on_lost)
+
+
+def let_go(store: Any, run_id: str) -> None:
+    """Release run `run_id` in `store`, when the store leases runs."""
+    if isinstance(store, Holds):
+        store.let_go(run_id)
+
+
 # flushed inside the subscriber call, before the engine goes on
 DURABLE_AT_ONCE = frozenset({"run_started", "step_started", "step_failed", "plan_revised", "plan_completed", "run_finished"})
 
@@ -91,6 +116,10 @@ class Recorder:
         parent = getattr(run, "parent", None)
         self._parent: tuple[str, str] | None = (parent[0], parent[1]) if parent else None
         self._plan_saved = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     def __call__(self, event: Any) -> None:
         """Take one event (the run calls this as a subscriber)."""
@@ -100,6 +129,8 @@ class Recorder:
             self._save_plan()  # the streamed plan is whole now: store it with its completion
         if kind in DURABLE_AT_ONCE and not (self.gated and kind == "step_started"):
             self.flush()
+            if kind == "run_finished" and not self._queue and getattr(event, "run_id", None) == self.run.run_id:
+                let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
         else:
             self._schedule()
 
@@ -156,6 +187,16 @@ class Recorder:
         except StoreError as exc:
             self._failed(exc)
 
+    def lost(self, exc: Exception) -> None:
+        """The run's lease was taken by another process (the store's heartbeat thread calls this): stop the run."""
+        error = exc if isinstance(exc, StoreError) else StoreError(str(exc))
+        if self._loop is None:
+            return  # no loop to stop: the store refuses the run's writes anyway
+        try:
+            self._loop.call_soon_threadsafe(self._failed, error)
+        except RuntimeError:  # the loop closed: the run is over
+            pass
+
     def _failed(self, exc: StoreError) -> None:
         first = self.error is None
         self.error = exc
@@ -195,6 +236,7 @@ def record_run(run: Any, store: RunLog) -> Recorder:
     runner = getattr(getattr(run, "engine", None), "runner", None)
     durable = runner if isinstance(runner, DurableRunner) else None
     recorder = Recorder(run, store, gated=durable is not None)
+    hold_run(store, run.run_id, on_lost=recorder.lost)  # `LeaseHeldError` before anything is written
     if run.plan.steps:  # a streamed run starts with an empty plan
         recorder._save_plan()
     recorder._queue.extend(run.history)

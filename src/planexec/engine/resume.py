@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from planexec.engine.events import StepResolved, utcnow
+from planexec.engine.recording import hold_run, let_go
 from planexec.engine.replay import replay
 from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError
@@ -177,15 +178,23 @@ DECISIONS = ("retry", "skip", "mark_done")
 def resolve_step(store: Any, run_id: str, step_id: str, decision: str, value: Any = None, *, by: str = "person") -> Any:
     """Record a person's decision about a held step (`StepResolved`), for the next `Engine.resume` to apply.
 
-    Refused with `ResumeError` (nothing stored) when the run is not stopped
-    (finished, or still running in another process as far as the store
-    says), or the step was not cut off mid-attempt. Returns the event.
+    Refused with `ResumeError` (nothing stored) when the run finished or the
+    step was not cut off mid-attempt, and with `LeaseHeldError` when another
+    live process is running the run. Returns the event.
     """
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
     summary = store.run(run_id)
     if summary.status not in (RunStatus.NEEDS_DECISION, RunStatus.CANCELLED, RunStatus.RUNNING):
         raise ResumeError(f"run {run_id!r} ended {summary.status.value}; there is nothing to decide", run_id=run_id)
+    hold_run(store, run_id)  # `LeaseHeldError` while a process runs it; and no resume starts while the decision is written
+    try:
+        return _resolve(store, run_id, step_id, decision, value, by)
+    finally:
+        let_go(store, run_id)
+
+
+def _resolve(store: Any, run_id: str, step_id: str, decision: str, value: Any, by: str) -> Any:
     events = store.events(run_id)
     view = replay(events)
     rec = view.steps.get(step_id)

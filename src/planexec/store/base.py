@@ -4,8 +4,8 @@ Owns `RunStore` (what every backend does), `RunSummary` (one row of the
 ``runs`` snapshot), `Approval` with `ApprovalState`, and `Template` (a
 saved, versioned plan). All are frozen `Record`s with a stable JSON form.
 Backends live in `sqlite` and `postgres`; the SQL they share in `sql`.
-Imports `events`, `plan`, `plan_diff`, `records`, `results` and `usage`;
-never the engine.
+Imports `events`, `plan`, `plan_diff`, `records`, `results`, `usage` and
+the store's `leases`; never the engine.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from planexec.engine.results import PlanVersion, RunStatus
 from planexec.plan.model import Plan
 from planexec.records import Record
+from planexec.store.leases import Lease
 from planexec.usage import Usage
 
 __all__ = ["Approval", "ApprovalState", "RunStore", "RunSummary", "Template"]
@@ -30,7 +31,9 @@ class RunSummary(Record):
 
     `plan_version` and `content_hash` are the current plan's (a revision
     moves them); `usage` is what the run has used so far, and its total
-    once it finished. A sub-run names its parent run and step.
+    once it finished. A sub-run names its parent run and step. A run still
+    ``running`` carries its `lease` (the process running it); without a
+    live one it is `interrupted`: the process that ran it died.
     """
 
     run_id: str
@@ -47,11 +50,22 @@ class RunSummary(Record):
     reason: str | None = None
     parent_run_id: str | None = None
     parent_step_id: str | None = None
+    lease: Lease | None = None
 
     @property
     def finished(self) -> bool:
         """True once the run's `RunFinished` is stored."""
         return self.status is not RunStatus.RUNNING
+
+    @property
+    def interrupted(self) -> bool:
+        """True for a run that never finished and that no live process holds: its process died (resume it)."""
+        return self.status is RunStatus.RUNNING and (self.lease is None or not self.lease.live)
+
+    @property
+    def state(self) -> str:
+        """The status to show: ``interrupted`` for an interrupted run, else the stored status."""
+        return "interrupted" if self.interrupted else self.status.value
 
     @property
     def cost(self) -> float:

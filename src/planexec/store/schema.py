@@ -19,7 +19,10 @@ never deleted, and updated only once, from pending to decided, with its
 request's columns unchanged; a run's head only moves forward and is never
 deleted (on PostgreSQL, TRUNCATE of these tables is refused too). The
 ``runs`` row stays updatable: it is a summary made from the events, which
-the verifier never trusts. Imports `errors` only.
+the verifier never trusts.
+
+Migration 4 adds ``leases``: the process that runs a run, one row per run
+held (see `leases`). Imports `errors` only.
 """
 
 from __future__ import annotations
@@ -191,6 +194,21 @@ MIGRATIONS: tuple[Migration, ...] = (
                 f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} FOR EACH STATEMENT"
                 f" EXECUTE FUNCTION planexec_refuse('the audit log is append-only')"
                 for table in ("events", "plans", "approvals", "audit_heads")
+            ),
+        ),
+    ),
+    Migration(
+        4,
+        "run leases: one owner per run, with a heartbeat",
+        ddl=(
+            # times are seconds since the epoch on the database's clock (see `leases`); `machine` tells
+            # whether `pid` can be looked up here (boot and process namespace); `started` is that
+            # process's start time, so a recycled pid is never mistaken for the owner
+            (
+                "CREATE TABLE leases ("
+                " run_id TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid {int} NOT NULL,"
+                " machine TEXT NOT NULL DEFAULT '', started TEXT NOT NULL DEFAULT '', command TEXT NOT NULL DEFAULT '',"
+                " acquired_at {float} NOT NULL, heartbeat_at {float} NOT NULL, expires_at {float} NOT NULL)"
             ),
         ),
     ),

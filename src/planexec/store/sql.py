@@ -8,8 +8,9 @@ exit, rolls back and raises a `StoreError` on any failure, and `_q` to turn
 failed call changes nothing. Appending is the hot path (one transaction per
 batch of events while a run goes on): one query for the run's last seq, one
 multi-row INSERT, and snapshot updates only for the events that change the
-``runs`` row. Approvals and templates are its mixins (`approvals`,
-`templates`).
+``runs`` row. Approvals, templates and run leases are its mixins
+(`approvals`, `templates`, `leases`); an append to a run this store holds
+checks its lease in the same transaction.
 
 Every record of a run joins its hash chain as it is written (see `audit`):
 the run's head is read (locked, on PostgreSQL, so two writers never take
@@ -21,7 +22,7 @@ approval is redacted (`secrets.redact`) on its way in, before it is hashed,
 and the run summaries are made from the redacted events. Events are stored
 as the compact JSON their record writes, the very text their hash covers.
 Imports `events`, `plan`, `plan_diff`, `results`, `usage`, `secrets`,
-`errors` and the store's `audit`, `base`, `rows`, `approvals` and `templates`.
+`errors` and the store's `audit`, `base`, `rows`, `approvals`, `templates` and `leases`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from planexec.store.audit import (
     request_content,
 )
 from planexec.store.base import RunSummary
+from planexec.store.leases import Lease, Leases
 from planexec.store.rows import from_timestamp, timestamp
 from planexec.store.templates import Templates
 from planexec.usage import Usage
@@ -69,7 +71,7 @@ _RUN_COLUMNS = (
 )
 
 
-class SqlRunStore(Approvals, Templates, ABC):
+class SqlRunStore(Approvals, Templates, Leases, ABC):
     """A `RunStore` in SQL; backends subclass it with a connection (see the module docstring)."""
 
     dialect = "sql"
@@ -80,6 +82,7 @@ class SqlRunStore(Approvals, Templates, ABC):
         self._lock = threading.RLock()
         self._closed = False
         self._insert_sql: dict[int, str] = {}
+        self._init_leases()
 
     # --- what a backend supplies ------------------------------------------------
 
@@ -144,6 +147,8 @@ class SqlRunStore(Approvals, Templates, ABC):
 
     def close(self) -> None:
         """Release the connection; later calls raise `StoreError`."""
+        if not self._closed:
+            self._stop_heartbeat()  # gives up the runs this store holds (outside the lock: a heartbeat may be waiting on it)
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -179,6 +184,7 @@ class SqlRunStore(Approvals, Templates, ABC):
         return stored
 
     def _append_run(self, cur: Any, run_id: str, evs: list[Any], parent: tuple[str, str] | None) -> int:
+        self._check_lease(cur, run_id)
         chain = self._chain(cur, run_id)
         if chain.legacy:  # recorded before the audit log: its head has no seq
             row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
@@ -352,15 +358,17 @@ class SqlRunStore(Approvals, Templates, ABC):
             params += (max(0, int(limit)),)
         with self._tx(write=False) as cur:
             rows = self._all(cur, sql, params)
-        return [_summary(row) for row in rows]
+            leases = self._leases_of(cur, [row[0] for row in rows if row[2] == RunStatus.RUNNING.value])
+        return [_summary(row, leases.get(row[0])) for row in rows]
 
     def run(self, run_id: str) -> RunSummary:
         """The run's summary; `RunNotFoundError` naming the id when there is none."""
         with self._tx(write=False) as cur:
             row = self._one(cur, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-        if row is None:
-            raise RunNotFoundError(run_id, location=self.location)
-        return _summary(row)
+            if row is None:
+                raise RunNotFoundError(run_id, location=self.location)
+            leases = self._leases_of(cur, [run_id] if row[2] == RunStatus.RUNNING.value else [])
+        return _summary(row, leases.get(run_id))
 
     def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
         """Store a version of the run's plan (normally the first, before its `RunStarted`); the same again is a no-op."""
@@ -498,7 +506,7 @@ def _chained(link: Any, prev: Any, digest: Any) -> dict[str, Any]:
     return {"link": _int(link), "prev_hash": _maybe_text(prev), "hash": _maybe_text(digest)}
 
 
-def _summary(row: Sequence[Any]) -> RunSummary:
+def _summary(row: Sequence[Any], lease: Lease | None = None) -> RunSummary:
     (run_id, goal, status, plan_id, version, content_hash, steps, started, finished, wall, usage, reason, parent_run, parent_step) = row
     return RunSummary(
         run_id=run_id,
@@ -515,4 +523,5 @@ def _summary(row: Sequence[Any]) -> RunSummary:
         reason=reason,
         parent_run_id=parent_run,
         parent_step_id=parent_step,
+        lease=lease,
     )
