@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,105 @@ def _check_run(store: SqliteRunStore, run_id: str, processes: list[tuple[int, in
             starts = [fx for fx in effects if fx["step"] == step.step_id and fx["phase"] == "start" and fx["pid"] in order]
             if (run_id, step.step_id) not in retried:
                 assert len(starts) == 1, f"{run_id}: {step.step_id} paid {len(starts)} times"
+
+
+CONCURRENT_ROUNDS = 24
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_concurrent_resumes_under_kill_9_never_run_a_step_in_two_processes(tmp_path):
+    """Several ``planexec resume`` of one run at once, killed at random: one process holds the run, the others are refused.
+
+    Every tool call's start and end are logged, and so is each process's
+    death (after it is reaped): a step started by one process while another
+    live process was still running it would be a step run twice at once.
+    """
+    rng = random.Random(20261124)
+    (tmp_path / "crashtools.py").write_text(TOOLS)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(_plan(rng)))
+    db = tmp_path / "runs.db"
+    common = ["--tools", str(tmp_path / "crashtools.py"), "--yes", "--json"]
+    store = SqliteRunStore(db)
+    log = tmp_path / "effects"
+    env = {**os.environ, "PLANEXEC_STORE": str(db), "CRASH_LOG": str(log)}
+    kills = refused = launched = finished_runs = 0
+    retried: set[tuple[str, str]] = set()
+    run_no = 0
+    run_id = "conc-0"
+    for _ in range(CONCURRENT_ROUNDS):
+        try:
+            started = bool(store.events(run_id))
+        except RunNotFoundError:
+            started = False
+        if started:
+            cmds = [[sys.executable, "-m", "planexec", "resume", run_id, *common] for _ in range(rng.choice((2, 3)))]
+        else:
+            cmds = [[sys.executable, "-m", "planexec", "run", "--plan", str(plan_file), "--run-id", run_id, *common]]
+        procs = [subprocess.Popen(c, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
+        launched += len(procs)
+        time.sleep(rng.uniform(0.8, 3.0))
+        for proc in procs:
+            if proc.poll() is None and rng.random() < 0.9:
+                proc.kill()
+                kills += 1
+        for proc in procs:
+            try:
+                _, err = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            _mark_exit(log, proc.pid)  # after it is reaped: none of its writes can come later
+            if proc.returncode == 4:
+                refused += 1
+                assert b"is being run by process" in err, err.decode()[-2000:]
+            elif proc.returncode == 2:  # came after another resume had finished the run
+                assert b"already ended succeeded" in err, err.decode()[-2000:]
+            elif proc.returncode >= 0:
+                assert proc.returncode in (0, 1), err.decode()[-2000:]
+        summary = store.run(run_id)
+        if summary.status.value == "needs_decision":
+            for sid in [e for e in store.events(run_id) if e.type == "run_resumed"][-1].held:
+                done = subprocess.run(
+                    [sys.executable, "-m", "planexec", "resolve", run_id, sid, "--retry"], cwd=tmp_path, env=env, capture_output=True
+                )
+                assert done.returncode == 0, done.stderr.decode()[-3000:]
+                retried.add((run_id, sid))
+        if summary.status.value == "succeeded":
+            finished_runs += 1
+            run_no += 1
+            run_id = f"conc-{run_no}"
+    overlaps = _overlaps(_log(log))
+    print(f"\n{CONCURRENT_ROUNDS} rounds: {launched} processes, {kills} SIGKILLs, {refused} resumes refused, "
+          f"{finished_runs} runs finished, {len(overlaps)} steps run by two processes at once")  # fmt: skip
+    assert not overlaps, overlaps
+    assert refused > 0 and kills > 0  # the attack happened: concurrent resumes met a live run, and processes died
+    for n in range(finished_runs):
+        events = store.events(f"conc-{n}")
+        assert [e.seq for e in events] == list(range(len(events)))
+        succeeded = [e.step_id for e in events if e.type == "step_succeeded"]
+        assert len(succeeded) == len(set(succeeded)) == 24
+    store.close()
+
+
+def _mark_exit(path: Path, pid: int) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": None, "pid": pid, "phase": "exit"}) + "\n")
+
+
+def _overlaps(effects: list[dict]) -> list[tuple[str, int, int]]:
+    """(step, pid, pid) for each start of a step while another process that had started it was still alive and not done."""
+    running: dict[str, set[int]] = {}
+    found = []
+    for fx in effects:
+        if fx["phase"] == "exit":
+            for pids in running.values():
+                pids.discard(fx["pid"])
+            continue
+        pids = running.setdefault(fx["step"], set())
+        if fx["phase"] == "start":
+            found += [(fx["step"], other, fx["pid"]) for other in pids if other != fx["pid"]]
+            pids.add(fx["pid"])
+        else:
+            pids.discard(fx["pid"])
+    return found
