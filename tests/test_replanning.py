@@ -216,6 +216,37 @@ def test_the_joiner_finishes_with_its_answer(reg):
     assert [e.action for e in r.history if e.type == "joiner_decided"] == ["finish"]
 
 
+def test_a_plan_that_names_its_answer_and_succeeds_saves_the_model_joiners_call(reg):
+    plan = mkplan({"id": "s1", "action": "fetch", "parameters": {"key": "a"}}, answer_step="s1")
+    model = ScriptedModel([json.dumps({"action": "finish", "answer": "a is 84"})])
+    r, result = run(Engine(reg, joiner=ModelJoiner(model)), plan)
+    assert result.status is RunStatus.SUCCEEDED and result.answer == 84  # the named step's output, as it is
+    assert model.requests == [] and result.usage.model_calls == 0
+    assert not [e for e in r.history if e.type == "joiner_decided"]
+    # asked to judge every run, it is asked
+    _, judged = run(Engine(reg, joiner=ModelJoiner(model, always=True)), plan)
+    assert judged.answer == "a is 84" and len(model.requests) == 1
+
+
+def test_the_model_joiner_is_asked_when_a_step_did_not_succeed_even_if_the_plan_names_its_answer(reg):
+    plan = mkplan(
+        {"id": "s1", "action": "fetch", "parameters": {"key": "a"}},
+        {"id": "s2", "action": "divide", "parameters": {"x": 1, "y": 0}, "failure_action": "skip"},
+        answer_step="s1",
+    )
+    model = ScriptedModel([json.dumps({"action": "finish", "answer": "a is 84, the ratio is undefined"})])
+    _, result = run(Engine(reg, joiner=ModelJoiner(model)), plan)
+    assert len(model.requests) == 1 and "did not finish" in model.requests[0].messages[-1].content
+    assert result.answer == "a is 84, the ratio is undefined"
+
+
+def test_a_function_joiner_is_asked_every_time(reg):
+    plan = mkplan({"id": "s1", "action": "fetch", "parameters": {"key": "a"}}, answer_step="s1")
+    seen = []
+    _, result = run(Engine(reg, joiner=FunctionJoiner(lambda ctx: seen.append(ctx) or JoinDecision.finish("by function"))), plan)
+    assert len(seen) == 1 and result.answer == "by function"
+
+
 def test_the_joiner_asks_for_a_replan_and_the_run_goes_on(reg):
     plan = mkplan({"id": "s1", "action": "fetch", "parameters": {"key": "b"}})
     joiner_model = ScriptedModel(

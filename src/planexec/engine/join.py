@@ -79,7 +79,13 @@ def read_decision(data: Any, usage: Usage = Usage()) -> JoinDecision:
 
 @runtime_checkable
 class Joiner(Protocol):
-    """Decides, once the plan's steps have ended, whether the run is finished."""
+    """Decides, once the plan's steps have ended, whether the run is finished.
+
+    A joiner may say ``always = False`` (a `ModelJoiner` does): the engine
+    then asks it only when it can change the outcome (a step did not
+    succeed, or the plan does not name its `answer_step`); without the attribute
+    it is asked after every version.
+    """
 
     async def join(self, context: JoinContext) -> JoinDecision:
         """``finish(answer)`` or ``replan(reason)``; `JoinerError` for anything else."""
@@ -89,8 +95,9 @@ class Joiner(Protocol):
 class FunctionJoiner:
     """A joiner backed by ``fn(context) -> JoinDecision | {"action": ...}`` (sync or async)."""
 
-    def __init__(self, fn: Callable[[JoinContext], Any]) -> None:
+    def __init__(self, fn: Callable[[JoinContext], Any], *, always: bool = True) -> None:
         self.fn = fn
+        self.always = always  # a function costs no model call: asked after every version unless told otherwise
 
     async def join(self, context: JoinContext) -> JoinDecision:
         """Call the function and read its decision."""

@@ -95,9 +95,10 @@ class Revisions:
             return False
         request = state.pending
         if request is None:
-            if self._config.joiner is None or state.open:
+            joiner = self._config.joiner
+            if joiner is None or state.open or not self._join_needed(joiner):
                 return False
-            request = await self._join(self._config.joiner)
+            request = await self._join(joiner)
             if request is None:
                 return False
             if self._config.replanner is None:
@@ -107,6 +108,25 @@ class Revisions:
         if state.status is not RunStatus.RUNNING:
             return False
         return await self._revise(request)
+
+    def _join_needed(self, joiner: Joiner) -> bool:
+        """Whether asking the joiner can change the outcome: a step did not succeed, the plan was revised, or it leaves its answer to assemble.
+
+        A joiner that says ``always`` (a `FunctionJoiner`: it costs no model
+        call) is asked every time. Otherwise, when every step succeeded and
+        the plan names its answer (`answer_step`: the planner said that
+        step's output answers the goal as it is), that output is the answer
+        and the call is saved.
+        """
+        if getattr(joiner, "always", True):
+            return True
+        state = self._state
+        if any(r.state is not StepState.SUCCEEDED for r in state.records.values()):
+            return True
+        if state.plan.revises is not None:  # a revision's results answer a replan decision: the joiner judges them
+            return True
+        answer = state.plan.answer_step
+        return answer is None or answer not in state.outputs
 
     async def _settle(self) -> None:
         """Wait for the steps still running (and a plan still streaming) to end."""

@@ -41,12 +41,20 @@ def _shown(value: Any) -> str:
 
 
 class ModelJoiner:
-    """A model reads the goal and the results and answers ``{"action": "finish"|"replan", "answer", "reason"}``."""
+    """A model reads the goal and the results and answers ``{"action": "finish"|"replan", "answer", "reason"}``.
 
-    def __init__(self, model: Model, *, max_tokens: int | None = 512, seed: int | None = 0) -> None:
+    It is asked only when it can change the outcome: when a step did not
+    succeed, or the plan does not name its answer (`answer_step`). A run
+    whose every step succeeded and whose plan names its answer ends with
+    that step's output, and saves the call. With
+    `always` it is asked after every version, to judge the results too.
+    """
+
+    def __init__(self, model: Model, *, max_tokens: int | None = 512, seed: int | None = 0, always: bool = False) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.seed = seed
+        self.always = always
 
     def __repr__(self) -> str:
         return f"ModelJoiner({self.model.name!r})"
