@@ -122,6 +122,32 @@ def test_a_process_that_lost_its_lease_never_writes_the_run_again(stores):
     other.close()
 
 
+def test_of_many_processes_taking_one_run_at_once_exactly_one_wins(stores):
+    store = stores()
+    others = [open_store(stores.url(store)) for _ in range(6)]
+    start = threading.Barrier(len(others))
+    won: list[int] = []
+    refused: list[str] = []
+
+    def take(k: int) -> None:
+        start.wait()
+        try:
+            others[k].hold("race")
+            won.append(k)
+        except LeaseHeldError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=take, args=(k,)) for k in range(len(others))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == len(others) - 1
+    assert store.lease("race").owner == others[won[0]]._held["race"].owner
+    for other in others:
+        other.close()
+
+
 def test_a_bad_lease_ttl_setting_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PLANEXEC_LEASE_TTL", "soon")
     with pytest.raises(Exception, match="PLANEXEC_LEASE_TTL='soon' is not a number of seconds"):
