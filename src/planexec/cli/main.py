@@ -32,6 +32,7 @@ from planexec.cli.history import add_history_commands
 from planexec.cli.plan_files import cmd_run, cmd_schema, cmd_validate
 from planexec.cli.plans import add_library_commands, add_template_options
 from planexec.cli.recovery import add_recovery_commands
+from planexec.cli.serve import add_serve_command
 
 __all__ = ["build_parser", "main"]
 
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recovery_commands(sub)
     add_approval_commands(sub)
     add_audit_commands(sub)
+    add_serve_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")

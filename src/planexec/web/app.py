@@ -1,0 +1,250 @@
+"""The console's routes: `create_app` builds the FastAPI application over one run store.
+
+Owns the pages (runs, a run, the approvals inbox, the plan editor), the
+fragments the pages refresh themselves with, the live stream of a run
+(server-sent events: the server polls `RunStore.events` after the last
+seq it sent and pushes the run's and each step's state when something
+new was stored, so it follows runs written by any process), the static
+files, and the two forms that change anything (decide an approval; edit
+a pending plan), both behind `security.Guard`. Each request opens the
+store and closes it; handlers are plain functions FastAPI runs in its
+thread pool, since the store's calls block. Imports `views`, `actions`,
+`security` and the store; never the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+from collections.abc import AsyncIterator, Iterator
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from sse_starlette.sse import EventSourceResponse
+
+from planexec.errors import ApprovalError, RunNotFoundError, StoreError
+from planexec.store import ApprovalState, RunStore, open_store
+from planexec.store.location import sqlite_path
+from planexec.web import actions, views
+from planexec.web.security import Guard, csrf_token
+
+__all__ = ["create_app"]
+
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+_POLL = 0.3  # seconds between reads of the event log while a page follows a run
+
+
+def create_app(
+    store_target: str, *, token: str, user: str | None = None, loopback: bool = True, cwd: Path | None = None, poll: float = _POLL
+) -> Guard:
+    """The console over the store at `store_target` (a path or URL, as ``--store`` takes), guarded by `token`.
+
+    `user` is the name decisions are recorded under (default: the OS
+    user); `loopback` True answers only to loopback host names; `cwd` is
+    the folder the run's tools modules are found from when a plan is
+    edited (default: the current one).
+    """
+    app = FastAPI(title="planexec console", docs_url=None, redoc_url=None, openapi_url=None)
+    env = Environment(loader=PackageLoader("planexec.web", "templates"), autoescape=select_autoescape(["html"]))
+    name = user or _os_user()
+    folder = cwd or Path.cwd()
+    csrf = csrf_token(token)
+
+    @contextlib.contextmanager
+    def store() -> Iterator[RunStore | None]:
+        path = sqlite_path(store_target)
+        if path is not None and not path.exists():
+            yield None  # nothing recorded yet: this console never creates a store
+            return
+        opened = open_store(store_target, create=False)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def page(template: str, code: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(template).render(csrf=csrf, user=name, location=store_target, **context)
+        return HTMLResponse(html, status_code=code, headers=_HEADERS)
+
+    @app.get("/", response_class=HTMLResponse)
+    def runs_page(status: str = "", q: str = "") -> HTMLResponse:
+        with store() as s:
+            rows = views.run_rows(s, state=status or None, query=q) if s is not None else []
+            pending = len(s.approvals(pending_only=True)) if s is not None else 0
+        return page("runs.html", rows=rows, states=views.STATES, status=status, q=q, pending=pending)
+
+    @app.get("/runs/table", response_class=HTMLResponse)
+    def runs_table(status: str = "", q: str = "") -> HTMLResponse:
+        with store() as s:
+            rows = views.run_rows(s, state=status or None, query=q) if s is not None else []
+        return page("_runs_rows.html", rows=rows)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(run_id: str) -> HTMLResponse:
+        with store() as s:
+            try:
+                detail = views.run_detail(s, run_id) if s is not None else None
+            except RunNotFoundError:
+                detail = None
+        if detail is None:
+            return page("missing.html", code=404, run_id=run_id)
+        return page("run.html", d=detail, state_json=json.dumps(detail.state))
+
+    @app.get("/runs/{run_id}/panels", response_class=HTMLResponse)
+    def run_panels(run_id: str) -> HTMLResponse:
+        with store() as s:
+            try:
+                detail = views.run_detail(s, run_id) if s is not None else None
+            except RunNotFoundError:
+                detail = None
+        if detail is None:
+            return HTMLResponse("", status_code=404)
+        return page("_run_panels.html", d=detail)
+
+    @app.get("/runs/{run_id}/stream")
+    async def run_stream(run_id: str, request: Request) -> EventSourceResponse:
+        return EventSourceResponse(_follow(store_target, run_id, request, poll))
+
+    @app.get("/approvals", response_class=HTMLResponse)
+    def approvals_page(done: str = "") -> HTMLResponse:
+        with store() as s:
+            items = views.inbox(s) if s is not None else []
+        return page("approvals.html", items=items, done=done)
+
+    @app.post("/approvals/{approval_id}")
+    async def decide(approval_id: int, request: Request) -> Response:
+        form = _form(await request.body())
+        approved = form.get("decision") == "approve"
+        if form.get("decision") not in ("approve", "deny"):
+            return PlainTextResponse("decision must be approve or deny", status_code=400)
+        back = form.get("next", "/approvals")
+        back = back if back.startswith("/") and not back.startswith("//") else "/approvals"
+
+        def work() -> str:
+            with store() as s:
+                pending = actions.find_pending(s, approval_id) if s is not None else None
+                if s is None or pending is None:
+                    return f"approval #{approval_id} is no longer pending (decided meanwhile?)"
+                what = views.describe(s, pending)["what"]
+                try:
+                    actions.decide(s, pending, approved=approved, by=name, reason=form.get("reason", "").strip())
+                except ApprovalError as exc:
+                    return str(exc)
+                return f"{'approved' if approved else 'denied'} {what} of run {pending.run_id} (by {name})"
+
+        said = await asyncio.to_thread(work)
+        sep = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{sep}{_query('done', said)}", status_code=303)
+
+    @app.get("/runs/{run_id}/edit", response_class=HTMLResponse)
+    def edit_page(run_id: str) -> HTMLResponse:
+        with store() as s:
+            found = _pending_plan(s, run_id) if s is not None else None
+        if found is None:
+            return page("missing.html", code=404, run_id=run_id, why="no plan of this run waits for approval")
+        approval, plan = found
+        return page("edit.html", run_id=run_id, approval=approval, plan=plan, text=plan.to_json(indent=2), check=None)
+
+    @app.post("/runs/{run_id}/edit", response_class=HTMLResponse)
+    async def edit_submit(run_id: str, request: Request) -> Response:
+        text = _form(await request.body()).get("plan", "")
+
+        def work() -> tuple[str, Any, Any, Any]:
+            with store() as s:
+                found = _pending_plan(s, run_id) if s is not None else None
+                if s is None or found is None:
+                    return "gone", None, None, None
+                approval, plan = found
+                tools = [str(t) for t in actions.run_setup(s, run_id).get("tools", [])]
+                check = actions.check_edit(text, old=plan, tools=tools, cwd=folder)
+                if check.plan is None:
+                    return "problems", approval, plan, check
+                new_id = actions.submit_edit(s, approval, check.plan, by=name, store_target=store_target, tools=tools, cwd=folder)
+                return "started", new_id, None, None
+
+        outcome, a, plan, check = await asyncio.to_thread(work)
+        if outcome == "gone":
+            return page("missing.html", code=409, run_id=run_id, why="its plan no longer waits for approval (decided meanwhile?)")
+        if outcome == "problems":
+            return page("edit.html", code=422, run_id=run_id, approval=a, plan=plan, text=text, check=check)
+        return RedirectResponse(f"/runs/{a}?edited_from={run_id}", status_code=303)
+
+    @app.get("/static/{asset}")
+    def static(asset: str) -> Response:
+        if asset not in _STATIC:
+            return PlainTextResponse("not found", status_code=404)
+        body = (files("planexec.web") / "static" / asset).read_text(encoding="utf-8")
+        return Response(body, media_type=_STATIC[asset], headers=_HEADERS)
+
+    @app.exception_handler(StoreError)
+    def store_failed(request: Request, exc: StoreError) -> Response:
+        return page("missing.html", code=503, run_id="", why=f"the run store failed: {exc}")
+
+    return Guard(app, token=token, loopback=loopback)  # in front of every route: see `security`
+
+
+def _pending_plan(store: RunStore, run_id: str) -> tuple[Any, Any] | None:
+    """The run's pending plan approval and the stored version it is about; None when no stored version waits."""
+    try:
+        pending = [a for a in store.approvals(run_id, pending_only=True) if a.step_id is None and a.state is ApprovalState.PENDING]
+        versions = store.plan_versions(run_id)
+    except RunNotFoundError:
+        return None
+    for a in reversed(pending):
+        for v in versions:
+            if v.plan.content_hash == a.content_hash:
+                return a, v.plan
+    return None
+
+
+async def _follow(store_target: str, run_id: str, request: Request, poll: float) -> AsyncIterator[dict[str, str]]:
+    """The live stream of one run: its state after each batch of new events, until it finishes or the page goes away."""
+    opened = await asyncio.to_thread(open_store, store_target, create=False)
+    try:
+        seen = -2
+        while not await request.is_disconnected():
+            try:
+                last = await asyncio.to_thread(opened.last_seq, run_id)
+                if last != seen:
+                    state = await asyncio.to_thread(views.live_state, opened, run_id)
+                    seen = last
+                    yield {"event": "state", "data": json.dumps(state)}
+                    if state["finished"]:
+                        return
+            except RunNotFoundError:
+                pass  # not stored yet (a run just started from the editor): keep looking
+            await asyncio.sleep(poll)
+    finally:
+        await asyncio.to_thread(opened.close)
+
+
+def _form(body: bytes) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def _query(key: str, value: str) -> str:
+    return urlencode({key: value})
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "person"
+
+
+# no framing by other sites, no sniffing, no referrer leaving the site, scripts and styles only from here
+_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # no-referrer would make the browser send "Origin: null" on our own forms
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+    "Cache-Control": "no-store",
+}

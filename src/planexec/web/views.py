@@ -1,0 +1,253 @@
+"""What the console's pages show, read from the run store: plain data for the templates, nothing rendered here but SVG.
+
+Owns `run_rows` (the runs page: state, goal, start, duration, steps,
+cost; filtered by state and searched by goal), `run_detail` (one run
+rebuilt from its events by `replay`: each step with its definition and
+record, the plan as a graph, the timeline, the plan's versions with the
+changes of each against the one before, the approvals), `live_state` (the
+small snapshot the live stream pushes) and `inbox` (pending approvals,
+each said in words: a plan version, a step, or one tool call in a step).
+Reads only: every write goes through `actions`. Imports the store's
+protocol and records, `replay`, `plan` and `graph`; never the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from planexec.engine.replay import RunView, replay
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord
+from planexec.plan.model import Plan, Step
+from planexec.store import Approval, ApprovalState, RunStore, RunSummary
+from planexec.web.graph import plan_svg, timeline_svg
+
+__all__ = ["STATES", "RunDetail", "inbox", "live_state", "run_detail", "run_rows"]
+
+# the states a person can filter the runs page by: the stored ones and `interrupted` (running, but its process died)
+STATES = [s.value for s in RunStatus] + ["interrupted"]
+
+
+def run_rows(store: RunStore, *, state: str | None = None, query: str = "", limit: int = 200) -> list[dict[str, Any]]:
+    """The newest runs (at most `limit`) as rows of the runs page, only those in `state` and whose goal or id contains `query`."""
+    if state == "interrupted":
+        runs = [r for r in store.runs(limit=None, status=RunStatus.RUNNING) if r.interrupted]
+    elif state:
+        runs = store.runs(limit=None, status=state)
+    else:
+        runs = store.runs(limit=None)
+    needle = query.strip().lower()
+    if needle:
+        runs = [r for r in runs if needle in r.goal.lower() or needle in r.run_id.lower()]
+    return [_row(r) for r in runs[:limit]]
+
+
+def _row(r: RunSummary) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "state": r.state,
+        "goal": r.goal,
+        "started": f"{r.started_at:%Y-%m-%d %H:%M:%S}",
+        "duration": _duration(r),
+        "steps": r.step_count,
+        "cost": r.usage.describe_cost(),
+        "parent": r.parent_run_id,
+    }
+
+
+def _duration(r: RunSummary) -> str:
+    if r.wall_time is not None:
+        return f"{r.wall_time:.2f}s"
+    if r.interrupted:
+        return "stopped short"
+    return f"running for {(datetime.now(UTC) - r.started_at).total_seconds():.0f}s"
+
+
+@dataclass
+class RunDetail:
+    """One run as its page shows it (see `run_detail`)."""
+
+    summary: RunSummary
+    view: RunView
+    plan: Plan | None
+    versions: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    approvals: list[Approval]
+    pending_plan: Approval | None
+    graph: str
+    timeline: str
+    events: int
+    answer: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+def run_detail(store: RunStore, run_id: str) -> RunDetail:
+    """The run `run_id` rebuilt from the store; `RunNotFoundError` (a `StoreError`) for an unknown id."""
+    summary = store.run(run_id)
+    events = store.events(run_id)
+    stored = store.plan_versions(run_id)
+    approvals = store.approvals(run_id)
+    plan = stored[-1].plan if stored else None
+    view = replay(events, plan)
+    states = {sid: rec.state.value for sid, rec in view.steps.items()}
+    definitions = {s.step_id: s for v in stored for s in v.plan.steps}  # the latest definition of each step
+    steps = [_step(sid, rec, definitions.get(sid), view) for sid, rec in view.steps.items()]
+    pending = [a for a in approvals if a.step_id is None and a.state is ApprovalState.PENDING]
+    return RunDetail(
+        summary=summary,
+        view=view,
+        plan=plan,
+        versions=_versions(stored),
+        steps=steps,
+        approvals=approvals,
+        pending_plan=pending[-1] if pending else None,
+        graph=plan_svg(plan, states) if plan is not None else "",
+        timeline=timeline_svg(view.steps, view.started_at, now=datetime.now(UTC)),
+        events=len(events),
+        answer=_text(view.answer) if summary.finished and view.answer is not None else None,
+        state=_state(summary, view),
+    )
+
+
+def live_state(store: RunStore, run_id: str) -> dict[str, Any]:
+    """What the live stream pushes after new events: the run's state and each step's, and the seq of the last event."""
+    summary = store.run(run_id)
+    stored = store.plan_versions(run_id)
+    view = replay(store.events(run_id), stored[-1].plan if stored else None)
+    return _state(summary, view)
+
+
+def _state(summary: RunSummary, view: RunView) -> dict[str, Any]:
+    return {
+        "run": summary.state,
+        "finished": summary.finished,
+        "reason": summary.reason,
+        "version": summary.plan_version,
+        "steps": {sid: rec.state.value for sid, rec in view.steps.items()},
+        "seq": view.last_seq,
+    }
+
+
+def _step(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> dict[str, Any]:
+    """One step's panel: its definition (instruction, inputs, dependencies) and its record (output, error, timings, calls)."""
+    t0 = view.started_at
+
+    def offset(at: datetime | None) -> str | None:
+        return f"+{(at - t0).total_seconds():.3f}s" if at is not None and t0 is not None else None
+
+    return {
+        "step_id": sid,
+        "state": rec.state.value,
+        "worker": rec.worker or (step.worker if step else ""),
+        "action": rec.action or (step.action if step else ""),
+        "instruction": step.instruction if step else None,
+        "inputs": _text(step.parameters) if step is not None and step.parameters else None,
+        "after": list(step.dependencies) if step is not None else [],
+        "requires_approval": bool(step.requires_approval) if step is not None else False,
+        "attempts": rec.attempts,
+        "started": offset(rec.started_at),
+        "finished": offset(rec.finished_at),
+        "wall": f"{rec.wall_time:.3f}s",
+        "usage": f"{rec.usage.input_tokens} tokens in, {rec.usage.output_tokens} out, {rec.usage.model_calls} model calls, "
+        f"{rec.usage.describe_cost()}",
+        "output": _text(rec.output.value) if rec.output is not None else None,
+        "untrusted": [s.label() for s in rec.output.provenance.sources if s.untrusted] if rec.output is not None else [],
+        "error": f"{rec.error.rule}: {rec.error.type}: {rec.error.message}" if rec.error is not None else None,
+        "reason": rec.reason,
+        "verdicts": [
+            f"attempt {v.get('attempt')} · {v.get('critic')}: {'approved' if v.get('approved') else 'rejected'}: "
+            + "; ".join(map(str, v.get("reasons", [])))
+            for v in rec.verdicts
+        ],
+        "calls": [
+            f"{c.worker} → {c.tool}({_text(c.arguments)}): "
+            + ("ran" if c.ran else "allowed, not run" if c.allowed else f"refused ({c.rule}: {c.reason})")
+            + (f", error: {c.error}" if c.error else "")
+            for c in rec.calls
+        ],
+    }
+
+
+def _versions(stored: list[PlanVersion]) -> list[dict[str, Any]]:
+    """Each plan version, with a side-by-side comparison of its steps against the version before."""
+    out = []
+    previous: Plan | None = None
+    for v in stored:
+        rows = []
+        if previous is not None and v.diff is not None:
+            old = {s.step_id: s for s in previous.steps}
+            new = {s.step_id: s for s in v.plan.steps}
+            for sid in list(dict.fromkeys([*old, *new])):
+                kind = (
+                    "added"
+                    if sid in v.diff.added
+                    else "removed"
+                    if sid in v.diff.removed
+                    else "changed"
+                    if sid in v.diff.changed
+                    else "kept"
+                )
+                rows.append(
+                    {
+                        "step_id": sid,
+                        "kind": kind,
+                        "fields": v.diff.changed.get(sid, []),
+                        "old": _step_json(old[sid]) if sid in old else "",
+                        "new": _step_json(new[sid]) if sid in new else "",
+                    }
+                )
+        out.append(
+            {
+                "version": v.version,
+                "reason": v.reason,
+                "steps": len(v.plan.steps),
+                "hash": v.plan.content_hash,
+                "diff": v.diff.render() if v.diff is not None else None,
+                "rows": rows,
+            }
+        )
+        previous = v.plan
+    return out
+
+
+def _step_json(step: Step) -> str:
+    return json.dumps(step.model_dump(mode="json", by_alias=True, exclude_defaults=True), indent=2, ensure_ascii=False)
+
+
+def inbox(store: RunStore) -> list[dict[str, Any]]:
+    """Every pending approval, oldest first, with what it is about in words."""
+    found = store.approvals(pending_only=True)
+    return [{"approval": a, **describe(store, a)} for a in found]
+
+
+def describe(store: RunStore, approval: Approval) -> dict[str, Any]:
+    """What an approval is about: ``kind`` (plan, step or call), ``what`` and ``details`` in words, and the run's goal."""
+    goal = store.run(approval.run_id).goal
+    asked = [e for e in store.events(approval.run_id) if e.type == "approval_requested" and e.content_hash == approval.content_hash]
+    versions = store.plan_versions(approval.run_id)
+    if approval.step_id is None:
+        stored = [v for v in versions if v.plan.content_hash == approval.content_hash]
+        version = stored[-1].version if stored else (asked[-1].plan_version if asked else None)
+        if stored:
+            details = f"{len(stored[-1].plan.steps)} steps: {', '.join(stored[-1].plan.step_ids)}"
+        else:
+            details = "a revision of the plan, stored once approved"
+        return {"kind": "plan", "what": f"plan v{version}" if version else "the plan", "details": details, "goal": goal,
+                "editable": bool(stored)}  # fmt: skip
+    call = next((e.call for e in asked if e.call is not None), None)
+    if call is not None:
+        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)[:80]}" for k, v in sorted(call.arguments.items()))
+        why = f" ({call.rule}: {call.reason})" if call.rule else ""
+        return {"kind": "call", "what": f"a tool call in step {call.step_id}", "details": f"{call.worker} calls {call.tool}({args}){why}",
+                "goal": goal, "editable": False}  # fmt: skip
+    steps = [s for v in versions for s in v.plan.steps if s.step_id == approval.step_id]
+    step = steps[-1] if steps else None
+    details = f"{step.worker}.{step.action}" + (f": {step.instruction}" if step.instruction else "") if step else "(not in the stored plan)"
+    return {"kind": "step", "what": f"step {approval.step_id}", "details": details, "goal": goal, "editable": False}
+
+
+def _text(value: Any, limit: int = 4000) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

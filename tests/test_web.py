@@ -1,0 +1,507 @@
+"""The web console, end to end: a real ``planexec serve`` on a free loopback port over a real SQLite store, runs started by
+``planexec run`` in other processes, and a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by
+Selenium) that approves plans and steps, edits a plan and follows runs to their end.
+
+The HTTP tests (the token, CSRF, Origin, the serve command's refusals) need no browser. The browser tests are marked
+``browser`` and skipped, saying why, only when Chromium or its driver is absent. Each page's screenshot is saved under
+tests/artifacts/web/ (ignored by git); the path is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from planexec.store import RunNotFoundError, StoreError, open_store
+
+TOKEN = "test-token-0123456789abcdef"
+USER = "alice"
+WAIT = 60.0
+
+TOOLS = textwrap.dedent(
+    '''
+    """Tools for the console tests: `ship` is a side effect counted in $SHIP_LOG; `build` takes a moment, so a page sees steps run."""
+    import os
+    import time
+
+    from planexec import tool
+
+
+    @tool(idempotent=True)
+    def build(name: str) -> str:
+        """Idempotent work that takes a moment."""
+        time.sleep(0.4)
+        return f"built {name}"
+
+
+    @tool
+    def ship(name: str) -> str:
+        """A side effect: one line in $SHIP_LOG each time it runs."""
+        with open(os.environ["SHIP_LOG"], "a") as f:
+            f.write(f"{os.getpid()} {name}\\n")
+        return f"shipped {name}"
+    '''
+)
+
+
+def plan(*, gated_step: bool) -> dict:
+    """compile and docs in parallel, then ship (after compile), then announce; `gated_step` makes ship require approval."""
+    ship = {
+        "id": "ship",
+        "action": "ship",
+        "parameters": {"name": "app"},
+        "depends_on": ["compile"],
+        "instruction": "ship the app to production",
+    }
+    if gated_step:
+        ship["requires_approval"] = True
+    return {
+        "plan_id": "release",
+        "goal": "ship the app",
+        "steps": [
+            {"id": "compile", "action": "build", "parameters": {"name": "app"}, "instruction": "compile the app"},
+            {"id": "docs", "action": "build", "parameters": {"name": "docs"}},
+            ship,
+            {"id": "announce", "action": "build", "parameters": {"name": "news"}, "depends_on": ["ship"]},
+        ],
+    }
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A folder with tools.py, plan.json (ship gated), open.json (nothing gated), policies.yaml (ship needs a person) and a store path."""
+    (tmp_path / "tools.py").write_text(TOOLS)
+    (tmp_path / "plan.json").write_text(json.dumps(plan(gated_step=True)))
+    (tmp_path / "open.json").write_text(json.dumps(plan(gated_step=False)))
+    (tmp_path / "policies.yaml").write_text('needs_person: ["ship"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("SHIP_LOG", str(tmp_path / "ship.log"))
+    monkeypatch.delenv("PLANEXEC_WEB_TOKEN", raising=False)
+    return tmp_path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def request(url: str, *, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """(status, body) of one HTTP request; redirects are not followed."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with opener.open(req, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.fixture
+def server(project):
+    """A real ``planexec serve`` on a free loopback port over the project's SQLite store; its base URL. Stopped afterwards."""
+    port = free_port()
+    log = (project / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planexec", "serve", "--port", str(port), "--store", str(project / "runs.db"), "--token", TOKEN, "--user", USER],
+        cwd=project, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + WAIT
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"planexec serve exited ({proc.returncode}):\n{(project / 'serve.log').read_text()}")
+        try:
+            if request(base + "/", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("planexec serve did not answer")
+        time.sleep(0.1)
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+def planexec(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """``python -m planexec ARGS`` as another process, stdin not a terminal."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "planexec", *args], cwd=cwd, env=dict(os.environ),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = WAIT) -> tuple[str, str]:
+    """Its output once it exits; kill it and fail when it does not."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{proc.args} did not exit within {timeout:g}s:\n{out[-2000:]}\n{err[-2000:]}")
+
+
+def wait_until(what: str, check, proc: subprocess.Popen[str] | None = None, timeout: float = WAIT) -> None:
+    """Poll `check` until true; fail naming `what` after `timeout` seconds, or when `proc` ends first."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the process ended (exit {proc.returncode}) before {what}:\n{out[-2000:]}\n{err[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def pending(project: Path, run_id: str, *, step_id: str | None = None) -> list:
+    """The run's pending approvals (of the plan when `step_id` is None, else of that step); [] before the run is stored."""
+    try:
+        store = open_store(str(project / "runs.db"), create=False)
+    except StoreError:  # not there yet, or being created by the run
+        return []
+    try:
+        return [a for a in store.approvals(run_id, pending_only=True) if a.step_id == step_id]
+    except RunNotFoundError:
+        return []
+    finally:
+        store.close()
+
+
+def approvals(project: Path, run_id: str) -> list:
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return store.approvals(run_id)
+    finally:
+        store.close()
+
+
+def start_waiting_on_plan(project: Path, run_id: str, plan_file: str = "open.json") -> subprocess.Popen[str]:
+    """``planexec run --plan`` whose plan a policy escalates: with no one at the terminal it waits for approval from another process."""
+    proc = planexec(
+        "run", "--plan", plan_file, "--tools", "tools.py", "--policies", "policies.yaml", "--run-id", run_id, "--json", cwd=project
+    )
+    wait_until(f"run {run_id} waiting for plan approval", lambda: bool(pending(project, run_id)), proc)
+    return proc
+
+
+# --- the token, CSRF and the serve command: plain HTTP ----------------------------------------
+
+
+def test_without_the_token_every_request_gets_401_and_changes_nothing(project, server):
+    run = start_waiting_on_plan(project, "r1")
+    [asked] = pending(project, "r1")
+    for path in ("/", "/runs/r1", "/approvals", "/static/app.js", "/runs/r1/stream", "/runs/r1/edit"):
+        assert request(server + path)[0] == 401, path
+    assert request(server + "/?token=not-the-token")[0] == 401
+    assert request(server + "/", headers={"Authorization": "Bearer not-the-token"})[0] == 401
+    status, _ = request(server + f"/approvals/{asked.approval_id}", data=b"decision=approve&reason=sneaky")
+    assert status == 401
+    assert [a.approval_id for a in pending(project, "r1")] == [asked.approval_id]  # still pending: nothing changed
+    run.kill()
+    run.communicate()
+
+
+def test_the_first_visit_trades_the_token_for_an_httponly_strict_cookie(project, server):
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    try:
+        urllib.request.build_opener(NoRedirect).open(f"{server}/approvals?token={TOKEN}", timeout=10)
+        pytest.fail("expected a redirect")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 303
+        assert exc.headers["location"] == "/approvals"  # the token leaves the address
+        cookie = exc.headers["set-cookie"]
+    assert f"planexec_token={TOKEN}" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert request(server + "/approvals", headers={"Cookie": f"planexec_token={TOKEN}"})[0] == 200
+
+
+def test_a_post_without_the_csrf_token_or_from_another_origin_is_refused(project, server):
+    run = start_waiting_on_plan(project, "r1")
+    [asked] = pending(project, "r1")
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-www-form-urlencoded"}
+    url = f"{server}/approvals/{asked.approval_id}"
+    status, body = request(url, data=b"decision=approve", headers=auth)
+    assert status == 403 and "CSRF" in body
+    status, _ = request(url, data=b"decision=approve&csrf=wrong", headers=auth)
+    assert status == 403
+    page = request(server + "/approvals", headers=auth)[1]
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    status, body = request(url, data=f"decision=approve&csrf={csrf}".encode(), headers={**auth, "Origin": "http://evil.example"})
+    assert status == 403 and "another origin" in body
+    assert [a.approval_id for a in pending(project, "r1")] == [asked.approval_id]  # nothing changed
+    status, _ = request(url, data=f"decision=deny&reason=not+today&csrf={csrf}".encode(), headers={**auth, "Origin": server})
+    assert status == 303  # with the CSRF token and this origin the same request goes through
+    [decided] = [a for a in approvals(project, "r1") if a.approval_id == asked.approval_id]
+    assert (decided.state.value, decided.by, decided.reason) == ("denied", USER, "not today")
+    out, _ = finish(run)
+    assert json.loads(out)["status"] == "failed"  # plan_rejected: nothing of it ran
+
+
+def test_a_foreign_host_name_is_refused_on_a_loopback_bind(project, server):
+    status, _ = request(server + "/", headers={"Authorization": f"Bearer {TOKEN}", "Host": "attacker.example"})
+    assert status == 403
+
+
+def test_serve_refuses_a_remote_bind_without_the_flag_and_a_chosen_token(project, capsys):
+    from planexec.cli.main import main
+
+    assert main(["serve", "--host", "0.0.0.0"]) == 2
+    assert "--allow-remote" in capsys.readouterr().err
+    assert main(["serve", "--host", "0.0.0.0", "--allow-remote"]) == 2
+    assert "token" in capsys.readouterr().err
+    assert main(["serve", "--token", "short"]) == 2
+
+
+def test_serve_prints_an_address_with_a_new_token_when_none_is_given(project):
+    port = free_port()
+    proc = planexec("serve", "--port", str(port), cwd=project)
+    try:
+        line = ""
+        deadline = time.monotonic() + WAIT
+        while "?token=" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+        token = line.strip().split("?token=")[1]
+        assert len(token) >= 30
+        wait_until("the console answering", lambda: _answers(f"http://127.0.0.1:{port}/", token), proc)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def _answers(url: str, token: str) -> bool:
+    try:
+        return request(url, headers={"Authorization": f"Bearer {token}"})[0] == 200
+    except OSError:
+        return False
+
+
+# --- in a real browser ---------------------------------------------------------------------
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).parent / "artifacts" / "web"
+
+browser = pytest.mark.browser
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver): apt-get install chromium chromium-driver",
+)
+
+
+@pytest.fixture
+def driver():
+    """A headless Chromium driven by Selenium through the system chromedriver (no browser download)."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000", "--disable-gpu"):
+        options.add_argument(flag)
+    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    d.set_page_load_timeout(30)
+    yield d
+    d.quit()
+
+
+def shot(d, name: str) -> Path:
+    """Save a screenshot of the whole page under tests/artifacts/web/ and print where."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    height = d.execute_script("return document.documentElement.scrollHeight")
+    width = d.execute_script("return window.innerWidth")
+    d.set_window_size(max(width, 1280) if width >= 1000 else width, min(max(height + 140, 600), 4000))
+    d.save_screenshot(str(path))
+    d.set_window_size(1280, 1000)
+    print(f"screenshot: {path}")
+    return path
+
+
+def sign_in(d, server: str, path: str = "/") -> None:
+    d.get(f"{server}{path}{'&' if '?' in path else '?'}token={TOKEN}")
+    assert "?token=" not in d.current_url and "&token=" not in d.current_url
+
+
+def node_state(d, step_id: str) -> str:
+    return d.find_element("id", f"node-{step_id}").get_attribute("data-state")
+
+
+def wait_for(d, what: str, check, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:  # the element is being replaced by a live update: look again
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the page never showed {what}; at {d.current_url} it shows:\n{d.find_element('tag name', 'body').text[:2000]}")
+        time.sleep(0.1)
+
+
+@browser
+@needs_chromium
+def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end(project, server, driver):
+    run = start_waiting_on_plan(project, "r1")
+    sign_in(driver, server)
+    wait_for(driver, "the run in the list", lambda: "r1" in driver.find_element("id", "run-rows").text)
+    assert "ship the app" in driver.find_element("id", "run-rows").text
+    shot(driver, "runs")
+
+    driver.find_element("link text", "r1").click()
+    assert "This plan waits for your approval" in driver.page_source
+    assert [node_state(driver, s) for s in ("compile", "docs", "ship", "announce")] == ["pending"] * 4
+    assert driver.find_element("id", "run-state").text == "running"
+    shot(driver, "run-plan-waiting")
+
+    [asked] = pending(project, "r1")
+    driver.find_element("id", f"reason-{asked.approval_id}").send_keys("looks right")
+    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    driver.execute_script("window.__same_page = true")  # a live update changes the page without reloading it
+    wait_for(driver, "ship running or done", lambda: node_state(driver, "compile") in ("running", "succeeded"))
+    wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
+    assert driver.execute_script("return window.__same_page === true")
+    assert [node_state(driver, s) for s in ("compile", "docs", "ship", "announce")] == ["succeeded"] * 4
+    assert "state-succeeded" in driver.find_element("id", "node-announce").get_attribute("class")
+    wait_for(driver, "the timeline", lambda: driver.find_element("css selector", "svg.gantt") is not None)
+    driver.find_element("css selector", "#step-ship summary").click()
+    assert "shipped app" in driver.find_element("id", "step-ship").text
+    shot(driver, "run-finished")
+
+    out, _ = finish(run)
+    assert json.loads(out)["status"] == "succeeded"
+    [plan_approval] = [a for a in approvals(project, "r1") if a.step_id is None]
+    assert (plan_approval.state.value, plan_approval.by, plan_approval.reason) == ("approved", USER, "looks right")
+
+
+@browser
+@needs_chromium
+def test_a_pending_step_approval_is_granted_from_the_inbox_with_the_keyboard(project, server, driver):
+    from selenium.webdriver.common.keys import Keys
+
+    run = planexec("run", "--plan", "plan.json", "--tools", "tools.py", "--run-id", "r2", "--json", cwd=project)
+    wait_until("ship waiting for approval", lambda: bool(pending(project, "r2", step_id="ship")), run)
+    sign_in(driver, server, "/approvals")
+    assert "step ship of run r2" in driver.find_element("tag name", "main").text
+    assert "ship the app to production" in driver.find_element("tag name", "main").text
+    shot(driver, "approvals-inbox")
+
+    [asked] = pending(project, "r2", step_id="ship")
+    reason = driver.find_element("id", f"reason-{asked.approval_id}")
+    reason.send_keys("release window is open")
+    reason.send_keys(Keys.TAB)  # the keyboard alone: from the reason to the Approve button
+    assert driver.switch_to.active_element.get_attribute("id") == f"approve-{asked.approval_id}"
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(driver, "the decision", lambda: "approved step ship of run r2 (by alice)" in driver.find_element("tag name", "main").text)
+    shot(driver, "approvals-decided")
+
+    out, _ = finish(run)
+    assert json.loads(out)["status"] == "succeeded"
+    assert len((project / "ship.log").read_text().splitlines()) == 1
+    [step] = [a for a in approvals(project, "r2") if a.step_id == "ship"]
+    assert (step.state.value, step.by, step.reason) == ("approved", USER, "release window is open")
+
+
+@browser
+@needs_chromium
+def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_version_2(project, server, driver):
+    run = start_waiting_on_plan(project, "r3")
+    sign_in(driver, server, "/runs/r3")
+    driver.find_element("link text", "Edit this plan").click()
+    editor = driver.find_element("id", "plan-text")
+    bad = plan(gated_step=False)
+    bad["steps"][2]["action"] = "shipp"  # no such tool: only the tools know
+    bad["steps"][3]["depends_on"] = ["shipp"]  # no such step
+    bad["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}, "depends_on": ["announce"]})
+    _type(driver, editor, json.dumps(bad, indent=2))
+    driver.find_element("id", "save-edit").click()
+    wait_for(driver, "the problems", lambda: driver.find_element("id", "problems").is_displayed())
+    ship_problems = driver.find_element("id", "edit-step-ship").text
+    announce_problems = driver.find_element("id", "edit-step-announce").text
+    assert "shipp" in ship_problems and ("unknown_action" in ship_problems or "unknown_tool" in ship_problems), ship_problems
+    assert "unknown_dependency" in announce_problems, announce_problems
+    assert "no problem" in driver.find_element("id", "edit-step-tweet").text
+    assert driver.find_element("id", "plan-text").get_attribute("aria-invalid") == "true"
+    assert pending(project, "r3")  # nothing saved: the plan still waits
+    shot(driver, "edit-problems")
+
+    good = plan(gated_step=False)
+    good["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}, "depends_on": ["announce"]})
+    _type(driver, driver.find_element("id", "plan-text"), json.dumps(good, indent=2))
+    driver.find_element("id", "save-edit").click()
+    wait_for(driver, "the edited run", lambda: "/runs/r3-v2" in driver.current_url and driver.find_elements("id", "run-facts"))
+    wait_for(driver, "version 2 waiting", lambda: "This plan waits for your approval" in driver.page_source, timeout=WAIT)
+    assert driver.find_element("id", "run-version").text == "2"
+    assert node_state(driver, "tweet") == "pending"
+    shot(driver, "edit-version-2-waiting")
+
+    out, _ = finish(run)  # the first process: its version was denied in favour of the edit, nothing of it ran
+    assert json.loads(out)["status"] == "failed"  # plan_rejected: nothing of it ran
+    [v1] = [a for a in approvals(project, "r3") if a.step_id is None]
+    assert v1.state.value == "denied" and v1.by == USER and "r3-v2" in v1.reason
+
+    [asked] = pending(project, "r3-v2")
+    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    wait_for(driver, "version 2 finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
+    assert node_state(driver, "tweet") == "succeeded"
+    shot(driver, "edit-version-2-finished")
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        [v2] = store.plan_versions("r3-v2")
+        assert (v2.version, v2.plan.revises, v2.plan.step_ids[-1]) == (2, 1, "tweet")
+        assert store.run("r3-v2").status.value == "succeeded"
+    finally:
+        store.close()
+
+
+@browser
+@needs_chromium
+def test_the_pages_are_readable_at_200_percent_zoom(project, server, driver):
+    run = start_waiting_on_plan(project, "r4")
+    sign_in(driver, server)
+    # a 1280-pixel window at 200%: 640 CSS pixels wide, each drawn twice as large
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 640, "height": 900, "deviceScaleFactor": 2, "mobile": False})
+    for path, name in (("/", "zoom-runs"), ("/runs/r4", "zoom-run"), ("/approvals", "zoom-approvals")):
+        driver.get(server + path)
+        overflow = driver.execute_script("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 1, f"{path} scrolls sideways by {overflow}px at 200%"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+        print(f"screenshot: {ARTIFACTS / name}.png")
+    labels = driver.execute_script(
+        "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]"
+        ".filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id || e.name)"
+    )
+    assert labels == []  # every control has a label
+    run.kill()
+    run.communicate()
+
+
+def _type(d, textarea, text: str) -> None:
+    """Replace a textarea's text (typing thousands of characters key by key is slow; the value is set as a paste would)."""
+    d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", textarea, text)
