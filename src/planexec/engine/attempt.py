@@ -6,9 +6,10 @@ the run's `RunState`, acting on the run only through `RunControl`: the
 engine's runner within the step's deadline and the worker limits (with the
 gate's hooks set, `engine.calls`), every
 exception mapped to a recorded `ErrorInfo` (a tool's failure never escapes),
-usage metered even when the attempt is cut off, the success criteria and
-critics' verdicts (`StepJudged`), and abandoning a tool that ignores its
-timeout. Also owns `CURRENT_STEP`, the (run, step) whose attempt is in
+usage metered even when the attempt is cut off, the output turned into
+JSON data within `max_output_bytes` off the event loop (`workers.outputs`),
+the success criteria and critics' verdicts (`StepJudged`), and abandoning a
+tool that ignores its timeout. Also owns `CURRENT_STEP`, the (run, step) whose attempt is in
 progress, so a run started there (a sub-team) knows its parent.
 Imports `engine.config`, `engine.criteria`, `engine.deadline`,
 `engine.events`, `engine.limits`, `engine.results`, `engine.state`, `plan`,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any
@@ -36,6 +38,8 @@ from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import Source, StepCall, WorkResult, merge_sources
+from planexec.workers.outputs import encode, encode_inline
+from planexec.workers.tools import in_thread
 from planexec.workers.worker import IncompleteError, WorkerError
 
 __all__ = ["CURRENT_STEP", "Attempts"]
@@ -62,6 +66,7 @@ class Attempts:
         self._by_criteria = isinstance(host.checker, CriteriaChecker)
         self._default_timeout = host.config.default_timeout
         self._grace = host.config.cancel_grace
+        self._max_output = host.config.max_output_bytes or None
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
         config = host.config
         self._hooks = CallHooks(run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted)
@@ -93,7 +98,7 @@ class Attempts:
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
-                    result = result.as_json(worker)
+                    result = await self._as_json(result, step.step_id, worker, t0 + timeout if timeout is not None else None)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
                     if step.success_criteria or not self._by_criteria:
                         gate = GATE_HOOKS.set(self._hooks.owned_by(step.step_id))  # a critic's calls pass the same gate
@@ -136,6 +141,26 @@ class Attempts:
             finally:
                 stop_meter(token)
             return result, None, time.perf_counter() - t0, worked
+
+    async def _as_json(self, result: WorkResult, step_id: str, worker: str, deadline: float | None) -> WorkResult:
+        """The result with its output as JSON data within `max_output_bytes` (`ToolOutputError` otherwise).
+
+        A small output is encoded here; a larger one in a daemon thread, so
+        the event loop (and the step's deadline) keeps running. The walk
+        stops by itself at the step's `deadline` (a perf_counter value) and
+        as soon as nobody waits for it.
+        """
+        tool, label = result.origin(worker)
+        done, value = encode_inline(result.output, step_id=step_id, tool=tool, label=label, max_bytes=self._max_output)
+        if not done:
+            stop = threading.Event()
+            try:
+                value = await in_thread(
+                    encode, result.output, step_id=step_id, tool=tool, label=label, max_bytes=self._max_output, deadline=deadline, stop=stop
+                )
+            finally:
+                stop.set()
+        return result.with_output(value)
 
     async def _check(self, step: Step, output: Any, call: StepCall, attempt: int, sources: list[Source]) -> Usage:
         """Apply the step's success criteria; record the critics' verdicts; return what judging cost."""

@@ -32,6 +32,7 @@ from planexec.engine.synthesis import Synthesizer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Budget
 from planexec.workers.gate import CallApprover
+from planexec.workers.outputs import DEFAULT_MAX_OUTPUT_BYTES
 from planexec.workers.registry import Registry
 
 __all__ = ["EngineConfig", "Host", "RunHandle", "Subscriber"]
@@ -46,6 +47,12 @@ class EngineConfig:
     `registry`, `runner` and `checker` left None are the engine's defaults
     (`Registry.default()`, a `LocalRunner` on the registry, the criteria
     checker). `worker_limits` is kept as a read-only mapping.
+
+    `max_output_bytes` bounds each step's output as compact JSON (default
+    32 MiB): a larger output fails its step (rule ``tool_output``, the
+    message naming the size and the limit), found off the event loop and
+    within the step's timeout. None or 0: no size limit; NaN, infinity,
+    iterators, sets and objects that are not data are refused either way.
     """
 
     registry: Registry | None = None
@@ -69,6 +76,7 @@ class EngineConfig:
     call_approver: CallApprover | None = None
     enforce_contract: bool = True
     goal_trusted: bool = True
+    max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -79,6 +87,9 @@ class EngineConfig:
             raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
         if self.max_replans < 0:
             raise ValueError("max_replans must be 0 or more")
+        size = self.max_output_bytes
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise ValueError(f"max_output_bytes must be a whole number of bytes, 0 or None (no limit); got {size!r}")
         # frozen: the one way in is object.__setattr__; a copy, so the caller's dict cannot change it later
         object.__setattr__(self, "worker_limits", MappingProxyType(limits))
 

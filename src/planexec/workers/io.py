@@ -3,7 +3,7 @@
 Owns what the engine hands a runner (and a runner a worker), what comes back,
 and the `Output`/`Provenance` pair that keeps every value with where it came
 from. All are `Record`s (frozen dataclasses with a stable JSON form), so a
-distributed runner can ship them as they are. Imports `errors`, `plan`, `records`, `usage`.
+distributed runner can ship them as they are. Imports `plan`, `records`, `usage` and `workers.outputs`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
-
-from planexec.errors import ToolOutputError
 from planexec.plan.model import Step
 from planexec.records import Record
 from planexec.usage import Usage
+from planexec.workers.outputs import DEFAULT_MAX_OUTPUT_BYTES, encode
 
 __all__ = ["Output", "Provenance", "Source", "StepCall", "WorkResult", "merge_sources"]
 
@@ -137,18 +135,22 @@ class WorkResult(Record):
     sources: list[Source] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
 
-    def as_json(self, worker: str) -> WorkResult:
-        """This result with its output as JSON data; `ToolOutputError` (naming `worker`) when it cannot be stored."""
-        if type(self.output) in _SCALARS:
-            return self
-        try:
-            value = to_jsonable_python(self.output)
-        except (PydanticSerializationError, TypeError, ValueError) as exc:
-            raise ToolOutputError(
-                f"worker {worker!r} returned a {type(self.output).__name__} output that cannot be stored as JSON: {exc}",
-                tool=self.tools[-1] if self.tools else worker,
-            ) from None
-        return self if value == self.output else dataclasses.replace(self, output=value)
+    def as_json(self, worker: str, *, step_id: str | None = None, max_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES) -> WorkResult:
+        """This result with its output as JSON data of at most `max_bytes` (see `planexec.workers.outputs`).
 
+        `ToolOutputError` naming the step, the tool (or `worker`), the place
+        in the value and its type or size when it cannot be stored. The engine
+        does the same off its event loop, bounded by the step's timeout.
+        """
+        tool, label = self.origin(worker)
+        return self.with_output(encode(self.output, step_id=step_id, tool=tool, label=label, max_bytes=max_bytes))
 
-_SCALARS = frozenset({type(None), bool, int, float, str})
+    def origin(self, worker: str) -> tuple[str, str]:
+        """(the tool or worker answerable for the output, how a message names it): the last tool that ran, else `worker`."""
+        if self.tools:
+            return self.tools[-1], f"tool {self.tools[-1]!r}"
+        return worker, f"worker {worker!r}"
+
+    def with_output(self, value: Any) -> WorkResult:
+        """This result with `value` as its output (itself when `value` is its output already)."""
+        return self if value is self.output else dataclasses.replace(self, output=value)
