@@ -505,3 +505,38 @@ def test_the_pages_are_readable_at_200_percent_zoom(project, server, driver):
 def _type(d, textarea, text: str) -> None:
     """Replace a textarea's text (typing thousands of characters key by key is slow; the value is set as a paste would)."""
     d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", textarea, text)
+
+
+# --- the pictures and the versions, without a server ------------------------------------------
+
+
+def test_the_graph_puts_steps_in_columns_by_depth_and_colours_them_by_state():
+    from planexec import Plan
+    from planexec.web.graph import depths, plan_svg
+
+    p = Plan.from_data(plan(gated_step=True))
+    assert depths(p) == {"compile": 0, "docs": 0, "ship": 1, "announce": 2}
+    svg = plan_svg(p, {"compile": "succeeded", "ship": "running"})
+    assert 'id="node-compile" data-step="compile" data-state="succeeded"' in svg
+    assert 'class="node state-running" id="node-ship"' in svg
+    assert 'data-state="pending"' in svg  # docs and announce: not started
+    assert svg.count('class="edge"') == 2 and "<script" not in svg
+
+
+def test_a_revision_is_shown_beside_the_version_before_with_its_changes_marked():
+    from planexec import Plan
+    from planexec.engine.results import PlanVersion
+    from planexec.plan.diff import diff_plans
+    from planexec.web.views import _versions
+
+    v1 = Plan.from_data(plan(gated_step=False))
+    data = plan(gated_step=False)
+    data["steps"][1]["parameters"] = {"name": "manual"}
+    data["steps"] = [s for s in data["steps"] if s["id"] != "announce"] + [{"id": "tweet", "action": "build", "parameters": {"name": "t"}}]
+    v2 = Plan.from_data({**data, "version": 2, "revises": 1})
+    shown = _versions([PlanVersion(version=1, plan=v1), PlanVersion(version=2, plan=v2, diff=diff_plans(v1, v2), reason="a replan")])
+    assert shown[0]["rows"] == []
+    kinds = {r["step_id"]: r["kind"] for r in shown[1]["rows"]}
+    assert kinds == {"compile": "kept", "docs": "changed", "ship": "kept", "announce": "removed", "tweet": "added"}
+    docs = next(r for r in shown[1]["rows"] if r["step_id"] == "docs")
+    assert "app" not in docs["new"] and "manual" in docs["new"] and "docs" in docs["old"] and docs["fields"] == ["parameters"]
