@@ -360,8 +360,8 @@ def test_show_of_a_run_waiting_for_a_decision_shows_the_held_step_and_the_comman
     capsys.readouterr()
     assert main(["show", "r1", "--store", db]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"│ c\s+│ needs_decision", out), out
-    assert "c · needs_decision · tool.charge" in out and "c · running" not in out
+    assert re.search(r"│ c\s+│ held", out), out
+    assert "c · held · tool.charge" in out and "c · running" not in out
     assert "planexec resolve r1 c --retry|--skip|--mark-done VALUE" in out
     assert main(["resolve", "r1", "c", "--skip", "--store", db]) == 0
     capsys.readouterr()

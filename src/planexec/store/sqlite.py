@@ -32,6 +32,7 @@ __all__ = ["SqliteRunStore"]
 
 _HEADER = b"SQLite format 3\x00"
 _CHECKPOINT_EVERY = 256  # commits between background checkpoints (each commit adds a page or two to the WAL)
+_TRUNCATE_WAIT = 0.2  # seconds a truncating checkpoint waits for readers before it gives up
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
 
 
@@ -172,29 +173,46 @@ class SqliteRunStore(SqlRunStore):
             return StoreError(f"{where} is locked by another writer (waited {self._timeout:g}s): {text}", location=where)
         return StoreError(f"{doing} the run store {where}: {text}", location=where)
 
+    def let_go(self, run_id: str) -> None:
+        """Release the run's lease, then (in the background) copy the WAL back and cut it to nothing: a run that
+        ended here leaves no WAL behind it, even while this store stays open for the next run."""
+        super().let_go(run_id)
+        if self._closed:
+            return
+        if self._checkpointer is None:
+            self._checkpointer = _Checkpointer(self.path, self._timeout)
+        self._checkpointer.poke(truncate=True)
+
     def _close_connection(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
         try:
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            # copy the WAL back and cut it to nothing: a closed store leaves no WAL behind (a reader that holds it
+            # keeps it whole; the next writer's checkpoint catches up)
+            self._conn.execute(f"PRAGMA busy_timeout = {int(_TRUNCATE_WAIT * 1000)}")  # a reader holds the WAL: give up soon
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
-            pass  # readers hold it: the next writer checkpoints
+            pass
         self._conn.close()
 
 
 class _Checkpointer:
-    """A thread with its own connection that copies the WAL into the database when poked (PASSIVE: never blocks a writer)."""
+    """A thread with its own connection that copies the WAL into the database when poked (PASSIVE: never blocks a
+    writer; TRUNCATE when a run ended: the WAL cut to nothing, waiting for the writer and readers)."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self._path = path
         self._timeout = timeout
         self._wake = threading.Event()
         self._stopping = False
+        self._truncate = False
         self._thread = threading.Thread(target=self._loop, name=f"planexec checkpoint {path.name}", daemon=True)
         self._thread.start()
 
-    def poke(self) -> None:
-        """Ask for a checkpoint soon."""
+    def poke(self, *, truncate: bool = False) -> None:
+        """Ask for a checkpoint soon; `truncate`: then cut the WAL to nothing (waits for readers and the writer)."""
+        if truncate:
+            self._truncate = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -205,7 +223,9 @@ class _Checkpointer:
 
     def _loop(self) -> None:
         try:
-            conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+            # TRUNCATE holds new writers back while it waits for readers: wait little, it is only housekeeping
+            # (PASSIVE never waits)
+            conn = sqlite3.connect(self._path, timeout=_TRUNCATE_WAIT, isolation_level=None, check_same_thread=False)
         except sqlite3.Error:
             return
         try:
@@ -214,8 +234,9 @@ class _Checkpointer:
                 self._wake.clear()
                 if self._stopping:
                     return
+                mode, self._truncate = ("TRUNCATE" if self._truncate else "PASSIVE"), False
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    conn.execute(f"PRAGMA wal_checkpoint({mode})")
                 except sqlite3.Error:
                     pass  # a checkpoint is only housekeeping; the next one catches up
         finally:
