@@ -67,6 +67,9 @@ class Usage(BaseModel):
         return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost or self.unpriced_calls)
 
 
+_NOTHING = Usage()  # records are frozen: one zero serves every meter that counts nothing
+
+
 class Budget(BaseModel):
     """Limits on what a run may use: model calls, tokens (in + out) and cost in dollars (None: no limit)."""
 
@@ -98,7 +101,8 @@ class UsageMeter:
     __slots__ = ("total",)
 
     def __init__(self) -> None:
-        self.total = Usage()
+        # shared: a tool step's record keeps its meter's total, and a fresh zero each was 460 bytes a step
+        self.total = _NOTHING
 
     def add(self, usage: Usage) -> None:
         """Count one call's usage."""

@@ -445,6 +445,9 @@ class Run:
         state = self.state
         sid = step.step_id
         plan = state.plan
+        inputs = [state.outputs[d].provenance.sources for d in step.references if d in state.outputs]
+        # a step with no inputs keeps its worker's list of sources when there is nothing to merge (one list a step, not two)
+        sources = result.sources if not inputs and len(result.sources) < 2 else merge_sources(*inputs, result.sources)
         prov = Provenance(
             run_id=self.run_id,
             plan_id=plan.plan_id,
@@ -454,7 +457,7 @@ class Run:
             action=step.action,
             attempt=attempt,
             tools=result.tools,
-            sources=merge_sources(*(state.outputs[d].provenance.sources for d in step.references if d in state.outputs), result.sources),
+            sources=sources,
         )
         out = Output(value=result.output, provenance=prov)
         state.outputs[sid] = out

@@ -28,6 +28,11 @@ __all__ = ["ZERO", "RunControl", "RunState", "final_action", "run_error", "updat
 
 ZERO = Usage()  # records are immutable: one shared zero
 
+# the names pydantic keeps per record as "set": every field, for every record the engine makes. The engine sets
+# fields without pydantic's bookkeeping (`update_record`), so a set per record (216 bytes) said nothing true;
+# one set holding every name never changes, whoever assigns a field
+_EVERY_FIELD = set(StepRecord.model_fields)
+
 
 class RunState:
     """Everything one run knows while it runs; its `Run`, attempts and revisions share this one object."""
@@ -55,7 +60,7 @@ class RunState:
     def load_plan(self, plan: Plan, *, kept: Set[str] = frozenset()) -> None:
         """Make `plan` the one to run; `kept` steps (a revision's finished ones) start settled as succeeded."""
         self.plan = plan
-        self.records = {s.step_id: StepRecord(step_id=s.step_id, worker=s.worker, action=s.action, usage=ZERO) for s in plan.steps}
+        self.records = {s.step_id: _new_record(s) for s in plan.steps}
         self.steps = {s.step_id: s for s in plan.steps}
         self.outputs = {sid: out for sid, out in self.outputs.items() if sid in kept}
         self.deps = {s.step_id: s.dependencies for s in plan.steps}
@@ -139,6 +144,13 @@ def final_action(fa: FailureAction) -> str:
     """What follows a failure that is not the worker's (a refusal, an abandoned tool): retry and fallback do not apply."""
     then = fa.then if fa.kind in ("retry", "fallback") else fa.kind
     return then if then in ("skip", "replan") else "abort"
+
+
+def _new_record(step: Step) -> StepRecord:
+    """The record of a step that has not started."""
+    record = StepRecord(step_id=step.step_id, worker=step.worker, action=step.action, usage=ZERO)
+    object.__setattr__(record, "__pydantic_fields_set__", _EVERY_FIELD)
+    return record
 
 
 def update_record(record: StepRecord, **fields: Any) -> None:

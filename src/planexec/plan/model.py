@@ -56,9 +56,23 @@ FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 _CACHED = ("content_hash", "references", "dependencies")
 
+# one set object per distinct set of given field names (see `_Record._share_fields_set`)
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    @model_validator(mode="after")
+    def _share_fields_set(self) -> Any:
+        # pydantic gives every instance its own set of the field names it was given: 728 bytes for a step
+        # with five, more than the step's own fields (73 MB of a 100,000-step plan). A frozen record never
+        # changes it (copies get their own), so records given the same names share one set.
+        given = self.__pydantic_fields_set__
+        shared = _FIELD_SETS.setdefault(frozenset(given), given)
+        if shared is not given:
+            object.__setattr__(self, "__pydantic_fields_set__", shared)
+        return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
         """A copy with `update` applied; derived values (hash, dependencies) are recomputed, never copied."""
@@ -112,6 +126,10 @@ class FailureAction(_Record):
             # the fallback failed too; for kind=fallback, `then` says what comes next
             action = self.then if self.kind == "fallback" and self.then != "fallback" else "abort"
         return action
+
+
+# a step without its own failure action shares this one (records are frozen): one per step was 550 bytes
+_DEFAULT_FAILURE_ACTION = FailureAction()
 
 
 # --- success criteria ------------------------------------------------------
@@ -210,6 +228,8 @@ def _parse_duration(value: Any) -> Any:
 
 # --- steps and plans -------------------------------------------------------
 
+_NO_REFERENCES: frozenset[str] = frozenset()  # most steps refer to nothing: one empty set for all
+
 
 class Step(_Record):
     """One unit of work: which worker performs which action with which parameters."""
@@ -224,7 +244,7 @@ class Step(_Record):
     )
     depends_on: list[str] = Field(default_factory=list, description="ordering only: run after these; data flows through references")
     success_criteria: list[Criterion] = Field(default_factory=list)
-    failure_action: FailureAction = Field(default_factory=FailureAction)
+    failure_action: FailureAction = Field(default_factory=lambda: _DEFAULT_FAILURE_ACTION)
     timeout: float | None = Field(None, gt=0, description="seconds; the engine default when absent")
     requires_approval: bool = False
     accepts_failed_inputs: bool = Field(False, description="run even when a dependency failed or was skipped")
@@ -244,17 +264,20 @@ class Step(_Record):
     @field_validator("failure_action", mode="before")
     @classmethod
     def _failure(cls, value: Any) -> Any:
-        return FailureAction() if value is None else value
+        return _DEFAULT_FAILURE_ACTION if value is None else value
 
     @cached_property
-    def references(self) -> set[str]:
+    def references(self) -> frozenset[str]:
         """Step ids this step's parameters and instruction refer to."""
-        return {ref for ref, _ in find_references([self.parameters, self.instruction])}
+        found = find_references([self.parameters, self.instruction])
+        return frozenset(ref for ref, _ in found) if found else _NO_REFERENCES
 
     @cached_property
     def dependencies(self) -> list[str]:
         """Declared dependencies plus those implied by references, in a stable order."""
         deps = list(dict.fromkeys(self.depends_on))
+        if not self.references and len(deps) == len(self.depends_on):
+            return self.depends_on  # the usual case: the same list, not a copy per step (both are read-only)
         deps += sorted(self.references - set(deps))
         return deps
 
