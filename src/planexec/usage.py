@@ -3,6 +3,14 @@
 Owns the `Usage` record, the `Budget` a run may not exceed, and the
 per-attempt `UsageMeter` that models report to. Imports nothing from planexec, so models, workers, events and the
 engine can all share it.
+
+Cached tokens follow OpenAI's convention: `input_tokens` counts every
+prompt token, and `cached_input_tokens` (read from the provider's prompt
+cache) and `cache_write_tokens` (written to it) are parts of it, so
+``input_tokens - cached_input_tokens - cache_write_tokens`` were read at the
+full price. Providers whose count leaves them out (Anthropic's
+``input_tokens`` excludes cache reads and writes) add them back when they
+build a `Usage`. A record stored before these fields existed loads with 0.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ __all__ = ["Budget", "Usage", "UsageMeter", "record_usage", "start_meter", "stop
 class Usage(BaseModel):
     """Tokens in and out, model calls and cost in US dollars; adds with `+`.
 
-    `cost` is the cost of the calls whose price is known; `unpriced_calls`
-    counts the calls whose model has no price, so an unknown cost is never
-    shown as zero (see `cost_known`).
+    `input_tokens` counts every prompt token; `cached_input_tokens` of them
+    were read from the provider's prompt cache and `cache_write_tokens` of
+    them written to it (see the module docstring). `cost` is the cost of
+    the calls whose price is known; `unpriced_calls` counts the calls whose
+    model has no price, so an unknown cost is never shown as zero (see
+    `cost_known`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -29,6 +40,8 @@ class Usage(BaseModel):
     model_calls: int = 0
     cost: float = 0.0
     unpriced_calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         # tool steps add zeros thousands of times: skip building a new record then
@@ -42,12 +55,25 @@ class Usage(BaseModel):
             model_calls=self.model_calls + other.model_calls,
             cost=self.cost + other.cost,
             unpriced_calls=self.unpriced_calls + other.unpriced_calls,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """Input tokens read at the full price: neither read from nor written to a prompt cache."""
+        return max(self.input_tokens - self.cached_input_tokens - self.cache_write_tokens, 0)
+
+    def describe_cache(self) -> str:
+        """`` (800 cached, 300 written to cache)`` when a prompt cache was used, else ``""``; follows "N tokens in"."""
+        parts = [f"{self.cached_input_tokens} cached"] if self.cached_input_tokens else []
+        parts += [f"{self.cache_write_tokens} written to cache"] if self.cache_write_tokens else []
+        return f" ({', '.join(parts)})" if parts else ""
 
     @property
     def cost_known(self) -> bool:
@@ -64,7 +90,15 @@ class Usage(BaseModel):
 
     def is_zero(self) -> bool:
         """True when nothing was used (tool-only steps)."""
-        return not (self.input_tokens or self.output_tokens or self.model_calls or self.cost or self.unpriced_calls)
+        return not (
+            self.input_tokens
+            or self.output_tokens
+            or self.model_calls
+            or self.cost
+            or self.unpriced_calls
+            or self.cached_input_tokens
+            or self.cache_write_tokens
+        )
 
 
 _NOTHING = Usage()  # records are frozen: one zero serves every meter that counts nothing

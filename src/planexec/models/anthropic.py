@@ -18,6 +18,18 @@ the wire form: wrapped schemas stream the wrapper object too).
 
 ``temperature`` and ``seed`` are not sent: the SDK has no such parameters and
 the API version it speaks rejects sampling parameters with HTTP 400.
+
+Prompt caching: the API caches a prompt's prefix (tools, then system, then
+messages) up to a block marked ``cache_control: {"type": "ephemeral"}`` (a
+5-minute cache). The stable prefix is marked: the last of the request's own
+tools, and the system block. A breakpoint is set only when the prefix up to
+it is estimated (characters / 4) at `AnthropicModel.cache_min_tokens` or
+more, since the API does not cache a shorter one (1024 tokens for most
+models, 2048 for Haiku 3 and 3.5; some newer models need more and
+ignore a shorter breakpoint without error, so erring low costs nothing).
+The reply's ``cache_read_input_tokens`` and ``cache_creation_input_tokens``
+are added to its ``input_tokens`` (which leaves them out) and counted as
+`Usage.cached_input_tokens` and `Usage.cache_write_tokens`.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import Any
 import jsonschema
 
 from planexec.errors import (
+    ConfigError,
     ModelAuthError,
     ModelBadRequestError,
     ModelError,
@@ -51,12 +64,16 @@ from planexec.models.base import (
 from planexec.secrets import register_secret
 from planexec.usage import Usage
 
-__all__ = ["ANSWER_TOOL", "DEFAULT_MODEL", "AnthropicModel"]
+__all__ = ["ANSWER_TOOL", "CACHE_MIN_ENV", "DEFAULT_MODEL", "AnthropicModel", "default_cache_min_tokens"]
 
 _INSTALL_HINT = "install it with: pip install 'anthropic>=0.40' (or pip install 'planexec[anthropic]')"
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 ANSWER_TOOL = "final_answer"  # the tool a structured reply is forced through
+CACHE_MIN_ENV = "PLANEXEC_ANTHROPIC_CACHE_MIN_TOKENS"  # overrides the model's default cache threshold
+
+_EPHEMERAL = {"type": "ephemeral"}
+_CHARS_PER_TOKEN = 4  # a rough estimate of English and JSON text; the threshold only decides whether to mark
 
 _FINISH_REASONS = {
     "end_turn": "stop",
@@ -108,6 +125,30 @@ def _wire_tool(tool: ToolDefinition) -> dict[str, Any]:
     return wire
 
 
+def default_cache_min_tokens(model: str) -> int:
+    """The shortest prefix (in tokens) worth a cache breakpoint: 2048 for Haiku 3 and 3.5, else 1024."""
+    return 2048 if model.startswith(("claude-3-haiku", "claude-3-5-haiku")) else 1024
+
+
+def _estimated_tokens(*parts: Any) -> int:
+    chars = sum(len(p) if isinstance(p, str) else len(json.dumps(p)) for p in parts)
+    return chars // _CHARS_PER_TOKEN
+
+
+def _mark_cached(kwargs: dict[str, Any], own_tools: int, min_tokens: int) -> None:
+    """Put ``cache_control`` on the last of the caller's tools and on the system block, where the prefix is long enough.
+
+    `own_tools` is how many of ``kwargs["tools"]`` are the request's own (the
+    answer tool comes after them and changes with the output schema).
+    """
+    tools = kwargs.get("tools", [])
+    if own_tools and _estimated_tokens(tools[:own_tools]) >= min_tokens:
+        tools[own_tools - 1] = {**tools[own_tools - 1], "cache_control": dict(_EPHEMERAL)}
+    system = kwargs.get("system")
+    if system and _estimated_tokens(tools, system) >= min_tokens:
+        kwargs["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
+
+
 def _input_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The forced tool's input schema for an output schema, and whether it is wrapped."""
     if schema.get("type") == "object":
@@ -139,10 +180,13 @@ class AnthropicModel:
     retries are off by default (``max_retries=0``) since `ManagedModel`
     retries. ``max_tokens`` is the reply limit unless a request sets one.
     ``http_client`` (an async client of the SDK's HTTP library, e.g. with a
-    mock transport) is handed to the SDK unchanged.
+    mock transport) is handed to the SDK unchanged. ``cache_min_tokens`` is
+    the estimated prefix length from which a cache breakpoint is set
+    (default: ``PLANEXEC_ANTHROPIC_CACHE_MIN_TOKENS``, else
+    `default_cache_min_tokens`; see the module docstring).
 
     Usage is the server's exact count: input tokens (cache reads and writes
-    included) and output tokens, one model call.
+    included, and also counted apart), output tokens, one model call.
     """
 
     supports_tools = True
@@ -157,6 +201,7 @@ class AnthropicModel:
         max_retries: int = 0,
         http_client: Any = None,
         max_tokens: int = 4096,
+        cache_min_tokens: int | None = None,
     ) -> None:
         self.model = model
         self.name = f"anthropic:{model}"
@@ -167,6 +212,12 @@ class AnthropicModel:
         self.max_retries = max_retries
         self.http_client = http_client
         self.max_tokens = max_tokens
+        if cache_min_tokens is None and os.environ.get(CACHE_MIN_ENV):
+            try:
+                cache_min_tokens = int(os.environ[CACHE_MIN_ENV])
+            except ValueError:
+                raise ConfigError(f"{CACHE_MIN_ENV} must be a whole number of tokens, not {os.environ[CACHE_MIN_ENV]!r}") from None
+        self.cache_min_tokens = default_cache_min_tokens(model) if cache_min_tokens is None else cache_min_tokens
 
     def _sdk_client(self) -> Any:
         anthropic = _import_anthropic()
@@ -214,6 +265,7 @@ class AnthropicModel:
             kwargs["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         if tools:
             kwargs["tools"] = tools
+        _mark_cached(kwargs, len(request.tools), self.cache_min_tokens)
         return kwargs, wrapped
 
     @contextlib.asynccontextmanager
@@ -321,11 +373,18 @@ class AnthropicModel:
             text = self._structured(answers, schema, wrapped, stop)
             finish = "stop"  # the forced tool call is the answer, not a call for the caller to run
         usage = message.usage
-        cached = (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+        read, written = usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0
+        used = Usage(
+            input_tokens=(usage.input_tokens or 0) + read + written,  # the API's input_tokens leaves the cache's out
+            output_tokens=usage.output_tokens or 0,
+            model_calls=1,
+            cached_input_tokens=read,
+            cache_write_tokens=written,
+        )
         return ModelResponse(
             text=text,
             tool_calls=calls,
-            usage=Usage(input_tokens=(usage.input_tokens or 0) + cached, output_tokens=usage.output_tokens or 0, model_calls=1),
+            usage=used,
             model=message.model or self.model,
             finish_reason=finish,
         )

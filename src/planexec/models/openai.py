@@ -128,9 +128,12 @@ class OpenAIModel:
     ``status``. ``http_client`` (an ``httpx`` async client, e.g. with a mock
     transport) is handed to the SDK unchanged.
 
-    Usage is the server's exact ``prompt_tokens`` / ``completion_tokens``.
-    A server that sends no usage is counted as 0 tokens (one model call):
-    nothing is estimated. `stream` yields text as it arrives (see the module
+    Usage is the server's exact ``prompt_tokens`` / ``completion_tokens``,
+    with the prompt tokens its cache served (``prompt_tokens_details``) as
+    `Usage.cached_input_tokens`. A server that sends no usage is counted as
+    0 tokens (one model call): nothing is estimated. OpenAI caches a prompt
+    of 1024 tokens or more by itself; nothing is sent to ask for it, so the
+    callers keep their prompts' stable part first. `stream` yields text as it arrives (see the module
     docstring). Tools are called natively (``supports_tools``).
     """
 
@@ -344,11 +347,7 @@ class OpenAIModel:
         schema: dict[str, Any] | None,
     ) -> ModelResponse:
         """The response `complete` and `stream` both return; ``calls`` are (id, name, JSON arguments)."""
-        used = Usage(
-            input_tokens=(usage.prompt_tokens or 0) if usage else 0,
-            output_tokens=(usage.completion_tokens or 0) if usage else 0,
-            model_calls=1,
-        )
+        used = _usage(usage)
         if schema is not None:
             self._validate(text, schema, finish_reason, used)
         return ModelResponse(
@@ -389,6 +388,22 @@ class OpenAIModel:
             raise ModelOutputError(
                 f"{self.name}: structured output does not match output_schema{cut}: {e.message}", model=self.name, text=text, usage=usage
             ) from e
+
+
+def _usage(usage: Any) -> Usage:
+    """One call's `Usage` from the server's: ``prompt_tokens`` include the ``prompt_tokens_details`` read from
+    (``cached_tokens``) or written to (``cache_write_tokens``) the prompt cache, as `Usage` counts them.
+    Servers that send no details (older OpenAI-compatible ones) count no cached tokens."""
+    if usage is None:
+        return Usage(model_calls=1)
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        model_calls=1,
+        cached_input_tokens=getattr(details, "cached_tokens", None) or 0,
+        cache_write_tokens=getattr(details, "cache_write_tokens", None) or 0,
+    )
 
 
 def _rejects_response_format(error: ModelError) -> bool:

@@ -1,11 +1,14 @@
 """Prices: what a model call cost, from a table the user can extend.
 
-Owns `Price` (US dollars per million input and output tokens) and
-`PriceTable` (model name or ``prefix*`` -> price; the longest match wins).
-The defaults ship as ``data/prices.json``; ``[planexec.prices]`` in
-``planexec.toml`` adds or overrides entries. A call to a model with no price
-is counted in `Usage.unpriced_calls`, never priced at zero. Imports `usage`
-only.
+Owns `Price` (US dollars per million tokens: input, output, and the
+prompt cache's reads and writes) and `PriceTable` (model name or
+``prefix*`` -> price; the longest match wins). The defaults ship as
+``data/prices.json``; ``[planexec.prices]`` in ``planexec.toml`` adds or
+overrides entries. A call to a model with no price is counted in
+`Usage.unpriced_calls`, never priced at zero. A price without a cache rate
+charges the tokens read from or written to a prompt cache at its input
+rate, as a provider that does not discount them bills them; give the rates
+of one that does. Imports `usage` only.
 """
 
 from __future__ import annotations
@@ -23,22 +26,40 @@ __all__ = ["Price", "PriceTable"]
 
 
 class Price(BaseModel):
-    """US dollars per million tokens."""
+    """US dollars per million tokens: `input`, `output`, and input read from (`cached_input`) or written to (`cache_write`) a prompt cache.
+
+    A cache rate left out (None) is the `input` rate.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
 
-    def of(self, input_tokens: int, output_tokens: int) -> float:
-        """The cost of that many tokens."""
-        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+    def of(self, input_tokens: int, output_tokens: int, *, cached_input_tokens: int = 0, cache_write_tokens: int = 0) -> float:
+        """The cost of that many tokens; the cached and written ones are parts of `input_tokens` (see `usage`)."""
+        cached = self.input if self.cached_input is None else self.cached_input
+        write = self.input if self.cache_write is None else self.cache_write
+        uncached = max(input_tokens - cached_input_tokens - cache_write_tokens, 0)
+        dollars = uncached * self.input + cached_input_tokens * cached + cache_write_tokens * write + output_tokens * self.output
+        return dollars / 1_000_000
+
+    def of_usage(self, usage: Usage) -> float:
+        """The cost of the tokens a `Usage` counts."""
+        return self.of(
+            usage.input_tokens,
+            usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
 
 
 class PriceTable:
     """Prices by model name; ``"openai:gpt-4o*"`` matches every name starting with ``openai:gpt-4o``."""
 
-    def __init__(self, prices: Mapping[str, Price | Mapping[str, float]] | None = None) -> None:
+    def __init__(self, prices: Mapping[str, Price | Mapping[str, float | None]] | None = None) -> None:
         self.exact: dict[str, Price] = {}
         self.prefixes: list[tuple[str, Price]] = []
         for key, value in (prices or {}).items():
@@ -53,7 +74,7 @@ class PriceTable:
             table.set(key, value)
         return table
 
-    def set(self, key: str, price: Price | Mapping[str, float]) -> None:
+    def set(self, key: str, price: Price | Mapping[str, float | None]) -> None:
         """Add or replace one entry."""
         value = price if isinstance(price, Price) else Price.model_validate(price)
         if key.endswith("*"):
@@ -75,4 +96,4 @@ class PriceTable:
         price = self.lookup(model)
         if price is None:
             return usage.model_copy(update={"cost": 0.0, "unpriced_calls": usage.model_calls})
-        return usage.model_copy(update={"cost": price.of(usage.input_tokens, usage.output_tokens), "unpriced_calls": 0})
+        return usage.model_copy(update={"cost": price.of_usage(usage), "unpriced_calls": 0})

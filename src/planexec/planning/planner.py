@@ -9,7 +9,9 @@ problems, up to `max_repairs` times; then `PlanningError` shows the last
 draft and its problems. Requests carry a seed and temperature 0 by default,
 so a provider that honours them plans deterministically.
 `Planner.stream` (in `plan_stream`) hands out steps while the model writes.
-Prompts are files under ``prompts/planner/``. Imports `plan`,
+Prompts are files under ``prompts/planner/``; the stable part of a
+prompt (rules, catalog, examples) comes before the goal and is the same for
+every goal, so providers' prompt caches serve it (see `Planner.messages`). Imports `plan`,
 `plan_schema`, `validation`, `registry`, `records`, `usage`, `errors`, `toolcalls` (its prompt loader) and
 `models.base`; never the engine.
 """
@@ -76,11 +78,14 @@ def _overlap(a: str, b: str) -> int:
     return len(set(_WORD.findall(a.lower())) & set(_WORD.findall(b.lower())))
 
 
-def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str) -> tuple[str, list[Message]]:
+def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str, *, nearest_last: bool) -> tuple[str, list[Message]]:
     """Few-shot examples: those whose actions all exist become earlier turns of the conversation
-    (small models imitate turns best), the one most like the goal last, since a small model copies
-    the nearest; when none fits, the others are shown in the system prompt as examples with other tools."""
-    fitting = sorted((ex for ex in examples if set(ex["uses"]) <= pairs), key=lambda ex: _overlap(ex["goal"], goal))
+    (small models imitate turns best), in their own order, or with `nearest_last` the one most like
+    the goal last, since a small model copies the nearest; when none fits, the others are shown in
+    the system prompt as examples with other tools."""
+    fitting = [ex for ex in examples if set(ex["uses"]) <= pairs]
+    if nearest_last:
+        fitting.sort(key=lambda ex: _overlap(ex["goal"], goal))
     if fitting:
         turns = []
         for ex in fitting:
@@ -106,6 +111,10 @@ class Planner:
     give role steps capabilities and typed answers (``output_schema``);
     by default on for a provider's hosted model, off for a model under a
     grammar or behind a local server, which plan worse with the longer prompt.
+    `nearest_example_last` puts the example turn most like the goal last, which
+    a small model copies; by default on for those same models, off for a
+    hosted one, whose prompt then starts with the same system message and
+    example turns for every goal, a prefix its provider caches.
     """
 
     def __init__(
@@ -122,6 +131,7 @@ class Planner:
         workers: list[str] | None = None,
         examples: list[dict[str, Any]] | None = None,
         write_grants: bool | None = None,
+        nearest_example_last: bool | None = None,
     ) -> None:
         if max_repairs < 0:
             raise ValueError("max_repairs must be 0 or more")
@@ -139,20 +149,28 @@ class Planner:
         # whether the prompt and schema teach capabilities and typed answers: a provider's hosted model by default; a small
         # model behind a local server (a base_url of its own) or under a grammar plans worse with the longer prompt
         self.write_grants = (not self.positional and getattr(model, "base_url", None) is None) if write_grants is None else write_grants
+        # the same small models copy the nearest example; a hosted model's provider caches a prompt that starts the same
+        small = self.positional or getattr(model, "base_url", None) is not None
+        self.nearest_example_last = small if nearest_example_last is None else nearest_example_last
         self.schema = draft_schema(registry, max_steps=max_steps, positional=self.positional, workers=workers, grants=self.write_grants)
 
     def __repr__(self) -> str:
         return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
 
     def messages(self, goal: str) -> list[Message]:
-        """The opening conversation: the system prompt (catalog, rules), few-shot examples, and the goal."""
+        """The opening conversation: the system prompt (rules, catalog), few-shot examples, and the goal.
+
+        Stable first, for providers' prompt caches: the system message depends on the
+        registry and settings only (never the goal), and the example turns too unless
+        `nearest_example_last`; the goal comes last.
+        """
         catalog = []
         for w in self.registry.catalog():
             if self.workers is None or w["name"] in self.workers:
                 allowed = set(planning_actions(self.registry.workers[w["name"]]))
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
-        shown, turns = _example_turns(self.examples, pairs, goal)
+        shown, turns = _example_turns(self.examples, pairs, goal, nearest_last=self.nearest_example_last)
         # hosted planners may grant tools to roles; a grammar-bound small model, or a plan of tools only, reads none of it
         contract = "\n" + prompt_file("planner", "contract.md") if self.write_grants and granting_workers(self.registry) else ""
         system = prompt_file(
