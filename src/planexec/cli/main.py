@@ -5,15 +5,18 @@ Owns the list of commands and the options of ``validate``, ``plan``, ``run``,
 turning a command's `UsageError` or a stray Ctrl-C into its exit code. The
 commands themselves live in `plan_files` (validate, run a plan file or
 template, schema), `goals` (plan and run a goal), `eval`, `plans` (the plan
-library), `history` (runs, show, logs), `recovery` (resume, resolve) and
-`approvals`; what they share is the private `_common`. Imports those
-modules; none of them imports this one.
+library), `history` (runs, show, logs), `recovery` (resume, resolve),
+`approvals`, `audit` (audit verify) and `store_check` (store check); what
+they share is the private `_common`. Imports those modules; none of them
+imports this one.
 
 Exit codes: 0 success (or a valid plan); 1 problems with the plan, or a run
-that ended partial, aborted or asking for a replan; 2 usage and input errors
-(missing or malformed files, tool modules that do not load, bad
-configuration); 3 a run stopped because its store failed; 4 a --run-id the store already has;
-130 a run cancelled with Ctrl-C.
+that ended partial, aborted or asking for a replan (or, for ``audit
+verify`` and ``store check``, records that do not match their audit
+chain); 2 usage and input errors (missing or malformed files, tool modules
+that do not load, bad configuration, a store that is damaged or cannot be
+opened); 3 a run stopped because its store failed; 4 a --run-id the store
+already has; 130 a run cancelled with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from planexec.cli.plan_files import cmd_run, cmd_schema, cmd_validate
 from planexec.cli.plans import add_library_commands, add_template_options
 from planexec.cli.recovery import add_recovery_commands
 from planexec.cli.serve import add_serve_command
+from planexec.cli.store_check import add_store_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -103,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_recovery_commands(sub)
     add_approval_commands(sub)
     add_audit_commands(sub)
+    add_store_commands(sub)
     add_serve_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")

@@ -3,14 +3,21 @@
 Owns `SqliteRunStore`: opening a file safely (a file that is not SQLite,
 an SQLite database of another application, a damaged one, or one written
 by a newer planexec gets a `StoreError` naming the file and what is wrong,
-and is never modified), the pragmas (WAL, ``synchronous=NORMAL``: a
-committed write survives a killed process; a busy timeout), migrations on
-open, and the transactions `sql.SqlRunStore` runs in (``BEGIN IMMEDIATE``
-for a write: one writer at a time, so a run's audit head needs no row
-lock). Checkpoints (copying the WAL back into the database, with an
-fsync) run on a background
-connection every few hundred commits instead of inside a commit, so a run's
-steps never wait for one. Imports the store's `sql` and `schema`, `errors`.
+and is never modified). Before its write connection, each open reads the
+file through a read-only connection that leaves nothing behind: the header
+checked for consistency before its application_id is trusted (a damaged
+header is damaged, not another application's), then, for a store of ours,
+`integrity.open_check` (``PRAGMA quick_check`` up to 32 MiB, the pages
+that matter above that: measured there). A damaged store's `StoreError`
+says it is damaged, names the file and how to repair it. Then the pragmas
+(WAL, ``synchronous=NORMAL``: a committed write survives a killed process;
+a busy timeout), migrations on open, and the transactions
+`sql.SqlRunStore` runs in (``BEGIN IMMEDIATE`` for a write: one writer at
+a time, so a run's audit head needs no row lock). Checkpoints (copying the
+WAL back into the database, with an fsync) run on a background connection
+every few hundred commits instead of inside a commit, so a run's steps
+never wait for one. Imports the store's `sql`, `schema` and `integrity`,
+`errors`.
 """
 
 from __future__ import annotations
@@ -21,16 +28,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from planexec.errors import StoreError
+from planexec.store.integrity import open_check, read_header, read_only, repair_hint
 from planexec.store.rows import now
 from planexec.store.schema import SCHEMA_VERSION, SQLITE_APPLICATION_ID, installed_version, migrate
 from planexec.store.sql import SqlRunStore
 
 __all__ = ["SqliteRunStore"]
 
-_HEADER = b"SQLite format 3\x00"
 _CHECKPOINT_EVERY = 256  # commits between background checkpoints (each commit adds a page or two to the WAL)
 _TRUNCATE_WAIT = 0.2  # seconds a truncating checkpoint waits for readers before it gives up
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
@@ -85,37 +91,24 @@ class SqliteRunStore(SqlRunStore):
             return 0
         if path.is_dir():
             raise StoreError(f"{where} is a folder, not a run store file", location=where)
-        try:
-            with path.open("rb") as f:
-                head = f.read(100)
-        except OSError as exc:
-            raise StoreError(f"cannot read the run store {where}: {exc.strerror or exc}", location=where) from None
-        if not head:
+        header = read_header(path, where)  # a damaged header is damaged, whatever its application_id says
+        if header is None:
             return self._fresh(create)
-        if not head.startswith(_HEADER):
-            raise StoreError(f"{where} is not a planexec run store: it is not an SQLite database", location=where)
-        if len(head) < 100:
-            raise StoreError(f"{where} is a damaged SQLite database: its header is cut short ({len(head)} bytes)", location=where)
-        app = int.from_bytes(head[68:72], "big")
+        app = header.application_id
         if app not in (0, SQLITE_APPLICATION_ID):
             raise StoreError(
                 f"{where} is not a planexec run store: it is the SQLite database of another application (application_id {app:#x})",
                 location=where,
             )
-        # without a WAL beside it, read it as immutable: a read-only open of a WAL-mode file would leave a -wal behind
-        immutable = "&immutable=1" if not Path(f"{path}-wal").exists() else ""
         try:
-            ro = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{immutable}", uri=True, timeout=self._timeout)
-        except sqlite3.Error as exc:
-            raise self._error(exc, "cannot open") from exc
-        try:
-            cur = ro.cursor()
-            tables = {name for (name,) in cur.execute(_TABLES)}
-            version = installed_version(cur, tables, where)
+            with read_only(path, self._timeout) as ro:
+                cur = ro.cursor()
+                tables = {name for (name,) in cur.execute(_TABLES)}
+                version = installed_version(cur, tables, where)
+                if version:  # ours: checked before anything is written to it (see `integrity`)
+                    open_check(ro, path, header, where)
         except sqlite3.Error as exc:
             raise self._error(exc, "cannot read") from exc
-        finally:
-            ro.close()
         return version if version else self._fresh(create)
 
     def _fresh(self, create: bool) -> int:
@@ -167,8 +160,11 @@ class SqliteRunStore(SqlRunStore):
     def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
         text = str(exc)
         where = self.location
-        if "file is not a database" in text or "malformed" in text:
-            return StoreError(f"{where} is damaged or not a planexec run store: {text}", location=where)
+        if "file is not a database" in text or "malformed" in text:  # SQLite's words for a file it cannot read as a database
+            return StoreError(
+                f"{where} is damaged or not a planexec run store: {text}. If it is a damaged store, to repair it: {repair_hint(self.path)}",
+                location=where,
+            )
         if "locked" in text or "busy" in text:
             return StoreError(f"{where} is locked by another writer (waited {self._timeout:g}s): {text}", location=where)
         return StoreError(f"{doing} the run store {where}: {text}", location=where)
