@@ -15,6 +15,8 @@ import enum
 import itertools
 import json
 import math
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -25,10 +27,13 @@ import pytest
 from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
-from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec import Engine, Plan, Registry, RoleWorker, RunStatus, StepState, Team, Tool, tool
+from planexec.cli.main import main
+from planexec.config import ConfigError, load_config
 from planexec.engine.config import EngineConfig
 from planexec.errors import ToolOutputError
 from planexec.store import open_store
+from planexec.testing import FunctionModel, ScriptedModel, tool_call
 from planexec.workers.io import WorkResult
 from planexec.workers.outputs import DEFAULT_MAX_OUTPUT_BYTES, encode, encode_inline
 
@@ -218,23 +223,191 @@ def test_a_tools_top_level_nan_fails_where_it_used_to_be_stored_as_null():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a function tool's return value is converted by Tool.encode_output (workers/tools.py, pydantic dump_python "
-    "mode=json) before the engine sees it: nested NaN becomes null, a set or generator a list; tools.py must hand "
-    "untyped outputs to planexec.workers.outputs",
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"x": math.nan}, "output.x is nan, which JSON cannot hold"),
+        ({"tags": {"a"}}, "output.tags is a set, whose order is not the same"),
+        ("generator", "output is a generator, an iterator, which would have to be consumed"),
+        ({"rows": [1, 2, "generator"]}, "output.rows[2] is a generator"),
+    ],
+    ids=["nan", "set", "generator", "nested-generator"],
 )
-@pytest.mark.parametrize("value", [{"x": math.nan}, {"tags": {"a"}}, "generator"])
-def test_a_function_tools_nested_values_are_refused_too(value):
+def test_a_function_tools_nested_values_are_refused_too(value, says):
+    """Before: `Tool.encode_output` dumped a function tool's value first: NaN became null, a set or a generator a list."""
+
+    def fresh(v: Any) -> Any:
+        if v == "generator":
+            return (i for i in range(3))
+        if isinstance(v, dict):
+            return {k: fresh(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fresh(x) for x in v]
+        return v
+
     reg = Registry.default()
 
     @reg.tool
     def returns():
-        return (i for i in range(3)) if value == "generator" else value
+        return fresh(value)
 
     plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "s", "action": "returns", "failure_action": "skip"}]})
     step = Engine(reg).run_sync(plan).steps["s"]
-    assert step.state is StepState.FAILED
+    assert step.state is StepState.FAILED and step.error.rule == "tool_output" and step.error.type == "ToolOutputError"
+    assert step.error.message.startswith("step 's' (tool 'returns'): ")
+    assert says in step.error.message
+
+
+GENERATOR_TOOLS = """
+import itertools, json, sys, time
+from collections.abc import Iterable
+from planexec import Engine, Plan, Registry
+
+reg = Registry.default()
+
+@reg.tool
+def stream():
+    return (i for i in itertools.count())
+
+@reg.tool
+def counted() -> list[int]:
+    return (i for i in itertools.count())
+
+@reg.tool
+def lazy() -> Iterable[int]:
+    return itertools.count()
+
+steps = [{"id": n, "action": n, "timeout": 1, "failure_action": "skip"} for n in ("stream", "counted", "lazy")]
+plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": steps})
+t0 = time.perf_counter()
+result = Engine(reg).run_sync(plan)
+print(json.dumps({"elapsed": time.perf_counter() - t0, "errors": {s: r.error.message for s, r in result.steps.items()}}))
+"""
+
+
+def test_a_tool_returning_an_infinite_generator_fails_within_its_timeout_and_the_process_ends():
+    """Before: pydantic consumed it on the event loop, past the 1 s timeout, until memory ran out. Now refused unconsumed."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", GENERATOR_TOOLS], capture_output=True, text=True, timeout=60)
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["elapsed"] < 1  # within the steps' timeout, not at it (measured: ~0.01 s)
+    assert wall < 30  # the process ended by itself
+    for name in ("stream", "counted", "lazy"):
+        message = report["errors"][name]
+        assert message.startswith(f"step {name!r} (tool {name!r}): output is ")
+        assert "generator" in message or "itertools.count" in message
+        assert "an iterator, which would have to be consumed" in message
+
+
+def test_a_typed_tool_checks_strictly_before_its_type():
+    reg = Registry.default()
+
+    @reg.tool
+    def readings() -> list[float]:
+        return [1.0, math.nan]
+
+    @reg.tool
+    def labels() -> set[str]:
+        return {"b", "a"}
+
+    @reg.tool
+    def fine() -> Reading:
+        return Reading(sensor="s", value=2.5)
+
+    @reg.tool
+    def wrong() -> int:
+        return "many"  # type: ignore[return-value]
+
+    steps = [{"id": n, "action": n, "failure_action": "skip"} for n in ("readings", "labels", "fine", "wrong")]
+    result = Engine(reg).run_sync(Plan.model_validate({"plan_id": "p", "goal": "g", "steps": steps}))
+    errors = {s: r.error.message for s, r in result.steps.items() if r.error}
+    assert errors["readings"] == (
+        "step 'readings' (tool 'readings'): output[1] is nan, which JSON cannot hold (return None or a string for a missing value)"
+    )
+    assert errors["labels"].startswith("step 'labels' (tool 'labels'): output is a set, whose order is not the same")
+    assert errors["wrong"].startswith("step 'wrong' (tool 'wrong'): returned str that its declared type int rejects")
+    # as before: a typed tool's value is dumped by its declared type (field names, not aliases)
+    assert result.steps["fine"].output.value == {"sensor": "s", "value": 2.5, "taken": "2026-01-02T03:04:05", "unit_name": "C"}
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["typed", "untyped"])
+def test_a_tool_returning_100_mb_fails_against_a_10_mb_limit_naming_the_size(typed):
+    reg = Registry.default()
+    big = "x" * 100_000_000
+
+    def dump() -> str:
+        return big
+
+    def dump_untyped():
+        return big
+
+    reg.add_tool(Tool(dump if typed else dump_untyped, name="dump"))
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "dump", "action": "dump", "failure_action": "skip"}]})
+    t0 = time.perf_counter()
+    step = Engine(reg, max_output_bytes=10 * MiB).run_sync(plan).steps["dump"]
+    assert time.perf_counter() - t0 < 2
+    assert step.error.message == (
+        "step 'dump' (tool 'dump'): output is larger than the limit (max_output_bytes = 10,485,760 bytes (10.0 MiB)): "
+        "at least 100,000,002 bytes (95.4 MiB) of JSON"
+    )
+
+
+def test_a_large_typed_tool_output_is_checked_off_the_event_loop():
+    """A 1,000,000-number output of a ``-> list[int]`` tool: checked, validated and dumped in a thread."""
+    big = list(range(1_000_000))
+    gaps: list[float] = []
+    reg = Registry.default()
+
+    @reg.tool
+    def numbers() -> list[int]:
+        return big
+
+    async def go():
+        plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "n", "action": "numbers"}]})
+        task = asyncio.ensure_future(Engine(reg).start(plan).result())
+        last = time.perf_counter()
+        while not task.done():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+        return await task
+
+    t0 = time.perf_counter()
+    result = asyncio.run(go())
+    elapsed = time.perf_counter() - t0
+    assert result.status is RunStatus.SUCCEEDED and result.steps["n"].output.value == big
+    assert max(gaps) < max(0.25, elapsed / 4)
+
+
+def test_a_role_workers_model_reads_a_strict_tool_result():
+    """The same check when a model calls the tool: an error it can read, or JSON (a pydantic model dumped by alias)."""
+    reg = Registry.default()
+
+    @tool(read_only=True)
+    def measure(bad: bool = False):
+        return {"v": math.nan} if bad else Reading(sensor="s", value=1.5)
+
+    seen: list[str] = []
+
+    def play(request: Any) -> Any:
+        results = [m.content for m in request.messages if m.role == "tool"]
+        if len(results) < 2:
+            return tool_call("measure", bad=not results)
+        seen.extend(results)
+        return "done"
+
+    model = FunctionModel(play)
+    reg.add_worker(RoleWorker("meter", model=model, description="measures", system_prompt="Measure.", tools=[measure], tasks=["read"]))
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "r", "action": "read", "worker": "meter"}]})
+    result = Engine(reg).run_sync(plan)
+    assert result.status is RunStatus.SUCCEEDED, result.steps["r"].error
+    assert (
+        seen[0] == "error: step 'r' (tool 'measure'): output.v is nan, which JSON cannot hold (return None or a string for a missing value)"
+    )
+    assert json.loads(seen[1]) == {"sensor": "s", "value": 1.5, "taken": "2026-01-02T03:04:05", "unit": "C"}
 
 
 # --- what is legitimately JSON stays as it was ---------------------------------------------------------
@@ -367,3 +540,27 @@ def test_work_result_as_json_is_the_same_strict_encoder():
         WorkResult(output={"rows": [{1}]}, tools=["fetch"]).as_json("w", step_id="s")
     with pytest.raises(ToolOutputError, match=r"^worker 'w': output is larger than the limit \(max_output_bytes = 10 bytes\)"):
         WorkResult(output="x" * 20).as_json("w", max_bytes=10)
+
+
+def test_the_limit_is_read_from_planexec_toml(tmp_path, monkeypatch, capsys):
+    """``max_output_bytes = 1000`` in planexec.toml fails a step whose output takes 2,002 bytes (planexec run and Team alike)."""
+    (tmp_path / "lib.py").write_text("from planexec import tool\n\n@tool\ndef big() -> str:\n    return 'x' * 2000\n")
+    (tmp_path / "plan.json").write_text(json.dumps({"plan_id": "p", "goal": "g", "steps": [{"id": "big", "action": "big"}]}))
+    (tmp_path / "planexec.toml").write_text('[planexec]\ntools = ["lib.py"]\nmax_output_bytes = 1000\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--plan", "plan.json", "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)["steps"]["big"]["error"]
+    assert error["rule"] == "tool_output"
+    assert error["message"] == (
+        "step 'big' (tool 'big'): output is larger than the limit (max_output_bytes = 1,000 bytes): at least 2,002 bytes of JSON"
+    )
+    assert Team.from_config(tmp_path, model=ScriptedModel([])).engine().config.max_output_bytes == 1000
+    (tmp_path / "planexec.toml").write_text('[planexec]\ntools = ["lib.py"]\nmax_output_bytes = 0\n')  # 0: no limit
+    assert main(["run", "--plan", "plan.json", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"]["big"]["state"] == "succeeded"
+    (tmp_path / "planexec.toml").write_text("[planexec]\n")  # not said: the engine's default
+    assert Team.from_config(tmp_path, model=ScriptedModel([])).engine().config.max_output_bytes == DEFAULT_MAX_OUTPUT_BYTES
+    for bad in ("-1", '"1MB"', "1.5", "true"):
+        (tmp_path / "planexec.toml").write_text(f"[planexec]\nmax_output_bytes = {bad}\n")
+        with pytest.raises(ConfigError, match="max_output_bytes"):
+            load_config(tmp_path)

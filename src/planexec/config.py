@@ -11,6 +11,7 @@ only; must not import the engine, the registry or the CLI.
     tools = ["mytools.py", "mypackage.tools"]
     max_concurrency = 8
     default_timeout = 120
+    max_output_bytes = 33554432            # a step's output as JSON, at most (default 32 MiB; 0: no limit)
     planner_model = "openai:gpt-4o-mini"   # default: local:smollm2
     worker_model = "local:smollm2"         # default: the planner's model
     workspace = "work"                     # the folder file tools may touch
@@ -66,6 +67,9 @@ class Config(BaseModel):
     tools: list[str] = Field(default_factory=list, description="tool modules: dotted names or .py paths")
     max_concurrency: int | None = Field(None, ge=1, description="steps running at once")
     default_timeout: float | None = Field(None, gt=0, description="seconds, for steps without a timeout")
+    max_output_bytes: int | None = Field(
+        None, ge=0, strict=True, description="bytes of JSON a step's output may take (default 32 MiB; 0: no limit)"
+    )
     planner_model: str | None = Field(None, description="'provider:model' that plans")
     worker_model: str | None = Field(None, description="'provider:model' for role workers")
     role_models: dict[str, str] = Field(default_factory=dict, description="role -> 'provider:model'")

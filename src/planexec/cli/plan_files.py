@@ -93,7 +93,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _engine_limits(args: argparse.Namespace, config: Config) -> dict[str, Any]:
-    """``--max-concurrency`` and ``--timeout``, else planexec.toml's; the engine's defaults when neither says."""
+    """``--max-concurrency`` and ``--timeout``, else planexec.toml's, and its max_output_bytes; the engine's defaults when none says."""
     options: dict[str, Any] = {}
     max_concurrency = args.max_concurrency or config.max_concurrency
     if max_concurrency:
@@ -101,6 +101,8 @@ def _engine_limits(args: argparse.Namespace, config: Config) -> dict[str, Any]:
     timeout = args.timeout or config.default_timeout
     if timeout:
         options["default_timeout"] = timeout
+    if config.max_output_bytes is not None:  # 0 says: no limit
+        options["max_output_bytes"] = config.max_output_bytes
     return options
 
 

@@ -82,6 +82,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
         options["max_concurrency"] = config.max_concurrency
     if config.default_timeout:
         options["default_timeout"] = config.default_timeout
+    if config.max_output_bytes is not None:  # 0 says: no limit
+        options["max_output_bytes"] = config.max_output_bytes
     options.update(
         resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store)
     )

@@ -235,6 +235,8 @@ class Team:
             options["max_concurrency"] = self.max_concurrency
         if self.default_timeout:
             options["default_timeout"] = self.default_timeout
+        if self.config.max_output_bytes is not None:  # 0 says: no limit
+            options["max_output_bytes"] = self.config.max_output_bytes
         if self.on_event is not None:
             options["on_event"] = self.on_event
         if monitored:  # a single agent has no plan to revise

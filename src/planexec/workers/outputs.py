@@ -311,7 +311,10 @@ def _refusal(value: Any) -> tuple[str, str]:
         return "not_json", f"is {kind}, an iterator, which would have to be consumed to be stored (return a list)"
     if isinstance(value, Awaitable):
         return "not_json", f"is {kind}, which was never awaited"
-    return "not_json", f"is {kind}, which is not JSON data (return a dict, list, str, number, bool, None, a dataclass or a pydantic model)"
+    return (
+        "not_json",
+        f"is {kind}, which is not JSON data and cannot be stored as JSON (return a dict, list, str, number, bool, None, a dataclass or a pydantic model)",
+    )
 
 
 def _kind(value: Any) -> str:

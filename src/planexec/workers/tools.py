@@ -3,10 +3,11 @@
 Owns `Tool` (a sync or async function whose arguments are checked before
 it runs, by a pydantic model built from its signature or, for
 `Tool.from_schema`, by a JSON Schema; it receives them as the caller gave
-them, and its return value is checked against its return annotation or
-output schema) and `Predicate` (a named check on a step's output,
-registered like a tool). Imports `errors`, `models.base`, `plan.validation`
-and `workers` (`io`, `context`, `arguments`).
+them, and its return value is checked strictly by `workers.outputs`, then
+against its return annotation or output schema, never consumed on the
+event loop) and `Predicate` (a named check on a step's output, registered
+like a tool). Imports `errors`, `models.base`, `plan.validation` and
+`workers` (`io`, `context`, `arguments`, `outputs`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import math
 import threading
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -30,6 +32,7 @@ from planexec.plan.validation import input_problems
 from planexec.workers.arguments import SchemaInput
 from planexec.workers.context import is_context_annotation, tool_context
 from planexec.workers.io import StepCall
+from planexec.workers.outputs import encode, encode_inline
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
 
@@ -182,6 +185,8 @@ class Tool:
         ret = hints.get("return", Any) if not by_schema else Any
         self.output_type = Any if ret is inspect.Signature.empty else ret
         self.output_adapter: TypeAdapter[Any] = TypeAdapter(self.output_type)
+        # nothing declared about the output: the strict check is the only one
+        self._untyped = self._output_validator is None and self.output_type is Any
 
     def _schema_parameters(self, hints: dict[str, Any], *, varargs: bool) -> list[inspect.Parameter]:
         """The parameters that take arguments; those annotated `StepCall` or `ToolContext` are noted as injected."""
@@ -303,8 +308,9 @@ class Tool:
         return out
 
     async def invoke(self, arguments: dict[str, Any], call: StepCall | None = None) -> Any:
-        """Check the arguments, run the function, check and JSON-encode what it returns."""
-        checked = self.check_arguments(arguments, step_id=call.step_id if call else None)
+        """Check the arguments, run the function, check what it returns (see `checked_output`)."""
+        step_id = call.step_id if call else None
+        checked = self.check_arguments(arguments, step_id=step_id)
         kwargs = self.keywords(checked)
         if self.call_param is not None:
             kwargs[self.call_param] = call
@@ -316,37 +322,67 @@ class Tool:
             result = await in_thread(self.fn, **kwargs)
             if inspect.isawaitable(result):  # a callable object or a partial that returns a coroutine
                 result = await result
-        return self.encode_output(result)
+        return await self.checked_output(result, step_id=step_id)
 
-    def encode_output(self, result: Any) -> Any:
-        """The return value checked against the declared type (or output schema), as JSON-able data."""
+    async def checked_output(self, result: Any, *, step_id: str | None = None) -> Any:
+        """What the function returned as JSON data, strictly checked (`workers.outputs`) and never consumed on the event loop.
+
+        NaN, a set, a generator or an object that is not data fails here,
+        naming the place (``output[1] is nan``); a declared type or output
+        schema then judges the value. A small value is checked on the event
+        loop, a large one in a thread that stops when the step stops waiting
+        (its timeout, a cancel). A string or a number is returned as it is.
+        The size is the engine's to bound (`max_output_bytes`), as for any
+        worker's output: a tool does not know the engine's limit.
+        """
         kind = type(result)
-        if self._output_validator is None and kind in _SCALARS and (self.output_type is Any or self.output_type is kind):
+        declared = self.output_type is Any or self.output_type is kind
+        if self._output_validator is None and kind in _SCALARS and declared and (kind is not float or math.isfinite(result)):
             return result  # already JSON and of the declared type
+        done, data = encode_inline(result, step_id=step_id, tool=self.name, max_bytes=None)  # refusals raise at once
+        if done:
+            return data if self._untyped else self.encode_output(result, step_id=step_id)
+        stop = threading.Event()
         try:
+            return await in_thread(self.encode_output, result, step_id=step_id, stop=stop)
+        finally:
+            stop.set()  # the step gave up waiting: the walk stops at its next look
+
+    def encode_output(self, result: Any, *, step_id: str | None = None, stop: threading.Event | None = None) -> Any:
+        """The return value checked strictly, then against the declared type (or output schema), as JSON data.
+
+        Blocking, and as long as the value is large: `checked_output` runs it
+        in a thread for a large value. `stop` ends the strict walk early.
+        `ToolOutputError` names the step (when given), the tool and what is wrong.
+        """
+        data = encode(result, step_id=step_id, tool=self.name, max_bytes=None, stop=stop)
+        who = f"step {step_id!r} (tool {self.name!r})" if step_id is not None else f"tool {self.name!r}"
+        if self._output_validator is not None:
+            error = jsonschema.exceptions.best_match(self._output_validator.iter_errors(data))
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path)
+                raise ToolOutputError(
+                    f"{who}: returned a value its output schema rejects{f' at {where}' if where else ''}: {error.message}",
+                    tool=self.name,
+                )
+            return data
+        if self._untyped:
+            return data
+        try:
+            # the value itself, not its JSON form: the declared type judges what the function returned
             value = self.output_adapter.validate_python(result)
-            value = self.output_adapter.dump_python(value, mode="json")
+            return self.output_adapter.dump_python(value, mode="json")
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ToolOutputError(
-                f"tool {self.name!r} returned {type(result).__name__} that its declared type "
+                f"{who}: returned {type(result).__name__} that its declared type "
                 f"{getattr(self.output_type, '__name__', self.output_type)} rejects: {first['msg']}",
                 tool=self.name,
             ) from None
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             raise ToolOutputError(
-                f"tool {self.name!r} returned a {type(result).__name__} that cannot be stored as JSON: {exc}",
-                tool=self.name,
+                f"{who}: returned a {type(result).__name__} that cannot be stored as JSON: {exc}", tool=self.name
             ) from None
-        if self._output_validator is not None:
-            error = jsonschema.exceptions.best_match(self._output_validator.iter_errors(value))
-            if error is not None:
-                where = "/".join(str(p) for p in error.absolute_path)
-                raise ToolOutputError(
-                    f"tool {self.name!r} returned a value its output schema rejects{f' at {where}' if where else ''}: {error.message}",
-                    tool=self.name,
-                )
-        return value
 
 
 @overload
