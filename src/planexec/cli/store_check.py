@@ -6,7 +6,8 @@ and tables; runs, events and records verified) and its time, each problem
 (with its run and event seq), the verdict, and for a damaged file how to
 repair it. ``--json`` prints the report as one JSON object. Exit codes: 0
 healthy; 1 the file and schema are sound but some run's records do not
-match their audit chain (as ``planexec audit verify``); 2 the store is
+match their audit chain (as ``planexec audit verify``: edited, or bytes
+damaged inside a record, which SQLite's checks cannot see); 2 the store is
 damaged (its file or schema), or cannot be checked (no store there, an
 unreachable server, another application's database): one message, never
 a traceback. Reads only; never creates a store and never writes to a
@@ -79,7 +80,14 @@ def _show(report: StoreCheck) -> None:
         if report.repair:
             out.print(Text(f"to repair it: {report.repair}"))
     else:
-        out.print(Text.assemble(("TAMPERED", "bold red"), f": some records do not match their audit chain{total}"))
+        changed = sum(1 for p in report.problems if p.check == "audit")
+        out.print(
+            Text.assemble(
+                ("TAMPERED OR DAMAGED", "bold red"),
+                f": {changed} problem(s) with records that do not match their audit chain (edited after they were written, "
+                f"or bytes damaged inside a record, where SQLite's own checks cannot see it){total}",
+            )
+        )
 
 
 def _figures(report: StoreCheck, name: str) -> str:

@@ -83,7 +83,9 @@ class StoreCheck(Record):
 
     `damaged`: the file or the schema is broken (repair the file, see
     `repair`); `tampered`: the file is sound but a run's records do not
-    match their audit chain. `checks` are the checks that ran, `skipped`
+    match their audit chain: edited after they were written, or bytes
+    damaged inside a record (SQLite's checks see the structure of pages,
+    not the text in them). `checks` are the checks that ran, `skipped`
     those that did not (with why in `notes`), `seconds` each one's time.
     """
 
@@ -263,7 +265,11 @@ def _audit(store: SqlRunStore, report: _Report) -> None:
         events = int(cur.fetchone()[0])
     records = not_chained = 0
     for run_id in run_ids:
-        audit = verify_run(store, run_id)
+        try:
+            audit = verify_run(store, run_id)
+        except StoreError as exc:  # a record SQLite cannot even hand back (text that is not UTF-8 in a chain column)
+            report.problems.append(StoreProblem(check="audit", run_id=run_id, detail=f"its records cannot be read: {exc}"))
+            continue
         records += audit.checked
         not_chained += not audit.chained
         report.problems += [

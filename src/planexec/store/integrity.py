@@ -72,6 +72,7 @@ __all__ = [
     "file_check",
     "has_journal",
     "inspect_header",
+    "is_corrupt",
     "open_check",
     "read_header",
     "read_only",
@@ -123,6 +124,12 @@ def damaged(path: Path, detail: str, location: str | None = None) -> StoreError:
     """The `StoreError` for a damaged store file: names it, says what is wrong and how to repair it."""
     where = location or str(path)
     return StoreError(f"{where} is damaged: {detail}. To repair it: {repair_hint(path)}", location=where)
+
+
+def is_corrupt(exc: sqlite3.Error) -> bool:
+    """True for SQLite's words for a file it cannot read as a database (not for a locked or busy one)."""
+    text = str(exc)
+    return "malformed" in text or "file is not a database" in text
 
 
 def has_journal(path: Path) -> bool:
@@ -227,26 +234,38 @@ def _header_problem(head: bytes, h: SqliteHeader, *, journal: bool) -> str | Non
 
 
 def open_check(
-    conn: sqlite3.Connection, path: Path, header: SqliteHeader, location: str | None = None, *, full_below: int = FULL_CHECK_BELOW
+    conn: sqlite3.Connection, path: Path, header: SqliteHeader, location: str | None = None, *, full_below: int | None = None
 ) -> None:
     """The check run on open (see the module docstring); a `damaged` `StoreError` when it finds a problem.
 
     `conn` is a read-only connection to the file; nothing is written. A
-    file up to `full_below` bytes gets the full ``PRAGMA quick_check``.
+    file up to `full_below` bytes (default `FULL_CHECK_BELOW`) gets the
+    full ``PRAGMA quick_check``.
     """
-    if header.file_size <= full_below or header.page_count is None or has_journal(path):
+    limit = FULL_CHECK_BELOW if full_below is None else full_below
+    if header.file_size <= limit or header.page_count is None or has_journal(path):
         problems = _quick_check(conn)
         if problems:
             raise damaged(path, f"SQLite's quick check failed: {'; '.join(problems[:3])}", location)
         return
-    problem = _pages_problem(conn, path, header)
+    try:
+        problem = _pages_problem(conn, path, header)
+    except sqlite3.DatabaseError as exc:
+        if not is_corrupt(exc):
+            raise
+        problem = f"SQLite cannot read its schema: {exc}"
     if problem:
         raise damaged(path, problem, location)
 
 
 def _quick_check(conn: sqlite3.Connection) -> list[str]:
     """The problems ``PRAGMA quick_check`` finds (an empty list: none)."""
-    rows = conn.execute("PRAGMA quick_check").fetchall()
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:  # so damaged that the check itself stops
+        if not is_corrupt(exc):
+            raise
+        return [str(exc)]
     lines = [str(line) for (text,) in rows for line in str(text).splitlines()]
     return [] if lines == ["ok"] else [line for line in lines if not line.startswith("***")]
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from planexec.errors import StoreError
-from planexec.store.integrity import open_check, read_header, read_only, repair_hint
+from planexec.store.integrity import damaged, is_corrupt, open_check, read_header, read_only, repair_hint
 from planexec.store.rows import now
 from planexec.store.schema import SCHEMA_VERSION, SQLITE_APPLICATION_ID, installed_version, migrate
 from planexec.store.sql import SqlRunStore
@@ -108,6 +108,8 @@ class SqliteRunStore(SqlRunStore):
                 if version:  # ours: checked before anything is written to it (see `integrity`)
                     open_check(ro, path, header, where)
         except sqlite3.Error as exc:
+            if app == SQLITE_APPLICATION_ID and is_corrupt(exc):  # ours by its header, and SQLite cannot read it
+                raise damaged(path, f"SQLite cannot read it: {exc}", where) from None
             raise self._error(exc, "cannot read") from exc
         return version if version else self._fresh(create)
 
@@ -160,7 +162,7 @@ class SqliteRunStore(SqlRunStore):
     def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
         text = str(exc)
         where = self.location
-        if "file is not a database" in text or "malformed" in text:  # SQLite's words for a file it cannot read as a database
+        if is_corrupt(exc):
             return StoreError(
                 f"{where} is damaged or not a planexec run store: {text}. If it is a damaged store, to repair it: {repair_hint(self.path)}",
                 location=where,
