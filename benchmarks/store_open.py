@@ -16,10 +16,13 @@ page cache warm, as when a command opens the store it just used):
 * ``integrity_check``: ``PRAGMA integrity_check``, plus every index against its table;
 * ``open``: `SqliteRunStore(path)` as planexec opens it (whatever the store chose).
 
-``--keep DIR`` keeps the stores in DIR (and reuses them on the next run).
+``--keep DIR`` keeps the stores in DIR (and reuses them on the next run);
+``--cold`` evicts the store file from the page cache before each timing
+(``posix_fadvise(DONTNEED)`` on that file only), as after a reboot.
 
     python benchmarks/store_open.py                       # ~2-4 min to build the 200 MB store, then seconds
     python benchmarks/store_open.py --sizes 1,20 --json
+    python benchmarks/store_open.py --cold --repeats 3
 
 Exit status 0 (a measurement, not a test).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -125,13 +129,25 @@ def candidates(path: Path) -> dict[str, Any]:
     }
 
 
-def measure(path: Path, repeats: int) -> dict[str, Any]:
-    """Milliseconds of each candidate on `path`: median, min, max."""
+def _evict(path: Path) -> None:
+    """Drop this file's pages from the OS page cache (only this file's: nothing else on the machine is touched)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def measure(path: Path, repeats: int, *, cold: bool = False) -> dict[str, Any]:
+    """Milliseconds of each candidate on `path`: median, min, max (`cold`: the file evicted from the page cache first)."""
     out: dict[str, Any] = {"mb": round(path.stat().st_size / 2**20, 1), "page_count": path.stat().st_size // 4096}
     for name, fn in candidates(path).items():
-        fn()  # warm the page cache and the connection code
+        fn()  # warm the connection code (and the page cache, unless `cold`)
         times = []
         for _ in range(repeats):
+            if cold:
+                _evict(path)
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1000)
@@ -146,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--keep", metavar="DIR", help="keep (and reuse) the stores in DIR")
+    parser.add_argument("--cold", action="store_true", help="evict each store from the page cache before each timing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="planexec-open-") as tmp:
@@ -158,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 build(path, size, args.steps)
                 print(f"built {path} ({path.stat().st_size / 2**20:.1f} MB) in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
-            rows.append(measure(path, args.repeats))
+            rows.append(measure(path, args.repeats, cold=args.cold))
     if args.json:
         print(json.dumps({"stores": rows}, indent=2))
         return 0

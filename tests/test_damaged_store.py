@@ -339,6 +339,12 @@ def test_the_page_check_refuses_a_damaged_freelist(store_path, big):
         SqliteRunStore(store_path)
 
 
+def test_sqlite_is_the_judge_of_what_the_page_check_finds(store_path, big, monkeypatch):
+    monkeypatch.setattr(integrity, "_pages_problem", lambda *args: "a problem only the screen sees")
+    with SqliteRunStore(store_path, create=False) as store:  # quick_check finds nothing: the store opens
+        assert len(store.runs(limit=None)) == RUNS
+
+
 def test_with_a_wal_beside_the_file_sqlite_checks_through_it(store_path, big):
     writer = SqliteRunStore(store_path)  # holds the WAL open: the newest pages may be there
     try:
