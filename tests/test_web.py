@@ -540,3 +540,181 @@ def test_a_revision_is_shown_beside_the_version_before_with_its_changes_marked()
     assert kinds == {"compile": "kept", "docs": "changed", "ship": "kept", "announce": "removed", "tweet": "added"}
     docs = next(r for r in shown[1]["rows"] if r["step_id"] == "docs")
     assert "app" not in docs["new"] and "manual" in docs["new"] and "docs" in docs["old"] and docs["fields"] == ["parameters"]
+
+
+# --- an edit becomes the next version of the same run (the store, the engine, the CLI) -----------
+
+
+def _engine_and_plan(tmp_path):
+    from planexec import Plan, Registry, tool
+
+    @tool
+    def build(name: str) -> str:
+        """Idempotent work."""
+        return f"built {name}"
+
+    registry = Registry.default()
+    registry.add_tool(build)
+    v1 = Plan.from_data({"plan_id": "p", "goal": "build", "steps": [{"id": "a", "action": "build", "parameters": {"name": "a"}}]})
+    return registry, v1
+
+
+def _next_version(old, *extra_steps: dict):
+    from planexec import Plan
+
+    data = old.model_dump(mode="json", by_alias=True)
+    data.pop("content_hash", None)
+    data["steps"] += list(extra_steps)
+    data["version"], data["revises"] = old.version + 1, old.version
+    return Plan.from_data(data)
+
+
+async def _until(check, timeout: float = WAIT) -> None:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out")
+        await asyncio.sleep(0.02)
+
+
+def _pending_in(store, run_id: str, content_hash: str) -> bool:
+    try:
+        return any(a.content_hash == content_hash for a in store.approvals(run_id, pending_only=True))
+    except RunNotFoundError:
+        return False
+
+
+def test_an_edit_of_a_waiting_plan_runs_as_version_2_of_the_same_run(tmp_path):
+    import asyncio
+
+    from planexec import Engine
+    from planexec.engine.approval import PlanApprover
+    from planexec.store.approvals import edit_plan
+
+    registry, v1 = _engine_and_plan(tmp_path)
+    store = open_store(str(tmp_path / "runs.db"))
+    v2 = _next_version(v1, {"id": "b", "action": "build", "parameters": {"name": "b"}, "depends_on": ["a"]})
+
+    async def main():
+        run = Engine(registry, store=store, plan_approver=PlanApprover(store, poll=0.02)).start(v1, run_id="e1")
+        result = asyncio.ensure_future(run.result())
+        await _until(lambda: _pending_in(store, "e1", v1.content_hash))
+        edit_plan(store, "e1", content_hash=v1.content_hash, plan=v2, by="alice", reason="b too")
+        await _until(lambda: _pending_in(store, "e1", v2.content_hash))  # an edit is approved like any version: a person here
+        assert store.run("e1").plan_version == 2  # recorded as a revision while it waits
+        store.decide_approval("e1", approved=True, by="bob", content_hash=v2.content_hash)
+        return await result
+
+    try:
+        result = asyncio.run(main())
+        assert (result.status.value, list(result.steps)) == ("succeeded", ["a", "b"])
+        versions = store.plan_versions("e1")
+        assert [(v.version, v.reason) for v in versions] == [(1, "the first plan"), (2, "edited by alice: b too")]
+        assert versions[1].diff.added == ["b"] and versions[1].plan.revises == 1
+        [first, second] = store.approvals("e1")
+        assert (first.state.value, first.by) == ("denied", "alice") and "replaced by the edit v2" in first.reason
+        assert (second.content_hash, second.state.value, second.by) == (v2.content_hash, "approved", "bob")
+        kinds = [e.type for e in store.events("e1")]
+        assert kinds.index("plan_revised") < kinds.index("step_started")  # nothing of v1 ran
+        assert verify_chain(store, "e1")
+    finally:
+        store.close()
+
+
+def verify_chain(store, run_id: str) -> bool:
+    from planexec.store import verify_run
+
+    return verify_run(store, run_id).ok
+
+
+def test_an_edit_that_cannot_run_in_the_waiting_process_is_refused_and_nothing_runs(tmp_path):
+    import asyncio
+
+    from planexec import Engine
+    from planexec.engine.approval import PlanApprover
+    from planexec.store.approvals import edit_plan
+
+    registry, v1 = _engine_and_plan(tmp_path)
+    store = open_store(str(tmp_path / "runs.db"))
+    bad = _next_version(v1, {"id": "b", "action": "teleport", "parameters": {}})  # no such tool where the run waits
+
+    async def main():
+        run = Engine(registry, store=store, plan_approver=PlanApprover(store, poll=0.02)).start(v1, run_id="e2")
+        result = asyncio.ensure_future(run.result())
+        await _until(lambda: _pending_in(store, "e2", v1.content_hash))
+        edit_plan(store, "e2", content_hash=v1.content_hash, plan=bad, by="alice")
+        return await result
+
+    try:
+        result = asyncio.run(main())
+        assert result.status.value == "failed" and "the edit v2 by alice cannot run here" in result.reason
+        assert "teleport" in result.reason and "nothing ran" in result.reason
+        assert not any(e.type == "step_started" for e in store.events("e2"))
+    finally:
+        store.close()
+
+
+def test_a_stale_edit_is_refused_naming_the_edit_that_won_and_stores_nothing(tmp_path):
+    from planexec import Plan
+    from planexec.errors import ApprovalError
+    from planexec.store.approvals import edit_plan
+
+    _, v1 = _engine_and_plan(tmp_path)
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        store.save_plan("e3", v1)
+        from planexec.engine.events import RunStarted, utcnow
+
+        store.append([RunStarted(run_id="e3", seq=0, at=utcnow(), plan_id="p", plan_version=1, content_hash=v1.content_hash,
+                                 goal="build", step_ids=["a"])])  # fmt: skip
+        store.request_approval("e3", v1.content_hash)
+        mine = _next_version(v1, {"id": "b", "action": "build", "parameters": {"name": "b"}})
+        theirs = _next_version(v1, {"id": "c", "action": "build", "parameters": {"name": "c"}})
+        wrong = Plan.from_data({**mine.model_dump(mode="json", by_alias=True, exclude={"content_hash"}), "version": 3})
+        with pytest.raises(ApprovalError, match="an edit of v1 is v2 revising v1, not v3"):
+            edit_plan(store, "e3", content_hash=v1.content_hash, plan=wrong, by="carol")
+        edit_plan(store, "e3", content_hash=v1.content_hash, plan=theirs, by="bob")
+        with pytest.raises(ApprovalError, match="already replaced by the edit v2 by bob"):
+            edit_plan(store, "e3", content_hash=v1.content_hash, plan=mine, by="alice")
+        assert [v.plan.step_ids for v in store.plan_versions("e3")] == [["a"], ["a", "c"]]  # the refused edit stored nothing
+    finally:
+        store.close()
+
+
+def test_planexec_approve_edit_replaces_the_waiting_version_and_the_run_goes_on_with_it(project, capsys):
+    from planexec.cli.main import main
+
+    run = start_waiting_on_plan(project, "c1")
+    edited = plan(gated_step=False)
+    edited["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}, "depends_on": ["announce"]})
+    bad = json.loads(json.dumps(edited))
+    bad["steps"][-1]["action"] = "twet"
+    (project / "bad.json").write_text(json.dumps(bad))
+    (project / "edited.json").write_text(json.dumps(edited))
+    assert main(["approve", "c1", "--edit", "bad.json", "--by", "dana"]) == 1  # checked against the run's tools first
+    assert "twet" in capsys.readouterr().out
+    assert main(["approve", "c1", "--edit", "edited.json", "--by", "dana", "--reason", "tell the world"]) == 0
+    assert "replaced by your edit v2" in capsys.readouterr().out
+    wait_until("v2 waiting for a person (ship needs one)", lambda: bool(pending(project, "c1")) and _version(project, "c1") == 2, run)
+    assert main(["approve", "c1", "--edit", "edited.json"]) == 2  # the same edit of v2 again: it would change nothing
+    assert "the edit changes nothing v2 does" in capsys.readouterr().err
+    assert main(["approve", "c1", "--by", "erin"]) == 0
+    out, _ = finish(run)
+    result = json.loads(out)
+    assert result["status"] == "succeeded" and result["run_id"] == "c1" and "tweet" in result["steps"]
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        assert [v.version for v in store.plan_versions("c1")] == [1, 2]
+        assert store.plan_versions("c1")[1].reason == "edited by dana: tell the world"
+    finally:
+        store.close()
+
+
+def _version(project: Path, run_id: str) -> int:
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return store.run(run_id).plan_version
+    finally:
+        store.close()

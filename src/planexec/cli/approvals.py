@@ -3,7 +3,10 @@
 Owns listing the approvals kept in the run store (pending ones by
 default: the run, the step or plan version, what it is, when it was
 asked for), deciding one from any process (``approve RUN_ID [--step ID]
-[--deny]``), and the approvers ``planexec run`` and ``planexec resume``
+[--deny]``), answering a waiting plan version with an edit (``approve
+RUN_ID --edit PLAN.json``: checked against the run's tools and stored as
+the next version, see `store.approvals.edit_plan`; the waiting run reviews
+and runs it in the same run), and the approvers ``planexec run`` and ``planexec resume``
 give the engine when the run is recorded (`run_approvers`,
 `resume_approvers`): every step decision goes into the store, by
 ``--yes`` or the person at the terminal, and with neither a step waits,
@@ -12,7 +15,8 @@ process (also after a restart). The reviewed plan version is approved by
 whoever reviewed it, frozen by its content hash; a revision is reviewed
 by the policies (against the last approved version), then approved by
 ``--yes``, asked at the terminal with its diff, or waited for
-(`ReviewingPlanApprover`). Without a store the step approvers are those
+(`ReviewingPlanApprover`; an edit is reviewed the same way, against the
+last version a person approved, not the one it replaced). Without a store the step approvers are those
 of `_common` (``--yes``, a prompt, else a denial). An unknown run, nothing
 pending, and a store that cannot be opened are `common.UsageError`s (exit 2)
 that change nothing. Thin: the store, `approval` and `policies` do the work.
@@ -26,23 +30,26 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
-from planexec.engine.approval import Approver, PlanApprover, StoreApprover, step_hash
+from planexec.engine.approval import Approver, PlanApprover, PlanEdit, StoreApprover, step_hash
 from planexec.engine.recording import RunLog
-from planexec.errors import ApprovalError, PolicyError, StoreError
+from planexec.errors import ApprovalError, PlanParseError, PolicyError, StoreError
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
+from planexec.plan.validation import validate_plan
 from planexec.plan.view import plan_table
 from planexec.store import Approval, ApprovalState, RunStore
+from planexec.store.approvals import edit_plan
 from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
@@ -52,8 +59,10 @@ __all__ = [
     "call_approver",
     "cmd_approvals",
     "cmd_approve",
+    "pending_version",
     "resume_approvers",
     "run_approvers",
+    "run_setup",
     "step_approver",
 ]
 
@@ -69,10 +78,15 @@ def add_approval_commands(sub: Any) -> None:
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_approvals)
 
-    p = sub.add_parser("approve", help="approve (or --deny) a pending step or plan version of a run, from any process")
+    p = sub.add_parser("approve", help="approve (or --deny, or --edit) a pending step or plan version of a run, from any process")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--step", metavar="ID", help="the step (default: the plan's pending version)")
     p.add_argument("--deny", action="store_true", help="deny it instead")
+    p.add_argument(
+        "--edit", metavar="PLAN.json",
+        help="answer the waiting plan version with this edit: checked against the run's tools, it becomes the next version, "
+        "which the waiting run reviews with its policies and runs in the same run",
+    )  # fmt: skip
     p.add_argument("--reason", metavar="TEXT", help="why (recorded)")
     p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
@@ -120,6 +134,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 def cmd_approve(args: argparse.Namespace) -> int:
     """``planexec approve RUN_ID [--step ID] [--deny]``: decide the pending request; a waiting run goes on."""
+    if args.edit is not None:
+        return _cmd_edit(args)
     store = common.open_run_store(args.store, common.config(), create=False)
     by = args.by or common.user()
     try:
@@ -140,6 +156,77 @@ def cmd_approve(args: argparse.Namespace) -> int:
         f"{verb} {what} of run {args.run_id} (by {by}){why}; a run waiting for it goes on, a stopped one with: planexec resume {args.run_id}"
     )
     return common.EXIT_OK
+
+
+def _cmd_edit(args: argparse.Namespace) -> int:
+    """``planexec approve RUN_ID --edit PLAN.json``: the edit, checked, becomes the plan's next version (exit 1 on its problems)."""
+    if args.step is not None or args.deny:
+        raise common.UsageError("--edit answers the waiting plan version: give no --step and no --deny")
+    config = common.config()
+    store = common.open_run_store(args.store, config, create=False)
+    by = args.by or common.user()
+    try:
+        found = pending_version(store, args.run_id)
+        if found is None:
+            raise common.UsageError(f"no stored plan version of run {args.run_id!r} waits for approval: there is nothing to edit")
+        approval, old = found
+        tools = [str(t) for t in run_setup(store, args.run_id).get("tools", [])]
+        plan = _edited_plan(Path(args.edit), old, tools, config)
+        if plan is None:
+            return common.EXIT_FAILED
+        edit_plan(store, args.run_id, content_hash=approval.content_hash, plan=plan, by=by, reason=args.reason)
+    except StoreError as exc:  # an unknown run, a version decided or edited meanwhile (ApprovalError): named in the message
+        raise common.UsageError(str(exc)) from None
+    finally:
+        store.close()
+    common.say(
+        f"plan v{old.version} of run {args.run_id} is replaced by your edit v{plan.version} (by {by}; nothing of v{old.version} ran); "
+        "the waiting run checks it, its policies review it, and it runs in the same run once approved"
+    )
+    return common.EXIT_OK
+
+
+def pending_version(store: RunStore, run_id: str) -> tuple[Approval, Plan] | None:
+    """The run's pending plan approval and the stored version it is about (the one an edit replaces); None when none waits."""
+    pending = [a for a in store.approvals(run_id, pending_only=True) if a.step_id is None]
+    versions = store.plan_versions(run_id)
+    for a in reversed(pending):
+        for v in versions:
+            if v.plan.content_hash == a.content_hash:
+                return a, v.plan
+    return None
+
+
+def run_setup(store: RunStore, run_id: str) -> dict[str, Any]:
+    """How the run was set up (its `RunStarted` setup: the tools modules a resume, and an edit's check, load again)."""
+    for e in store.events(run_id, limit=20):
+        if e.type == "run_started":
+            setup: dict[str, Any] = dict(e.setup)
+            return setup
+    return {}
+
+
+def _edited_plan(path: Path, old: Plan, tools: list[str], config: Any) -> Plan | None:
+    """The plan in `path` as the next version of `old`, checked against the run's tools; None after printing its problems."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise common.UsageError(f"plan file {str(path)!r} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise common.UsageError(f"cannot read plan file {str(path)!r}: {exc}") from None
+    if isinstance(data, dict):
+        data.pop("content_hash", None)  # computed, not edited
+        data["version"], data["revises"] = old.version + 1, old.version
+    try:
+        plan = Plan.from_data(data)
+    except PlanParseError as exc:
+        common.print_problems(exc.problems, exc.plan_id, as_json=False)
+        return None
+    problems = validate_plan(plan, common.plan_registry(plan, tools, config))
+    if problems:
+        common.print_problems(problems, plan.plan_id, as_json=False)
+        return None
+    return plan
 
 
 def _describe(store: RunStore, approval: Approval) -> dict[str, Any]:
@@ -326,8 +413,8 @@ class ReviewingPlanApprover(PlanApprover):
         self.display = display
         self.store_option = store_option
 
-    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool:
-        """True once this version is approved (here, or by another process); see the class docstring."""
+    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool | PlanEdit:
+        """True once this version is approved (here, or by another process), a `PlanEdit` once a person edited it; see the class docstring."""
         request = await in_thread(self.store.request_approval, run_id, plan.content_hash)
         if request.state is ApprovalState.PENDING:
             verdict = await self._verdict(run_id, plan, diff)
@@ -401,8 +488,14 @@ class ReviewingPlanApprover(PlanApprover):
 
 
 def _previous(store: RunStore, run_id: str, plan: Plan) -> Plan | None:
-    """The approved version `plan` revises (a revision is stored only once approved), or None."""
-    versions = [v for v in store.plan_versions(run_id) if v.version < plan.version]
+    """The last approved version before `plan` (the one it revises, when approved), or None.
+
+    A replan's revision is stored only once approved; an edit is stored
+    before, and the version it replaced was never approved: a policy then
+    reviews an edit against what a person last approved, not against it.
+    """
+    approved = {a.content_hash for a in store.approvals(run_id) if a.step_id is None and a.state is ApprovalState.APPROVED}
+    versions = [v for v in store.plan_versions(run_id) if v.version < plan.version and v.plan.content_hash in approved]
     wanted = [v for v in versions if v.version == plan.revises] or versions
     return wanted[-1].plan if wanted else None
 

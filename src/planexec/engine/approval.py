@@ -9,7 +9,16 @@ hash). A request is stored, keyed by run, step (none for the plan) and
 content hash, so a restart finds it again, already decided or still
 pending; it is decided by `ask` (a prompt, ``--yes``, a policy) or by a
 person from any other process (``planexec approve``), found by polling.
-Imports `plan`, `plan_diff`, `results`, `tools` and the store's records.
+
+A person may also answer a pending plan version with an edit (``planexec
+approve --edit``, the web console): the store keeps the edit as the run's
+next plan version, revising the waiting one, and denies the waiting one in
+the same transaction. `find_edit` reads that back and `PlanApprover`
+answers the engine with the `PlanEdit` instead of False; the engine checks
+it against its registry, records it as a revision and asks for its
+approval like any version (see `engine.revisions`). Imports `plan`,
+`plan_diff`, `records`, `results`, `tools` and the store's records (by
+their shape: the store is passed in).
 """
 
 from __future__ import annotations
@@ -19,15 +28,17 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from planexec.engine.results import ErrorInfo
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
+from planexec.records import Record
 from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
-__all__ = ["Approver", "PlanApprover", "StoreApprover", "ask_approval", "step_hash"]
+__all__ = ["Approver", "PlanApprover", "PlanEdit", "StoreApprover", "ask_approval", "find_edit", "step_hash"]
 
 # Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
 Approver = Callable[[Step], "bool | Awaitable[bool]"]
@@ -118,12 +129,52 @@ class StoreApprover(_Durable):
         return await self._decide(request.run_id, request.digest, request.step_id, request)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanEdit(Record):
+    """A person's edit of a pending plan version: the `plan` (the next version, revising it), who made it and why (`reason`)."""
+
+    plan: Plan
+    by: str | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form as Python data; the plan in its own JSON form (``id``, not ``step_id``)."""
+        return {"plan": self.plan.model_dump(mode="json", by_alias=True), "by": self.by, "reason": self.reason}
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """The JSON form as text."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+
+def find_edit(store: Any, run_id: str, plan: Plan) -> PlanEdit | None:
+    """The edit that replaced `plan` (a stored version), or None: the stored next version revising it, when `plan` was denied.
+
+    Only an edit stores a version before it is approved, and it denies the
+    version it revises in the same transaction (see `store.approvals`), so
+    a denied version with a stored successor was edited, never plainly denied.
+    """
+    successor = [v for v in store.plan_versions(run_id) if v.version == plan.version + 1 and v.plan.revises == plan.version]
+    if not successor:
+        return None
+    decided = [a for a in store.approvals(run_id) if a.step_id is None and a.content_hash == plan.content_hash]
+    if not decided or decided[-1].state.value != "denied":
+        return None
+    edit = successor[-1]
+    return PlanEdit(plan=edit.plan, by=decided[-1].by, reason=edit.reason or "")
+
+
 class PlanApprover(_Durable):
     """Approvals of whole plan versions, frozen by content hash (see the module docstring); `Engine(plan_approver=...)`.
 
     `ask(plan, diff)` gets the diff against the version it revises (None for the first).
     """
 
-    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool:
-        """True when this version (its content hash) is approved; waits for a person when nobody is asked here."""
-        return await self._decide(run_id, plan.content_hash, None, plan, diff)
+    async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool | PlanEdit:
+        """True when this version (its content hash) is approved; a `PlanEdit` when a person replaced it with an edit.
+
+        Waits for a person when nobody is asked here.
+        """
+        if await self._decide(run_id, plan.content_hash, None, plan, diff):
+            return True
+        edit = await in_thread(find_edit, self.store, run_id, plan)
+        return edit if edit is not None else False

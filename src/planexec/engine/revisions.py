@@ -15,7 +15,10 @@ and the records it superseded are kept. Once all steps end, the `Joiner`
 ends the run with status ``failed`` and a typed `ErrorInfo`. After an
 abort that followed side effects, the plan's rollback runs as a sub-run
 the engine (the `Host`) starts.
-Imports `engine.config`, `engine.events`, `engine.join`, `engine.replan`,
+A person may answer a waiting version with an edit (`approval.PlanEdit`):
+it is checked against the registry, recorded as the next version (a
+`PlanRevised`; nothing of the waiting one ran) and approved like any.
+Imports `engine.approval`, `engine.config`, `engine.events`, `engine.join`, `engine.replan`,
 `engine.results`, `engine.state`, `plan`, `usage` and `errors`; never the
 run or the engine.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from planexec.engine.approval import PlanEdit
 from planexec.engine.config import Host
 from planexec.engine.events import (
     ApprovalDecided,
@@ -293,11 +297,37 @@ class Revisions:
         if error is not None:
             run._stop("plan_rejected", f"the plan approver failed on v{plan.version}: {type(error).__name__}: {error}")
             return False
+        if isinstance(approved, PlanEdit):  # a person answered with an edit: it becomes the next version, approved like any
+            return await self._take_edit(plan, approved)
         if approved is not True:
             what = "revision" if diff is not None else "plan"
             run._stop("plan_rejected", f"the {what} v{plan.version} ({plan.content_hash[:19]}) was not approved; nothing of it ran")
             return False
         return True
+
+    async def _take_edit(self, plan: Plan, edit: PlanEdit) -> bool:
+        """Check a person's edit of the waiting `plan` here, record it as the next version, then have it approved; False when it cannot run."""
+        new, run = edit.plan, self._run
+        who = f" by {edit.by}" if edit.by else ""
+        if new.version != plan.version + 1 or new.revises != plan.version:
+            run._stop(
+                "plan_rejected",
+                f"the edit{who} is v{new.version} revising v{new.revises}, not the next version of v{plan.version}; nothing ran",
+            )
+            return False
+        try:
+            check_plan(new, self._host.registry)
+        except PlanValidationError as exc:
+            run._stop("plan_rejected", f"the edit v{new.version}{who} cannot run here: {exc}; nothing ran")
+            return False
+        diff = diff_plans(plan, new)
+        if not self._versions:
+            self._versions.append(PlanVersion(version=plan.version, plan=plan))
+        self._adopt(new, set())  # nothing of the waiting version ran
+        self._versions.append(PlanVersion(version=new.version, plan=new, reason=edit.reason, diff=diff))
+        run._emit(PlanRevised, version=new.version, revises=plan.version, content_hash=new.content_hash, reason=edit.reason,
+                  diff=diff, step_ids=new.step_ids, usage=Usage(), plan=new)  # fmt: skip
+        return await self.approve_version(new, diff)
 
     # --- after an abort -------------------------------------------------------
 

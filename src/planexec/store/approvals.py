@@ -10,21 +10,34 @@ Both join the run's audit chain (see `audit`): a request is one record, its
 decision another, written once into the request's row (the store's
 triggers refuse any other change to an approval, and its deletion). Who
 decided and why are redacted (`secrets.redact`) before they are stored.
-Imports `errors`, `secrets` and the store's `audit`, `base` and `rows`.
+
+A pending plan version may be answered with an edit instead (`edit_plan`,
+``planexec approve --edit``, the web console): in one transaction the edit
+is stored as the run's next plan version (revising the waiting one, with
+its diff, and ``edited by NAME: why`` as its reason) and the waiting
+version is denied, its reason naming the edit. An edit of a version that
+no longer waits (approved, denied, or replaced by another edit first), or
+that is not the next version, is an `ApprovalError` that stores nothing.
+The process that waited finds the edit by its shape (`engine.approval.find_edit`).
+Imports `errors`, `secrets`, `plan`, `usage` and the store's `audit`, `base` and `rows`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from planexec.errors import ApprovalError
+from planexec.errors import ApprovalError, StoreError
+from planexec.plan.diff import diff_plans
+from planexec.plan.model import Plan
 from planexec.secrets import redact
 from planexec.store.audit import approval_ref, decision_content, request_content
-from planexec.store.base import Approval, ApprovalState
+from planexec.store.base import Approval, ApprovalState, RunStore
 from planexec.store.rows import from_timestamp, now
+from planexec.usage import Usage
 
-__all__ = ["Approvals"]
+__all__ = ["Approvals", "edit_plan"]
 
 _APPROVAL_COLUMNS = "approval_id, run_id, step_id, content_hash, state, requested_at, decided_at, decided_by, reason"
 
@@ -39,6 +52,7 @@ class Approvals:
     _require_run: Any
     _chain: Any
     _save_chain: Any
+    _insert_plan: Any
     location: str
 
     def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
@@ -95,22 +109,56 @@ class Approvals:
                 raise ApprovalError(f"{what} is not pending approval: {why}", run_id=run_id, step_id=step_id, location=self.location)
             target = pending[-1]
             state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
-            decided_at, by, reason = now(), redact(by), redact(reason)
             chain = self._chain(cur, run_id)
-            link = chain.add(
-                "approval_decision",
-                approval_ref(target.step_id, target.content_hash),
-                decision_content(state.value, decided_at, by, reason),
-            )
-            cur.execute(
-                self._q(
-                    "UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ?, "
-                    "decision_link = ?, decision_prev_hash = ?, decision_hash = ? WHERE approval_id = ? AND state = ?"
-                ),
-                (state.value, decided_at, by, reason, *link, target.approval_id, ApprovalState.PENDING.value),
-            )
+            self._write_decision(cur, chain, target, state, by, reason)
             self._save_chain(cur, chain)
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
+        return _approval(row)
+
+    def _write_decision(self, cur: Any, chain: Any, target: Approval, state: ApprovalState, by: str, reason: str | None) -> None:
+        """Write the decision into the pending request's row, as the chain's next record (redacted)."""
+        decided_at, by, reason = now(), redact(by), redact(reason)
+        link = chain.add(
+            "approval_decision",
+            approval_ref(target.step_id, target.content_hash),
+            decision_content(state.value, decided_at, by, reason),
+        )
+        cur.execute(
+            self._q(
+                "UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ?, "
+                "decision_link = ?, decision_prev_hash = ?, decision_hash = ? WHERE approval_id = ? AND state = ?"
+            ),
+            (state.value, decided_at, by, reason, *link, target.approval_id, ApprovalState.PENDING.value),
+        )
+
+    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+        """Answer the pending plan version `content_hash` with the edit `plan` (its next version); the denied request.
+
+        See the module docstring; `ApprovalError` (nothing stored) when the
+        version no longer waits, another edit came first, or `plan` is not
+        the next version revising it.
+        """
+        with self._tx(write=True) as cur:
+            self._require_run(cur, run_id)
+            chain = self._chain(cur, run_id)  # the run's head, locked first: two edits at once take turns
+            rows = self._all(
+                cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND step_id = '' ORDER BY approval_id", (run_id,)
+            )
+            asked = [_approval(r) for r in rows if r[3] == content_hash]
+            stored = [(int(v), Plan.from_json(text), why) for v, text, why in self._all(
+                cur, "SELECT version, plan, reason FROM plans WHERE run_id = ? ORDER BY version", (run_id,))]  # fmt: skip
+            old = next((p for _, p, _ in stored if p.content_hash == content_hash), None)
+            refusal = _edit_refusal(run_id, content_hash, asked, old, stored, plan)
+            if refusal is not None:
+                raise ApprovalError(refusal, run_id=run_id, step_id=None, location=self.location)
+            assert old is not None  # `_edit_refusal` says why otherwise
+            diff = diff_plans(old, plan)
+            why = f"edited by {by}" + (f": {reason}" if reason else "")
+            self._insert_plan(cur, run_id, plan, why, diff.to_json(), Usage(), datetime.now(UTC), chain)
+            said = f"replaced by the edit v{plan.version} ({plan.content_hash[:19]}) by {by}; nothing of v{old.version} ran"
+            self._write_decision(cur, chain, asked[-1], ApprovalState.DENIED, by, said + (f": {reason}" if reason else ""))
+            self._save_chain(cur, chain)
+            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (asked[-1].approval_id,))
         return _approval(row)
 
     def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
@@ -128,6 +176,36 @@ class Approvals:
                 self._require_run(cur, run_id)
             rows = self._all(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals{where} ORDER BY approval_id", params)
         return [_approval(r) for r in rows]
+
+
+def edit_plan(store: RunStore, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+    """`Approvals.edit_plan` on `store`; `StoreError` for a store that keeps no edits (not one of the SQL stores)."""
+    if not isinstance(store, Approvals):
+        raise StoreError(f"the run store {store.location} cannot keep plan edits", location=store.location)
+    return store.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
+
+
+def _edit_refusal(
+    run_id: str, content_hash: str, asked: list[Approval], old: Plan | None, stored: list[tuple[int, Plan, str]], plan: Plan
+) -> str | None:
+    """Why the edit `plan` of the version `old` (`content_hash`) may not be stored (see `Approvals.edit_plan`), or None."""
+    what = f"the plan of run {run_id!r}"
+    if old is None or not asked:
+        return f"{what} has no stored version with content hash {content_hash[:19]}… waiting for approval"
+    latest = stored[-1][0]
+    if asked[-1].state is not ApprovalState.PENDING:
+        last = asked[-1]
+        if any(v == old.version + 1 and p.revises == old.version for v, p, _ in stored):
+            edited_by = last.by or "someone"
+            return f"{what}: v{old.version} was already replaced by the edit v{old.version + 1} by {edited_by}; edit v{latest} instead"
+        return f"{what}: v{old.version} no longer waits for approval: it was {last.state.value}" + (f" by {last.by}" if last.by else "")
+    if latest != old.version:
+        return f"{what}: v{old.version} is not the latest version (v{latest} is)"
+    if plan.version != old.version + 1 or plan.revises != old.version:
+        return f"an edit of v{old.version} is v{old.version + 1} revising v{old.version}, not v{plan.version} revising v{plan.revises}"
+    if plan.content_hash == old.content_hash:
+        return f"the edit changes nothing v{old.version} does"
+    return None
 
 
 def _approval(row: Sequence[Any]) -> Approval:
