@@ -359,14 +359,19 @@ def test_with_a_wal_beside_the_file_sqlite_checks_through_it(store_path, big):
 # --- planexec store check ---------------------------------------------------------------------------------
 
 
+def _check(capsys, target, code: int) -> tuple[str, dict]:
+    """``planexec store check`` on `target`, as text and as JSON, each exiting with `code`: the text and the report."""
+    assert main(["store", "check", "--store", str(target)]) == code
+    text = _out(capsys)
+    assert main(["store", "check", "--store", str(target), "--json"]) == code
+    return text, json.loads(_out(capsys))
+
+
 def test_store_check_on_a_healthy_store(store_path, capsys):
     before = _snapshot(store_path.parent)
-    assert main(["store", "check", "--store", str(store_path)]) == 0
-    out = _out(capsys)
+    out, report = _check(capsys, store_path, 0)
     assert "healthy" in out and "file" in out and "schema" in out and "audit" in out
     assert f"{RUNS} runs" in out and "pages of 4096 bytes" in out and "records verified" in out
-    assert main(["store", "check", "--store", str(store_path), "--json"]) == 0
-    report = json.loads(_out(capsys))
     assert report["ok"] is True and report["damaged"] is False and report["tampered"] is False
     assert report["checks"] == ["file", "schema", "audit"] and report["skipped"] == []
     assert report["runs"] == RUNS and report["runs_not_chained"] == 0
@@ -380,11 +385,8 @@ def test_store_check_on_a_healthy_store(store_path, capsys):
 def test_store_check_on_the_damaged_store(store_path, capsys):
     _flip(store_path, store_path.stat().st_size // 2)
     before = _snapshot(store_path.parent)
-    assert main(["store", "check", "--store", str(store_path)]) == 2
-    out = _out(capsys)
+    out, report = _check(capsys, store_path, 2)
     assert "DAMAGED" in out and ".recover" in out and "not checked" in out
-    assert main(["store", "check", "--store", str(store_path), "--json"]) == 2
-    report = json.loads(_out(capsys))
     assert report["ok"] is False and report["damaged"] is True
     assert report["checks"] == ["file"] and report["skipped"] == ["schema", "audit"]
     assert report["problems"] and all(p["check"] == "file" for p in report["problems"]) and ".recover" in report["repair"]
@@ -395,8 +397,7 @@ def test_store_check_on_a_damaged_header(store_path, capsys):
     raw = bytearray(store_path.read_bytes())
     raw[21:24] = b"\x00\x00\x00"
     store_path.write_bytes(bytes(raw))
-    assert main(["store", "check", "--store", str(store_path), "--json"]) == 2
-    report = json.loads(_out(capsys))
+    _, report = _check(capsys, store_path, 2)
     assert report["damaged"] and "payload fractions 0/0/0" in report["problems"][0]["detail"]
 
 
@@ -413,11 +414,8 @@ def _tamper_sqlite(path: Path, run_id: str, seq: int) -> None:
 
 def test_store_check_on_a_tampered_audit_chain_names_the_run_and_event(store_path, capsys):
     _tamper_sqlite(store_path, "run-05", 3)
-    assert main(["store", "check", "--store", str(store_path)]) == 1
-    out = _out(capsys)
+    out, report = _check(capsys, store_path, 1)
     assert "TAMPERED" in out and "run run-05 · seq 3" in out and "changed" in out
-    assert main(["store", "check", "--store", str(store_path), "--json"]) == 1
-    report = json.loads(_out(capsys))
     assert report["tampered"] is True and report["damaged"] is False
     assert [(p["check"], p["run_id"], p["seq"]) for p in report["problems"]] == [("audit", "run-05", 3)]
 
@@ -453,12 +451,9 @@ def pg_target(postgres_url) -> str:
 
 
 def test_store_check_on_a_healthy_postgres_store(pg_target, capsys):
-    assert main(["store", "check", "--store", pg_target, "--json"]) == 0
-    report = json.loads(_out(capsys))
+    out, report = _check(capsys, pg_target, 0)
     assert report["ok"] and report["backend"] == "postgres" and report["runs"] == 3
     assert report["checks"] == ["schema", "audit"] and report["skipped"] == ["file"]
-    assert main(["store", "check", "--store", pg_target]) == 0
-    out = _out(capsys)
     assert "healthy" in out and "3 runs" in out and "PostgreSQL" in out
 
 
@@ -472,6 +467,6 @@ def test_store_check_on_a_tampered_postgres_store(pg_target, capsys):
         conn.execute(f'SET search_path TO "{schema}"')
         conn.execute("SET session_replication_role = replica")  # no triggers for this session
         conn.execute("UPDATE events SET body = replace(body, 'step', 'stop') WHERE run_id = 'run-01' AND seq = 4")
-    assert main(["store", "check", "--store", pg_target]) == 1
-    out = _out(capsys)
+    out, report = _check(capsys, pg_target, 1)
     assert "TAMPERED" in out and "run run-01 · seq 4" in out
+    assert report["tampered"] and [(p["run_id"], p["seq"]) for p in report["problems"]] == [("run-01", 4)]

@@ -10,9 +10,10 @@ match their audit chain (as ``planexec audit verify``: edited, or bytes
 damaged inside a record, which SQLite's checks cannot see); 2 the store is
 damaged (its file or schema), or cannot be checked (no store there, an
 unreachable server, another application's database): one message, never
-a traceback. Reads only; never creates a store and never writes to a
-damaged one. Thin: `store.check` does the work. Imports `cli._common` and
-the store's `check`.
+a traceback. Never creates a store and never writes to a damaged one (a
+sound store of an older schema is migrated on open, as by every command).
+Thin: `store.check` does the work. Imports `cli._common`, the store's
+public API and its `check` (not in `planexec.store.__all__` yet).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from rich.text import Text
 
 from planexec.cli import _common as common
 from planexec.errors import StoreError
+from planexec.store import store_target
 from planexec.store.check import StoreCheck, check_store
-from planexec.store.location import store_target
 
 __all__ = ["add_store_commands", "cmd_check"]
 

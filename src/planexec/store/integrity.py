@@ -15,8 +15,8 @@ expansion zero. Only a well-formed header is then read for its
 application_id (another application's database). Every file SQLite 3.7.0
 or newer writes keeps a valid page count in its header; while no ``-wal``
 or ``-journal`` lies beside the file (nobody has it open, nothing to
-recover), the file must be exactly that many pages, its freelist no longer
-than the file, and page 1 the root of a table b-tree: a file cut short
+recover), the file must hold at least that many whole pages, its freelist
+fit in them, and page 1 be the root of a table b-tree: a file cut short
 (copied while written, a full disk) is damaged.
 
 The check on open, measured with ``benchmarks/store_open.py`` (2 shared
@@ -229,9 +229,10 @@ def _header_problem(head: bytes, h: SqliteHeader, *, journal: bool) -> str | Non
         return "the bytes reserved for expansion (72-91) are not zero"
     if h.page_count is None or journal:
         return None  # an old header, or a WAL or journal that may hold newer pages: the counts are not checked here
-    if h.file_size != h.page_count * h.page_size:
+    # shorter than its pages, or a page cut in two: SQLite never leaves a file so (bytes after the last page it ignores)
+    if h.file_size < h.page_count * h.page_size or h.file_size % h.page_size:
         return f"it says {h.page_count} pages of {h.page_size} bytes ({h.page_count * h.page_size} bytes), the file holds {h.file_size}"
-    if h.freelist_pages >= h.page_count or h.freelist_trunk >= h.page_count + 1 or (h.freelist_trunk == 0) != (h.freelist_pages == 0):
+    if h.freelist_pages >= h.page_count or h.freelist_trunk > h.page_count or (h.freelist_trunk == 0) != (h.freelist_pages == 0):
         return f"its freelist (trunk page {h.freelist_trunk}, {h.freelist_pages} pages) does not fit in its {h.page_count} pages"
     if len(head) > 100 and head[100] not in _TABLE_PAGES:
         return f"page 1 is not a table b-tree (type {head[100]:#x})"
