@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import re
 
 import pytest
+from rich.console import Console
 
 from planexec import Registry
+from planexec.cli.main import main
+from planexec.cli.progress import print_summary, usage_table
 from planexec.engine.join import JoinContext
 from planexec.engine.replan import ReplanContext
 from planexec.engine.results import ReplanRequest
@@ -275,7 +279,7 @@ def test_anthropic_streamed_usage_counts_cache_reads(allow_requests):
 # --- a run's totals --------------------------------------------------------------------------------------
 
 
-def test_a_runs_total_usage_sums_the_cached_tokens_of_every_call(tmp_path, monkeypatch):
+def test_a_runs_total_usage_sums_the_cached_tokens_of_every_call_and_show_prints_them(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     plan = json.dumps(
         {"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "write it", "parameters": {}, "depends_on": []}]}
@@ -291,6 +295,15 @@ def test_a_runs_total_usage_sums_the_cached_tokens_of_every_call(tmp_path, monke
     assert roles["planner"].cached_input_tokens == 2048 and sum(u.cache_write_tokens for u in roles.values()) == 1200
     stored = store.run(result.run_id).usage  # the store's running total, from each event's usage record
     assert (stored.cached_input_tokens, stored.cache_write_tokens) == (2048, 1200)
+    console = Console(record=True, width=160)
+    print_summary(console, result)
+    console.print(usage_table(result))
+    shown = console.export_text()
+    assert "usage: 4500 tokens in (2048 cached, 1200 written to cache), 42 out" in shown
+    assert re.search(r"planner\s+│\s+1\s+│\s+3000\s+│\s+2048\s+│", shown), shown
+    store.close()
+    assert main(["show", result.run_id, "--store", str(tmp_path / "runs.db")]) == 0
+    assert "4500 tokens in (2048 cached, 1200 written to cache)" in capsys.readouterr().out
 
 
 # --- prompts: the stable part first, the same for every goal -------------------------------------------------

@@ -161,7 +161,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         status += f" by {summary.lease.describe()}"
     say(f"  {status} · started {summary.started_at:%Y-%m-%d %H:%M:%S} UTC · {_duration(summary, view)} · {len(events)} events")
     u = summary.usage
-    say(f"  usage: {u.input_tokens} tokens in, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
+    say(f"  usage: {u.input_tokens} tokens in{u.describe_cache()}, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
     if summary.parent_run_id:
         say(f"  sub-run of {summary.parent_run_id} (step {summary.parent_step_id})")
     say(f"plan {summary.plan_id!r} · version {summary.plan_version} · {summary.content_hash}")

@@ -390,7 +390,7 @@ def print_summary(console: Console, result: RunResult) -> None:
     usage = result.usage
     console.print(_summary_table(result))
     console.print(
-        f"usage: {usage.input_tokens} tokens in, {usage.output_tokens} out, {usage.model_calls} model calls, "
+        f"usage: {usage.input_tokens} tokens in{usage.describe_cache()}, {usage.output_tokens} out, {usage.model_calls} model calls, "
         f"{usage.describe_cost()} · wall time {result.wall_time:.2f}s",
         markup=False,
         highlight=False,
@@ -441,11 +441,15 @@ def usage_table(result: RunResult) -> Table:
         ("role", "total"),
         ("model calls", str(total.model_calls)),
         ("tokens in", str(total.input_tokens)),
+        ("cached", str(total.cached_input_tokens)),
         ("tokens out", str(total.output_tokens)),
         ("cost", total.describe_cost()),
     ):
+        if name == "cached" and not total.cached_input_tokens:
+            continue  # no provider cache was read: no column of zeros
         table.add_column(name, footer=footer, justify="left" if name == "role" else "right")
     roles: dict[str, Usage] = result.usage_by_role()
     for role, usage in roles.items():
-        table.add_row(role, str(usage.model_calls), str(usage.input_tokens), str(usage.output_tokens), usage.describe_cost())
+        cached = [str(usage.cached_input_tokens)] if total.cached_input_tokens else []
+        table.add_row(role, str(usage.model_calls), str(usage.input_tokens), *cached, str(usage.output_tokens), usage.describe_cost())
     return table

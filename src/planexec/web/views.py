@@ -150,7 +150,7 @@ def _step(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> dict[s
         "started": offset(rec.started_at),
         "finished": offset(rec.finished_at),
         "wall": f"{rec.wall_time:.3f}s",
-        "usage": f"{rec.usage.input_tokens} tokens in, {rec.usage.output_tokens} out, {rec.usage.model_calls} model calls, "
+        "usage": f"{rec.usage.input_tokens} tokens in{rec.usage.describe_cache()}, {rec.usage.output_tokens} out, {rec.usage.model_calls} model calls, "
         f"{rec.usage.describe_cost()}",
         "output": _text(rec.output.value) if rec.output is not None else None,
         "untrusted": [s.label() for s in rec.output.provenance.sources if s.untrusted] if rec.output is not None else [],
