@@ -27,6 +27,7 @@ from planexec.config import Config
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult
 from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
+from planexec.library.reuse import ReusePlanning
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
@@ -74,6 +75,11 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
         default=None,
         help="after the steps, the planner's model decides: finish with the answer, or replan",
     )
+    p.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="plan from scratch even when the goal fits a saved template of the store (see 'planexec plans')",
+    )
 
 
 def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = None, policies: Any = ()) -> Team:
@@ -101,6 +107,7 @@ def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = Non
             default_timeout=getattr(args, "timeout", None),
             store=store,
             policies=policies,
+            reuse=False if getattr(args, "no_reuse", False) else None,
         )
     except (ConfigError, RegistryError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None
@@ -117,12 +124,16 @@ def _plan_or_exit(team: Team, goal: str) -> Planning | None:
     err = common.console(stderr=True)
     err.print(f"planning with {team.planner_model.name} …", markup=False, highlight=False)
     try:
-        return run_to_end(team.plan(goal))
+        planning = run_to_end(team.plan(goal))
     except PlanningError as exc:
         err.print(f"planexec: no valid plan: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return None
     except ModelError as exc:
         err.print(f"planexec: the planner's model failed: {type(exc).__name__}: {exc}", markup=False, highlight=False, soft_wrap=True)
-    return None
+        return None
+    if isinstance(planning, ReusePlanning):  # the plan library was asked first: say what it did
+        err.print(planning.reuse.describe(), markup=False, highlight=False, soft_wrap=True)
+    return planning
 
 
 def _show_plan(planning: Planning, *, graph: bool) -> None:
@@ -132,11 +143,10 @@ def _show_plan(planning: Planning, *, graph: bool) -> None:
         out.print(plan_graph(planning.plan))
     u = planning.usage
     tries = f", after {planning.repairs} repair(s)" if planning.repairs else ""
-    out.print(
-        f"planned in {len(planning.drafts)} draft(s){tries}: {u.input_tokens} tokens in, {u.output_tokens} out, {u.describe_cost()}",
-        markup=False,
-        highlight=False,
-    )
+    how = f"planned in {len(planning.drafts)} draft(s){tries}"
+    if isinstance(planning, ReusePlanning) and planning.reuse.reused:
+        how = planning.reuse.describe()
+    out.print(f"{how}: {u.input_tokens} tokens in, {u.output_tokens} out, {u.describe_cost()}", markup=False, highlight=False)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -10,6 +10,12 @@ per_output_token`` seconds). The oracle tells roles apart by the request:
   a plan draft, worker ``tool``, one step per call, references as
   ``${id}``; ids ``s1..sn`` when the schema fixes step ids (positional),
   else the solution's own ids;
+* planner asking for the compact form (`planning.compact_form.is_compact_request`):
+  the same steps one line per call (`plan.compact`), references as ``$N``,
+  no notes, the last call marked ``answer``;
+* plan library (properties ``template`` and ``values``, `library.reuse`):
+  the first saved plan shown whose steps are the solution's calls, with the
+  values that make them so, else ``{"template": "none"}``;
 * joiner (a property ``action`` whose enum holds ``finish``):
   ``{"action": "finish", "answer": <the last step's output as text>}``;
 * ReAct agent (a request offering ``tools``, or a JSON-mode tool union):
@@ -18,7 +24,8 @@ per_output_token`` seconds). The oracle tells roles apart by the request:
 * anything else (a synthesizer, a writer): the last result it can read.
 
 Token counts are `testing.count_tokens`'s, as `FunctionModel` counts them.
-Imports `testing`, `models.base`, `plan` (reference rules) and `eval_suite`.
+Imports `testing`, `models.base`, `plan` (reference rules, the compact form),
+`planning.compact_form` and `eval_suite`.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ from planexec.models.base import (
     ToolCall,
     stream_response,
 )
-from planexec.plan.model import resolve_references
+from planexec.plan.compact import print_compact
+from planexec.plan.model import Plan, resolve_references
+from planexec.planning.compact_form import is_compact_request
 from planexec.testing import FunctionModel
 
 __all__ = ["LatencyModel", "OracleModel"]
@@ -47,6 +56,7 @@ __all__ = ["LatencyModel", "OracleModel"]
 _REF = re.compile(r"(?<!\$)\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
 _RESULT_LINE = re.compile(r"^- ([A-Za-z0-9_][A-Za-z0-9_\-]*): (.*)$")
 _TOOL_RESULT = "Result of tool "
+_PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_\-]*)\}\}")
 
 
 def _find_property(schema: Any, name: str) -> Any:
@@ -80,6 +90,33 @@ def _decode(text: str) -> Any:
         return text
 
 
+def _bind(pattern: Any, value: Any, values: dict[str, Any]) -> bool:
+    """Whether `value` fits `pattern` (a template's text with placeholders), binding them in `values`; literal texts are not compared."""
+    if isinstance(pattern, dict):
+        return isinstance(value, dict) and all(_bind(p, value.get(k), values) for k, p in pattern.items())
+    if isinstance(pattern, list):
+        return isinstance(value, list) and len(pattern) == len(value) and all(_bind(p, v, values) for p, v in zip(pattern, value))
+    if not isinstance(pattern, str) or not _PLACEHOLDER.search(pattern):
+        return True
+    whole = _PLACEHOLDER.fullmatch(pattern)
+    if whole is not None:
+        found = {whole[1]: value}
+    else:
+        parts = re.split(r"(\{\{[A-Za-z_][A-Za-z0-9_\-]*\}\})", pattern)  # odd indexes: the placeholders
+        regex = "".join(f"(?P<g{i}>.+?)" if i % 2 else re.escape(p) for i, p in enumerate(parts))
+        m = re.fullmatch(regex, value, re.DOTALL) if isinstance(value, str) else None
+        if m is None:
+            return False
+        pairs = [(parts[i][2:-2], m[f"g{i}"]) for i in range(1, len(parts), 2)]
+        found = dict(pairs)
+        if len(set(pairs)) != len(found):  # one placeholder twice, with two values
+            return False
+    if any(values.get(k, v) != v for k, v in found.items()):
+        return False
+    values.update(found)
+    return True
+
+
 class OracleModel(FunctionModel):
     """A model that plays every role from a goal's reference `solution` (see the module docstring).
 
@@ -99,6 +136,10 @@ class OracleModel(FunctionModel):
         schema = request.output_schema or {}
         if "steps" in (schema.get("properties") or {}):
             return json.dumps(self.plan_draft(positional="step_1" in (schema.get("$defs") or {})))
+        if is_compact_request(request):
+            return self.compact_plan()
+        if {"template", "values"} <= set(schema.get("properties") or {}):
+            return json.dumps(self.choose_template(request.messages))
         results = self._tool_results(request.messages)
         if request.tools or _is_json_tool_union(schema):
             if len(results) < len(self.solution):
@@ -143,6 +184,33 @@ class OracleModel(FunctionModel):
             for c in self.solution
         ]
         return {"steps": steps}
+
+    def compact_plan(self) -> str:
+        """The solution in the compact form: one line per call, ``$N`` references, no notes, the last call marked ``answer``."""
+        steps = [{k: v for k, v in s.items() if k not in ("instruction", "depends_on")} for s in self.plan_draft(positional=True)["steps"]]
+        return print_compact(Plan.from_data({"plan_id": "oracle", "goal": "", "steps": steps, "answer_step": steps[-1]["id"]}))
+
+    def choose_template(self, messages: list[Message]) -> dict[str, Any]:
+        """The plan library's choice: the first saved plan (a JSON line with ``template`` and ``steps``) that unifies with the solution."""
+        for m in messages:
+            for line in m.content.splitlines() if m.role == "user" else ():
+                card = _decode(line) if line.startswith("{") else None
+                if not isinstance(card, dict) or not isinstance(card.get("steps"), list):
+                    continue
+                values = self._unify(card["steps"])
+                if values is not None and sorted(values) == sorted(card.get("parameters") or []):
+                    return {"template": card.get("template"), "values": values}
+        return {"template": "none", "values": {}}
+
+    def _unify(self, steps: list[Any]) -> dict[str, Any] | None:
+        """The values that turn a template's steps into the solution's calls (same tools, in order), or None."""
+        if len(steps) != len(self.solution):
+            return None
+        values: dict[str, Any] = {}
+        for step, call in zip(steps, self.solution):
+            if not isinstance(step, dict) or step.get("action") != call.tool or not _bind(step.get("parameters"), call.args, values):
+                return None
+        return values
 
     # --- reading the conversation ---------------------------------------------------------------
 
