@@ -1,10 +1,11 @@
 """Project configuration: the ``[planexec]`` section of a ``planexec.toml``.
 
-Owns `Config` (tools to load, engine defaults), `load_config` and
-`ConfigError`. A missing file is an empty configuration; a file that is not
-TOML, or a section with unknown keys or wrong types, is a `ConfigError` naming
-the file (and the line, when TOML reports one). Relative ``.py`` tool paths
-and policy files are taken relative to the file's folder. Imports `errors`
+Owns `Config` (tools to load, engine defaults, MCP servers as
+`McpServerConfig` records), `load_config` and `ConfigError`. A missing file
+is an empty configuration; a file that is not TOML, or a section with
+unknown keys or wrong types, is a `ConfigError` naming the file (and the
+line, when TOML reports one). Relative ``.py`` tool paths, policy files and
+MCP servers' ``cwd`` are taken relative to the file's folder. Imports `errors`
 only; must not import the engine, the registry or the CLI.
 
     [planexec]
@@ -19,7 +20,6 @@ only; must not import the engine, the registry or the CLI.
     policies = "policies.yaml"             # plan reviewers: YAML rule files or Python modules (or a list)
     max_replans = 2                        # new versions of a plan a run may ask for (0: none)
     joiner = true                          # after the steps, a model decides: finish, or replan
-    reuse = true                           # a goal that fits a saved template reuses its plan (false; ["rules"]: no model call)
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -30,6 +30,12 @@ only; must not import the engine, the registry or the CLI.
 
     [planexec.prices]                      # US dollars per million tokens
     "openai:my-finetune*" = {input = 0.3, output = 1.2}
+
+    [planexec.mcp.servers.time]            # an MCP server whose tools join the registry (planexec.mcp)
+    command = "mcp-server-time"            # started over stdio; or url = "http://127.0.0.1:8000/mcp"
+    args = ["--local-timezone", "UTC"]
+    tools = ["get_current_time"]           # which of its tools to take (default: all)
+    timeout = 30                           # seconds per call (default: the step's timeout)
 """
 
 from __future__ import annotations
@@ -37,13 +43,12 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from planexec.errors import ConfigError
 
-__all__ = ["CONFIG_FILE", "Config", "ConfigError", "ProviderConfig", "load_config"]
+__all__ = ["CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "load_config"]
 
 CONFIG_FILE = "planexec.toml"
 SECTION = "planexec"
@@ -59,6 +64,58 @@ class ProviderConfig(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="the environment variable holding the key")
     timeout: float | None = Field(None, gt=0, description="seconds per call")
+
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server whose tools join the registry: a `command` started over stdio, or a `url` (streamable HTTP).
+
+    `tools` is an allow-list of the server's tool names (None: all of them);
+    `timeout` bounds each call in seconds (None: only the step's timeout);
+    `start_timeout` bounds starting the server and its handshake.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(None, description="the program that runs the server over stdio")
+    args: list[str] = Field(default_factory=list, description="its arguments")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables added to a minimal inherited set")
+    cwd: str | None = Field(None, description="its working folder (relative to planexec.toml's folder)")
+    url: str | None = Field(None, description="a streamable HTTP endpoint, http://host:port/mcp")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers sent with every request")
+    tools: list[str] | None = Field(None, description="the server's tools to take (default: all)")
+    timeout: float | None = Field(None, gt=0, description="seconds per call")
+    start_timeout: float = Field(30.0, gt=0, description="seconds to start the server and shake hands")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url is not None and (self.args or self.env or self.cwd is not None):
+            raise ValueError("args, env and cwd are for a command; a url server takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a url server; a command server takes env")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, not {self.url!r}")
+        return self
+
+
+class McpConfig(BaseModel):
+    """``[planexec.mcp]``: the MCP servers by name (``[planexec.mcp.servers.NAME]``); a name prefixes its tools."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        bad = [name for name in value if not _SERVER_NAME.match(name) or "__" in name]
+        if bad:
+            raise ValueError(f"an MCP server name is letters, digits, '_' and '-' (no '__'), at most 32: {', '.join(map(repr, bad))}")
+        return value
 
 
 class Config(BaseModel):
@@ -86,9 +143,7 @@ class Config(BaseModel):
     policies: list[str] = Field(default_factory=list, description="policies that review plans: YAML rule files or Python modules")
     max_replans: int | None = Field(None, ge=0, description="new plan versions a run may ask for (default 2)")
     joiner: bool | None = Field(None, description="after the steps, the planner's model decides: finish, or replan (default off)")
-    reuse: bool | list[Literal["rules", "model"]] | None = Field(
-        None, description="plan reuse from the store's templates: true, false, or the matchers ['rules', 'model'] (default on)"
-    )
+    mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -129,6 +184,12 @@ def load_config(start: Path) -> Config:
         update["store"] = _store_relative_to(path.parent, config.store)
     if config.policies:
         update["policies"] = [_relative_to(path.parent, p, suffixes=(".py", ".yaml", ".yml")) for p in config.policies]
+    if any(s.cwd is not None and not Path(s.cwd).is_absolute() for s in config.mcp.servers.values()):
+        servers = {
+            name: s if s.cwd is None or Path(s.cwd).is_absolute() else s.model_copy(update={"cwd": str(path.parent / s.cwd)})
+            for name, s in config.mcp.servers.items()
+        }
+        update["mcp"] = config.mcp.model_copy(update={"servers": servers})
     return config.model_copy(update=update)
 
 

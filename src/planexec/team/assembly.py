@@ -5,8 +5,9 @@ as objects, with the lines that say which was chosen and why), the one set
 of planner and agent bounds every front end shares (`PlannerBounds`,
 `bounds_for`: a small grammar-decoding local model gets shorter plans and
 fewer agent turns), and `build_registry` (the entry-point built-ins, the
-caller's tools and tools modules, the toolkit and the built-in roles on
-request). Imports `models`, `workers`, `config` and `errors`.
+caller's tools and tools modules, the tools of MCP servers, the toolkit and
+the built-in roles on request). Imports `models`, `workers`, `mcp`, `config`
+and `errors`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planexec.config import Config
+from planexec.config import Config, McpServerConfig
+from planexec.mcp.tools import load as load_mcp
 from planexec.models.base import Model
 from planexec.models.settings import ModelSettings
 from planexec.workers.registry import Registry
@@ -119,11 +121,14 @@ def build_registry(
     registry: Registry | None = None,
     roles: bool | Iterable[str] = False,
     workspace: str | Path | None = None,
+    mcp_servers: Mapping[str, McpServerConfig] | None = None,
 ) -> Registry:
     """A registry with the entry-point built-ins, `tools` (functions or `Tool`s), `tools_modules`, and on request the rest.
 
-    With a `workspace`, the built-in toolkit (workspace files, sandboxed
-    Python, calculator) is added, the folder created when missing. With
+    The tools of `mcp_servers` join (`planexec.mcp.load`: each server is
+    started to list them, and closed with the runs). With a `workspace`,
+    the built-in toolkit (workspace files, sandboxed Python, calculator) is
+    added, the folder created when missing. With
     `roles` (True for all, or names), the built-in roles join, each on its
     model. A module that registers nothing is the registry's error.
     """
@@ -134,6 +139,8 @@ def build_registry(
             registry.add_tool(tool)
     for module in tools_modules:
         registry.load_module(module)
+    if mcp_servers:
+        load_mcp(registry, mcp_servers)
     if workspace is not None:
         folder = Path(workspace)
         folder.mkdir(parents=True, exist_ok=True)

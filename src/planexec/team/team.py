@@ -29,7 +29,7 @@ from planexec.engine.results import RunResult
 from planexec.errors import PlanRejectedError
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import NO_ONE, ReviewOutcome
-from planexec.library.reuse import ReusePlanning, latest_templates, matchers_of, plan_with_reuse, reuse_overhead
+from planexec.mcp.tools import hold_servers
 from planexec.models.base import Model
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan, Step
@@ -66,7 +66,9 @@ class Team:
     workers' unless `worker_model` or `role_models` say otherwise. `tools`
     are plain functions or `Tool`s; `tools_modules` are loaded like
     ``--tools``. The built-in roles join with `roles` (True, or names) and
-    the workspace toolkit with `workspace`. `mode` is how goals are worked:
+    the workspace toolkit with `workspace`. The tools of the MCP servers in
+    `config` (``[planexec.mcp.servers.NAME]``, see `planexec.mcp`) join too;
+    a server stays open while a run uses it. `mode` is how goals are worked:
     ``auto`` (a router call decides), ``single`` (one agent with every
     tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
     start while the plan is written; nothing can be reviewed first).
@@ -93,11 +95,6 @@ class Team:
     `max_replans` times; `joiner` (True, or a `Joiner`) decides after the
     steps whether to finish or replan. `budget` bounds the run. `store` (a
     run store, or a path or URL to open one) records every run.
-
-    Reuse: a goal that fits a template of the store's plan library gets the
-    template's plan filled in instead of a new one (`planexec.library.reuse`),
-    reviewed like any other; `reuse` (default: `config`, else on) is True,
-    False, or the matchers to use (``["rules"]``: never a model call).
     """
 
     def __init__(
@@ -135,7 +132,6 @@ class Team:
         seed: int | None = 0,
         on_event: Callable[[Any], None] | None = None,
         env: Mapping[str, str] | None = None,
-        reuse: bool | Iterable[str] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -152,6 +148,7 @@ class Team:
             registry=registry,
             roles=roles,
             workspace=workspace if workspace is not None else self.config.workspace,
+            mcp_servers=self.config.mcp.servers,
         )
         self.tools_modules = [*self.config.tools, *tools_modules]
         self.mode: Mode = mode
@@ -184,7 +181,6 @@ class Team:
         self.max_concurrency = max_concurrency or self.config.max_concurrency
         self.default_timeout = default_timeout or self.config.default_timeout
         self.on_event = on_event
-        self.reuse = matchers_of(reuse if reuse is not None else self.config.reuse)  # the plan library's matchers; () is off
 
     @classmethod
     def from_config(cls, folder: str | Path = ".", **overrides: Any) -> Team:
@@ -263,16 +259,8 @@ class Team:
         return await route(goal, self.models.planner)
 
     async def plan(self, goal: str) -> Planning:
-        """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up.
-
-        With reuse on and templates in the store, a `ReusePlanning`: the plan
-        of the template that fits (chosen by rules, or by the workers' model),
-        or the planner's with the reason none was reused.
-        """
-        templates = latest_templates(self.store) if self.reuse else []
-        if not templates:
-            return await self.planner.draft(goal)
-        return await plan_with_reuse(goal, self.planner, templates, model=self.models.worker, matchers=self.reuse)
+        """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up."""
+        return await self.planner.draft(goal)
 
     def plan_sync(self, goal: str) -> Planning:
         """`plan` for code without an event loop."""
@@ -325,8 +313,8 @@ class Team:
     ) -> Run:
         """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle."""
         engine = self.engine(**engine_overrides)
-        overhead = reuse_overhead(planning, overhead)  # a template chosen by a model: that call counts
-        return engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup(planning))
+        run = engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup())
+        return hold_servers(self.registry, run)  # its MCP servers close when the last run using them ends
 
     def start_single(
         self,
@@ -342,18 +330,20 @@ class Team:
         """Start one agent on `goal` with every tool of `registry` (default: the team's), on the workers' model for ``agent``."""
         options = self.engine_options(monitored=False, **engine_overrides)
         gated = self.auto_approve if requires_approval is None else requires_approval
-        return start_single(
+        registry = registry if registry is not None else self.registry
+        run = start_single(
             goal,
             model=self.models.for_role("agent"),
-            registry=registry if registry is not None else self.registry,
+            registry=registry,
             max_turns=self.bounds.agent_turns,
             engine_options=options,
-            overhead=reuse_overhead(planning, overhead),
+            overhead=overhead,
             run_id=run_id,
             planning=planning,
             requires_approval=gated,
-            setup=self.setup(planning),
+            setup=self.setup(),
         )
+        return hold_servers(registry, run)
 
     def start_streaming(self, goal: str | PlanStream, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
         """Start a run whose steps begin while the planner writes them (a goal, or a `PlanStream` to keep); no review is possible."""
@@ -361,14 +351,11 @@ class Team:
             raise ValueError("a streamed plan starts running before it is complete, so the policies cannot review it: use mode 'plan'")
         engine = self.engine(**engine_overrides)
         stream = goal if isinstance(goal, PlanStream) else PlanStream(self.planner, goal)
-        return engine.start_streaming(stream, run_id=run_id)
+        return hold_servers(self.registry, engine.start_streaming(stream, run_id=run_id))
 
-    def setup(self, planning: Planning | None = None) -> dict[str, Any]:
-        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
-        setup: dict[str, Any] = {"tools": list(self.tools_modules)}
-        if isinstance(planning, ReusePlanning):
-            setup["reuse"] = planning.reuse.to_dict()
-        return setup
+    def setup(self) -> dict[str, Any]:
+        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one."""
+        return {"tools": list(self.tools_modules)}
 
     def single_agent_tools(self, step: Step) -> Registry | None:
         """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
