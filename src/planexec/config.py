@@ -20,6 +20,7 @@ only; must not import the engine, the registry or the CLI.
     policies = "policies.yaml"             # plan reviewers: YAML rule files or Python modules (or a list)
     max_replans = 2                        # new versions of a plan a run may ask for (0: none)
     joiner = true                          # after the steps, a model decides: finish, or replan
+    reuse = true                           # a goal that fits a saved template reuses its plan (false; ["rules"]: no model call)
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -43,6 +44,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -143,6 +145,9 @@ class Config(BaseModel):
     policies: list[str] = Field(default_factory=list, description="policies that review plans: YAML rule files or Python modules")
     max_replans: int | None = Field(None, ge=0, description="new plan versions a run may ask for (default 2)")
     joiner: bool | None = Field(None, description="after the steps, the planner's model decides: finish, or replan (default off)")
+    reuse: bool | list[Literal["rules", "model"]] | None = Field(
+        None, description="plan reuse from the store's templates: true, false, or the matchers ['rules', 'model'] (default on)"
+    )
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
 
     @field_validator("policies", mode="before")

@@ -29,6 +29,7 @@ from planexec.engine.results import RunResult
 from planexec.errors import PlanRejectedError
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import NO_ONE, ReviewOutcome
+from planexec.library.reuse import ReusePlanning, latest_templates, matchers_of, plan_with_reuse, reuse_overhead
 from planexec.mcp.tools import hold_servers
 from planexec.models.base import Model
 from planexec.plan.drafts import Planning
@@ -95,6 +96,11 @@ class Team:
     `max_replans` times; `joiner` (True, or a `Joiner`) decides after the
     steps whether to finish or replan. `budget` bounds the run. `store` (a
     run store, or a path or URL to open one) records every run.
+
+    Reuse: a goal that fits a template of the store's plan library gets the
+    template's plan filled in instead of a new one (`planexec.library.reuse`),
+    reviewed like any other; `reuse` (default: `config`, else on) is True,
+    False, or the matchers to use (``["rules"]``: never a model call).
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Team:
         seed: int | None = 0,
         on_event: Callable[[Any], None] | None = None,
         env: Mapping[str, str] | None = None,
+        reuse: bool | Iterable[str] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -181,6 +188,7 @@ class Team:
         self.max_concurrency = max_concurrency or self.config.max_concurrency
         self.default_timeout = default_timeout or self.config.default_timeout
         self.on_event = on_event
+        self.reuse = matchers_of(reuse if reuse is not None else self.config.reuse)  # the plan library's matchers; () is off
 
     @classmethod
     def from_config(cls, folder: str | Path = ".", **overrides: Any) -> Team:
@@ -259,8 +267,16 @@ class Team:
         return await route(goal, self.models.planner)
 
     async def plan(self, goal: str) -> Planning:
-        """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up."""
-        return await self.planner.draft(goal)
+        """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up.
+
+        With reuse on and templates in the store, a `ReusePlanning`: the plan
+        of the template that fits (chosen by rules, or by the workers' model),
+        or the planner's with the reason none was reused.
+        """
+        templates = latest_templates(self.store) if self.reuse else []
+        if not templates:
+            return await self.planner.draft(goal)
+        return await plan_with_reuse(goal, self.planner, templates, model=self.models.worker, matchers=self.reuse)
 
     def plan_sync(self, goal: str) -> Planning:
         """`plan` for code without an event loop."""
@@ -313,7 +329,8 @@ class Team:
     ) -> Run:
         """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle."""
         engine = self.engine(**engine_overrides)
-        run = engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup())
+        overhead = reuse_overhead(planning, overhead)  # a template chosen by a model: that call counts
+        run = engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup(planning))
         return hold_servers(self.registry, run)  # its MCP servers close when the last run using them ends
 
     def start_single(
@@ -337,11 +354,11 @@ class Team:
             registry=registry,
             max_turns=self.bounds.agent_turns,
             engine_options=options,
-            overhead=overhead,
+            overhead=reuse_overhead(planning, overhead),
             run_id=run_id,
             planning=planning,
             requires_approval=gated,
-            setup=self.setup(),
+            setup=self.setup(planning),
         )
         return hold_servers(registry, run)
 
@@ -353,9 +370,12 @@ class Team:
         stream = goal if isinstance(goal, PlanStream) else PlanStream(self.planner, goal)
         return hold_servers(self.registry, engine.start_streaming(stream, run_id=run_id))
 
-    def setup(self) -> dict[str, Any]:
-        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one."""
-        return {"tools": list(self.tools_modules)}
+    def setup(self, planning: Planning | None = None) -> dict[str, Any]:
+        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
+        setup: dict[str, Any] = {"tools": list(self.tools_modules)}
+        if isinstance(planning, ReusePlanning):
+            setup["reuse"] = planning.reuse.to_dict()
+        return setup
 
     def single_agent_tools(self, step: Step) -> Registry | None:
         """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
