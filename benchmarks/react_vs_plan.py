@@ -12,6 +12,13 @@ before) run in three modes with `planexec.eval.harness.run_suite`:
 * ``stream``: the same, the plan streamed into the engine
   (`Engine.start_streaming`), so steps start while the planner is writing.
 
+The planning modes run once per plan format (``--plan-format``, both by
+default): ``json``, the draft schema's JSON, and ``compact``, one line per
+step (`planexec.plan.compact`), where the oracle marks its last call
+``answer``, so a run whose steps all succeed needs no joiner call. ReAct
+runs once. `Team` and the harness take no plan format yet, so the
+benchmark sets the `Planner`'s default for each pass (`_plan_format`).
+
 Every role is played by the oracle (`planexec.eval.oracle.OracleModel`), which
 answers from each goal's reference solution: every mode makes exactly the
 calls it needs, with no wasted turns and no wrong answers, so the ratios
@@ -28,17 +35,19 @@ model's time to first token, prompt reading at 2,000 tokens/s, writing at
 token at a time. The lookup tools sleep their fixed 50-300 ms
 (``PLANEXEC_EVAL_LATENCY`` scales it; ``--tool-latency``).
 
-Printed per suite: each mode's totals, and the ratios ReAct / planexec
-(``single`` over ``plan``, and over ``stream``) for tokens, model calls and
-wall time, beside the published anchors: ReWOO (Xu et al., 2023) reports
+Printed per suite: each mode's totals (a planning mode per format), and
+the ratios ReAct / planexec (``single`` over ``plan``, and over ``stream``,
+for each format) for tokens, model calls and wall time, beside the
+published anchors: ReWOO (Xu et al., 2023) reports
 about 5x fewer tokens than ReAct; LLMCompiler (Kim et al., 2024) up to 3.7x
-lower latency than ReAct. Takes about two minutes with the defaults
-(``--goals N`` runs the first N goals of each suite).
+lower latency than ReAct. Takes about two and a half minutes with the
+defaults (``--goals N`` runs the first N goals of each suite).
 
 Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
 
     python benchmarks/react_vs_plan.py
     python benchmarks/react_vs_plan.py --goals 3 --json
+    python benchmarks/react_vs_plan.py --plan-format compact
 
 Exit status 0 whatever the figures.
 """
@@ -46,10 +55,13 @@ Exit status 0 whatever the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +69,32 @@ from layered import machine
 
 from planexec.eval.harness import EvalReport, run_suite, scripted_models
 from planexec.eval.oracle import LatencyModel
-from planexec.eval.report import ANCHORS, react_ratios
+from planexec.eval.report import ANCHORS
 from planexec.eval.suite import load_suite
+from planexec.planning.planner import Planner
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = (ROOT / "examples" / "eval" / "parallel.yaml", ROOT / "examples" / "eval" / "multihop.yaml")
 MODES = ("single", "plan", "stream")
+FORMATS = ("json", "compact")
+RATIOS = (("tokens", "tokens"), ("model_calls", "model calls"), ("wall_time", "wall time"))
 
 
-def _figures(report: EvalReport) -> dict[str, Any]:
+@contextlib.contextmanager
+def _plan_format(plan_format: str) -> Iterator[None]:
+    """Every `Planner` made inside writes `plan_format` unless told otherwise (the harness makes them through `Team`)."""
+    init = Planner.__init__
+    Planner.__init__ = functools.partialmethod(init, plan_format=plan_format)
+    try:
+        yield
+    finally:
+        Planner.__init__ = init
+
+
+def _figures(report: EvalReport, label: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for s in report.summaries:
-        out[s.mode] = {
+        out[s.mode if s.mode == "single" else s.mode + label] = {
             "success_rate": s.success_rate,
             "model_calls": s.model_calls,
             "input_tokens": s.input_tokens,
@@ -79,7 +105,20 @@ def _figures(report: EvalReport) -> dict[str, Any]:
             "input_tokens_per_call": round(s.input_tokens / s.model_calls, 1) if s.model_calls else None,
             "output_tokens_per_call": round(s.output_tokens / s.model_calls, 1) if s.model_calls else None,
         }
-    return {"modes": out, "ratios_react_over": react_ratios(report)}
+    return out
+
+
+def _ratios(modes: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """ReAct (``single``) over each planning mode, for tokens, model calls and wall time."""
+    react = modes.get("single")
+    if react is None:
+        return {}
+    field = {"wall_time": "wall_time_s"}
+    return {
+        mode: {name: (react[field.get(name, name)] / f[field.get(name, name)] if f[field.get(name, name)] else None) for name, _ in RATIOS}
+        for mode, f in modes.items()
+        if mode != "single"
+    }
 
 
 def _print(suite: str, goals: int, figures: dict[str, Any]) -> None:
@@ -92,12 +131,12 @@ def _print(suite: str, goals: int, figures: dict[str, Any]) -> None:
             f"| {label} | {f['success_rate']:.0%} | {f['model_calls']} | {f['input_tokens']:,} | {f['output_tokens']:,} "
             f"| {f['input_tokens_per_call']} | {f['output_tokens_per_call']} | {f['wall_time_s']:.2f} s | {f['per_goal_wall_time_s']:.2f} s |"
         )
-    print("\n| ReAct / planexec | vs plan | vs stream | published anchor |")
-    print("|---|---|---|---|")
     r = figures["ratios_react_over"]
-    for name, label in (("tokens", "tokens"), ("model_calls", "model calls"), ("wall_time", "wall time")):
-        cells = [f"{r[m][name]:.2f}x" if r[m][name] is not None else "n/a" for m in ("plan", "stream")]
-        print(f"| {label} | {cells[0]} | {cells[1]} | {ANCHORS.get(name, '-')} |")
+    print("\n| ReAct / planexec | " + " | ".join(f"vs {m}" for m in r) + " | published anchor |")
+    print("|---|" + "---|" * len(r) + "---|")
+    for name, label in RATIOS:
+        cells = [f"{r[m][name]:.2f}x" if r[m][name] is not None else "n/a" for m in r]
+        print(f"| {label} | {' | '.join(cells)} | {ANCHORS.get(name, '-')} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tool-latency", type=float, default=1.0, help="scale of the lookups' 50-300 ms (default 1; 0: none)")
     parser.add_argument("--goals", type=int, default=None, metavar="N", help="only the first N goals of each suite")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    parser.add_argument(
+        "--plan-format", choices=(*FORMATS, "both"), default="both", help="what the planner writes: json, compact or both (default)"
+    )
     args = parser.parse_args(argv)
+    formats = FORMATS if args.plan_format == "both" else (args.plan_format,)
     os.environ["PLANEXEC_EVAL_LATENCY"] = str(args.tool_latency)
 
     latency = {"overhead": args.overhead, "per_input_token": args.per_input_token, "per_output_token": args.per_output_token}
@@ -120,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "tool_latency_scale": args.tool_latency,
         "tokens": "planexec.testing.count_tokens: whitespace-separated words of every message sent and every reply",
         "anchors": ANCHORS,
+        "plan_formats": list(formats),
         "suites": {},
     }
     if not args.json:
@@ -129,8 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     for path in SUITES:
         suite = load_suite(path)
         goals = [c.goal_id for c in suite.goals][: args.goals] if args.goals else None
-        report = run_suite(suite, MODES, scripted_models(latency), goals=goals, model_name="test:oracle", scripted=True, latency=described)
-        figures = _figures(report)
+        modes: dict[str, Any] = {}
+        for n, plan_format in enumerate(formats):
+            with _plan_format(plan_format):
+                run = MODES if n == 0 else MODES[1:]  # ReAct writes no plan: once is enough
+                report = run_suite(
+                    suite, run, scripted_models(latency), goals=goals, model_name="test:oracle", scripted=True, latency=described
+                )
+            modes |= _figures(report, f" ({plan_format})" if len(formats) > 1 else "")
+        figures = {"modes": modes, "ratios_react_over": _ratios(modes)}
         result["suites"][suite.name] = figures
         if not args.json:
             _print(suite.name, len(goals or suite.goals), figures)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +54,7 @@ class _Call:
     line: int
 
 
-def _at(line: int, rule: str, message: str, text: str | None = None, step_id: str | None = None) -> tuple[int, Problem]:
+def line_problem(line: int, rule: str, message: str, text: str | None = None, step_id: str | None = None) -> tuple[int, Problem]:
     """A problem tied to its line (sorted by it later); `text` is the line, quoted so the message stands alone."""
     quoted = "" if text is None else ": " + repr(text if len(text) <= 120 else text[:120] + "...")
     return line, Problem(rule, message + quoted, step_id=step_id, field=f"line {line}" if line else None)
@@ -98,28 +100,28 @@ def parse_llmcompiler(
         marked = line.endswith(_END_MARK)
         line = line.removesuffix(_END_MARK).rstrip()
         if line and ended:
-            problems.append(_at(n, "after_join", f"nothing may follow the end of the plan on line {ended}", line))
+            problems.append(line_problem(n, "after_join", f"nothing may follow the end of the plan on line {ended}", line))
             continue
         thought = _THOUGHT.match(line)
         call = _CALL.match(line)
         if not line or thought:
             thoughts += [thought.group(1)] if thought and thought.group(1) else []
         elif call is None:
-            problems.append(_at(n, "malformed_line", "expected 'N. tool(arguments)', 'Thought: ...' or 'join()'", line))
+            problems.append(line_problem(n, "malformed_line", "expected 'N. tool(arguments)', 'Thought: ...' or 'join()'", line))
         elif call.group(2) == "join":
             ended = n
         elif call.group(1) is None:
-            problems.append(_at(n, "malformed_line", "a call needs its step number, as in '1. tool(...)'", line))
+            problems.append(line_problem(n, "malformed_line", "a call needs its step number, as in '1. tool(...)'", line))
         else:
             step_id = step_prefix + call.group(1)
             try:
-                args, kwargs = _arguments(call.group(3))
-                model = _input_model(registry, worker, call.group(2))
-                parameters = _name_arguments(args, kwargs, list(model.model_fields) if model is not None else None)
+                args, kwargs = call_arguments(call.group(3))
+                model = parameter_model(registry, worker, call.group(2))
+                parameters = name_arguments(args, kwargs, list(model.model_fields) if model is not None else None)
             except ValueError as exc:
-                problems.append(_at(n, "malformed_arguments", str(exc), line, step_id=step_id))
+                problems.append(line_problem(n, "malformed_arguments", str(exc), line, step_id=step_id))
                 parameters = {}
-            parameters = {k: _rewrite(v, lambda s: _dollar_refs(s, step_prefix)) for k, v in parameters.items()}
+            parameters = {k: rewrite_strings(v, lambda s: _dollar_refs(s, step_prefix)) for k, v in parameters.items()}
             calls.append(_Call(step_id, call.group(2), parameters, _literal_text("\n".join(thoughts)), n))
             thoughts = []
         if marked and not ended:
@@ -165,10 +167,10 @@ def parse_rewoo(
             continue
         evidence = _EVIDENCE.match(line)
         if evidence is None:
-            problems.append(_at(n, "malformed_line", "expected 'Plan: ...' or '#En = Tool[input]'", raw.strip()))
+            problems.append(line_problem(n, "malformed_line", "expected 'Plan: ...' or '#En = Tool[input]'", raw.strip()))
             continue
         step_id, action, value = evidence.group(1), evidence.group(2), evidence.group(3).strip()
-        model = _input_model(registry, worker, action)
+        model = parameter_model(registry, worker, action)
         required = [k for k, f in model.model_fields.items() if f.is_required()] if model is not None else []
         name = required[0] if len(required) == 1 else parameter
         calls.append(_Call(step_id, action, {name: _hash_refs(value)}, _literal_text("\n".join(notes)), n))
@@ -179,38 +181,39 @@ def parse_rewoo(
 # --- shared: references, the plan ------------------------------------------
 
 
+def order_problems(lines: list[tuple[int, str, list[str]]], known: Iterable[str] = ()) -> list[tuple[int, Problem]]:
+    """Step ids defined twice, and references to no step or to one not earlier, for (line, step id, referenced ids) in text order.
+
+    `known` are ids defined before the text (a revision's finished steps): referring to them is fine, defining them again is not.
+    """
+    problems: list[tuple[int, Problem]] = []
+    before = set(known)
+    line_of: dict[str, int] = {}
+    for n, step_id, _ in lines:
+        if step_id in line_of or step_id in before:
+            where = f"defined on line {line_of[step_id]}" if step_id in line_of else "a finished step"
+            problems.append(line_problem(n, "duplicate_step_id", f"step {step_id!r} is already {where}", step_id=step_id))
+        else:
+            line_of[step_id] = n
+    for n, step_id, refs in lines:
+        for ref in dict.fromkeys(refs):
+            if ref in before:
+                continue
+            if ref not in line_of:
+                message, rule = f"step {step_id!r} refers to step {ref!r}, which the plan does not define", "unknown_reference"
+            elif line_of[ref] >= n:
+                message, rule = f"step {step_id!r} refers to step {ref!r}, which does not come before it", "forward_reference"
+            else:
+                continue
+            problems.append(line_problem(n, rule, message, step_id=step_id))
+    return problems
+
+
 def _build(calls: list[_Call], problems: list[tuple[int, Problem]], *, goal: str, plan_id: str, worker: str) -> Plan:
     """Check step ids and references across lines, then make the plan (or raise every problem)."""
-    line_of: dict[str, int] = {}
-    for c in calls:
-        if c.step_id in line_of:
-            problems.append(
-                _at(c.line, "duplicate_step_id", f"step {c.step_id!r} is already defined on line {line_of[c.step_id]}", step_id=c.step_id)
-            )
-        else:
-            line_of[c.step_id] = c.line
-    for c in calls:
-        for ref in dict.fromkeys(ref for ref, _ in find_references(c.parameters)):
-            if ref not in line_of:
-                problems.append(
-                    _at(
-                        c.line,
-                        "unknown_reference",
-                        f"step {c.step_id!r} refers to step {ref!r}, which the plan does not define",
-                        step_id=c.step_id,
-                    )
-                )
-            elif line_of[ref] >= c.line:
-                problems.append(
-                    _at(
-                        c.line,
-                        "forward_reference",
-                        f"step {c.step_id!r} refers to step {ref!r}, which does not come before it",
-                        step_id=c.step_id,
-                    )
-                )
+    problems += order_problems([(c.line, c.step_id, [ref for ref, _ in find_references(c.parameters)]) for c in calls])
     if not calls and not problems:
-        problems.append(_at(0, "empty_plan", "the text holds no step"))
+        problems.append(line_problem(0, "empty_plan", "the text holds no step"))
     if problems:
         raise PlanParseError([p for _, p in sorted(problems, key=lambda item: item[0])], plan_id=plan_id)
     steps = [
@@ -228,14 +231,14 @@ def _literal_text(text: str) -> str:
     return text.replace("${", "$${")
 
 
-def _rewrite(value: Any, fix: Any) -> Any:
+def rewrite_strings(value: Any, fix: Any) -> Any:
     """Apply `fix` to every string inside a value (not to dict keys)."""
     if isinstance(value, str):
         return fix(value)
     if isinstance(value, list):
-        return [_rewrite(v, fix) for v in value]
+        return [rewrite_strings(v, fix) for v in value]
     if isinstance(value, dict):
-        return {k: _rewrite(v, fix) for k, v in value.items()}
+        return {k: rewrite_strings(v, fix) for k, v in value.items()}
     return value
 
 
@@ -259,10 +262,13 @@ class _JsonNames(ast.NodeTransformer):
         return node
 
 
-def _arguments(call: str) -> tuple[list[Any], dict[str, Any]]:
-    """The literal positional and keyword arguments of ``(...)``; ValueError says what is wrong."""
+def call_arguments(call: str, bare: re.Pattern[str] = _BARE_REF) -> tuple[list[Any], dict[str, Any]]:
+    """The literal positional and keyword arguments of ``(...)``; ValueError says what is wrong.
+
+    A reference matching `bare` written outside any string is read as that string (`compact` passes its own forms).
+    """
     try:
-        node = ast.parse("_" + _quote_bare_refs(call), mode="eval").body
+        node = ast.parse("_" + _quote_bare_refs(call, bare), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         detail = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
         raise ValueError(f"the arguments do not parse ({detail})") from None
@@ -279,14 +285,14 @@ def _arguments(call: str) -> tuple[list[Any], dict[str, Any]]:
     return args, kwargs
 
 
-def _quote_bare_refs(call: str) -> str:
+def _quote_bare_refs(call: str, pattern: re.Pattern[str]) -> str:
     """``$1`` written outside any string (``[$1, $2]``, as planners do) becomes the string ``"$1"``."""
     out: list[str] = []
     i, quote = 0, ""
     while i < len(call):
-        bare = None if quote else _BARE_REF.match(call, i)
+        bare = None if quote else pattern.match(call, i)
         if bare:
-            out.append(f'"{bare.group()}"')
+            out.append(json.dumps(bare.group()))  # a braced path may hold a quote or a backslash
             i = bare.end()
             continue
         if not quote:
@@ -323,7 +329,7 @@ def _plain(value: Any, what: str) -> Any:
     raise ValueError(f"{what} holds a {kind} value with no JSON form (use str, finite numbers, booleans, None, lists, dicts with str keys)")
 
 
-def _input_model(registry: Catalog | None, worker: str, action: str) -> type[BaseModel] | None:
+def parameter_model(registry: Catalog | None, worker: str, action: str) -> type[BaseModel] | None:
     if registry is None:
         return None
     w = registry.workers.get(worker)
@@ -333,7 +339,7 @@ def _input_model(registry: Catalog | None, worker: str, action: str) -> type[Bas
     return model
 
 
-def _name_arguments(args: list[Any], kwargs: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+def name_arguments(args: list[Any], kwargs: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
     """Positional arguments named after the tool's parameters (or arg0, arg1, ...), then the keywords."""
     if names is None:
         names = [f"arg{i}" for i in range(len(args))]

@@ -18,6 +18,10 @@ Two shapes, the same data:
   keyword): ids follow a pattern, ``depends_on`` are strings; validation and
   repair catch what the schema cannot.
 
+`draft_grammar` is the same catalog as a GBNF grammar of the compact plan
+language (`plan.compact`, `plan.grammar`), for a planner that writes that
+form under a grammar.
+
 Imports `plan` and `registry` only.
 """
 
@@ -30,10 +34,20 @@ import re
 from typing import Any
 
 from planexec.plan.capabilities import Grant
+from planexec.plan.grammar import compact_grammar
 from planexec.plan.model import STEP_ID_PATTERN, find_references
 from planexec.workers.registry import Registry
 
-__all__ = ["draft_schema", "draft_to_plan_data", "feed_dependencies", "free_tasks", "granting_workers", "plan_id_for", "planning_actions"]
+__all__ = [
+    "draft_grammar",
+    "draft_schema",
+    "draft_to_plan_data",
+    "feed_dependencies",
+    "free_tasks",
+    "granting_workers",
+    "plan_id_for",
+    "planning_actions",
+]
 
 # bounds a grammar enforces on small models, which otherwise write until max_tokens
 INSTRUCTION_MAX = 200
@@ -214,6 +228,25 @@ def draft_schema(
     if defs:
         schema["$defs"] = defs
     return schema
+
+
+def draft_grammar(
+    registry: Registry, *, max_steps: int = 8, workers: list[str] | None = None, done: list[str] | None = None, first: int = 1
+) -> str:
+    """The GBNF grammar of a compact plan over the registry's workers (or only `workers`); `done` and `first` as in `draft_schema`.
+
+    The same branches as the draft schema: a role's task is written in
+    words (``writer.write: "..."``), every other action with its own typed
+    parameters; strings are bounded as in the schema.
+    """
+    defs: dict[str, Any] = {}
+    free = free_tasks(registry)
+    branches = [(w, a, None if (w, a) in free else p) for w, a, p in _branches(registry, defs) if workers is None or w in workers]
+    if not branches:
+        raise ValueError("the registry offers no worker actions to plan with")
+    return compact_grammar(
+        branches, defs=defs, max_steps=max_steps, first=first, done=done or [], string_max=PARAMETER_STRING_MAX, note_max=INSTRUCTION_MAX
+    )
 
 
 def granting_workers(registry: Registry) -> set[str]:

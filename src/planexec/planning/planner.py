@@ -8,11 +8,14 @@ draft that fails to parse or validate goes back to the model with its
 problems, up to `max_repairs` times; then `PlanningError` shows the last
 draft and its problems. Requests carry a seed and temperature 0 by default,
 so a provider that honours them plans deterministically.
+`plan_format` picks what the model writes: the JSON draft, or the compact
+form (`plan.compact`: one line per step, about a third of the output
+tokens), read, validated and repaired the same way (`compact_form`).
 `Planner.stream` (in `plan_stream`) hands out steps while the model writes.
 Prompts are files under ``prompts/planner/``; the stable part of a
 prompt (rules, catalog, examples) comes before the goal and is the same for
 every goal, so providers' prompt caches serve it (see `Planner.messages`). Imports `plan`,
-`plan_schema`, `validation`, `registry`, `records`, `usage`, `errors`, `toolcalls` (its prompt loader) and
+`plan_schema`, `compact_form`, `validation`, `registry`, `records`, `usage`, `errors`, `toolcalls` (its prompt loader) and
 `models.base`; never the engine.
 """
 
@@ -22,14 +25,24 @@ import json
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import cached_property
+from typing import Any, Literal
 
 from planexec.errors import ModelOutputError, PlanningError, PlanParseError, Problem
 from planexec.models.base import Message, Model, ModelRequest
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
-from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks, granting_workers, plan_id_for, planning_actions
+from planexec.planning.compact_form import check_compact, compact_example
+from planexec.planning.draft_schema import (
+    draft_grammar,
+    draft_schema,
+    draft_to_plan_data,
+    free_tasks,
+    granting_workers,
+    plan_id_for,
+    planning_actions,
+)
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
 from planexec.workers.tool_calls import prompt_file
@@ -53,21 +66,33 @@ def _type_of(schema: dict[str, Any]) -> str:
     return str(kind)
 
 
-def render_catalog(catalog: list[dict[str, Any]]) -> str:
-    """The registry's catalog as the short text a planner reads: one line per (worker, action)."""
+def render_catalog(catalog: list[dict[str, Any]], *, compact: bool = False) -> str:
+    """The registry's catalog as the short text a planner reads: one line per (worker, action).
+
+    With `compact`, each action is shown as the compact form calls it:
+    ``search(query: string)`` for a tool (under no worker line: a tool is
+    called by its name), ``writer.write: "task"`` for a task in words.
+    """
     lines = []
     for worker in catalog:
-        lines.append(f"- worker {worker['name']}: {worker['description']}")
+        if not (compact and worker["name"] == "tool"):
+            lines.append(f"- worker {worker['name']}: {worker['description']}")
         for action in worker["actions"]:
             params = action["parameters"]
             props = params.get("properties")
+            about = f" - {action['description']}" if action["description"] else ""
             if props is None:
                 signature = "input: string (optional): the text the task works on; may quote earlier results"
             else:
                 required = set(params.get("required", []))
                 signature = ", ".join(f"{name}: {_type_of(p)}{'' if name in required else ' (optional)'}" for name, p in props.items())
-            about = f" - {action['description']}" if action["description"] else ""
-            lines.append(f"    action {action['name']}({signature}){about}")
+            if not compact:
+                lines.append(f"    action {action['name']}({signature}){about}")
+            elif props is None:
+                lines.append(f'    {worker["name"]}.{action["name"]}: "the task in words"{about}')
+            else:
+                target = action["name"] if worker["name"] == "tool" else f"{worker['name']}.{action['name']}"
+                lines.append(f"    {target}({signature}){about}")
     return "\n".join(lines)
 
 
@@ -78,7 +103,18 @@ def _overlap(a: str, b: str) -> int:
     return len(set(_WORD.findall(a.lower())) & set(_WORD.findall(b.lower())))
 
 
-def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str, *, nearest_last: bool) -> tuple[str, list[Message]]:
+def _json_example(plan: dict[str, Any], goal: str) -> str:
+    return json.dumps(plan, ensure_ascii=False)
+
+
+def _example_turns(
+    examples: list[dict[str, Any]],
+    pairs: set[str],
+    goal: str,
+    *,
+    nearest_last: bool,
+    render: Callable[[dict[str, Any], str], str] = _json_example,
+) -> tuple[str, list[Message]]:
     """Few-shot examples: those whose actions all exist become earlier turns of the conversation
     (small models imitate turns best), in their own order, or with `nearest_last` the one most like
     the goal last, since a small model copies the nearest; when none fits, the others are shown in
@@ -90,13 +126,9 @@ def _example_turns(examples: list[dict[str, Any]], pairs: set[str], goal: str, *
         turns = []
         for ex in fitting:
             turns.append(Message(role="user", content=f"Goal: {ex['goal']}"))
-            turns.append(Message(role="assistant", content=json.dumps(ex["plan"], ensure_ascii=False)))
+            turns.append(Message(role="assistant", content=render(ex["plan"], ex["goal"])))
         return "", turns
-    shown = [
-        f"Tools: {ex['catalog']}\nGoal: {ex['goal']}\nPlan: {json.dumps(ex['plan'], ensure_ascii=False)}"
-        for ex in examples
-        if "catalog" in ex
-    ]
+    shown = [f"Tools: {ex['catalog']}\nGoal: {ex['goal']}\nPlan: {render(ex['plan'], ex['goal'])}" for ex in examples if "catalog" in ex]
     return "\nExamples (they use other tools than yours):\n" + "\n\n".join(shown) + "\n", []
 
 
@@ -115,6 +147,10 @@ class Planner:
     a small model copies; by default on for those same models, off for a
     hosted one, whose prompt then starts with the same system message and
     example turns for every goal, a prefix its provider caches.
+    `plan_format` is what the model writes: ``"json"`` (the draft schema,
+    the default) or ``"compact"`` (one line per step, `plan.compact`; no
+    output schema is sent, and `grammar` is its GBNF for a caller that
+    decodes under a grammar itself).
     """
 
     def __init__(
@@ -132,9 +168,13 @@ class Planner:
         examples: list[dict[str, Any]] | None = None,
         write_grants: bool | None = None,
         nearest_example_last: bool | None = None,
+        plan_format: Literal["json", "compact"] = "json",
     ) -> None:
         if max_repairs < 0:
             raise ValueError("max_repairs must be 0 or more")
+        if plan_format not in ("json", "compact"):
+            raise ValueError(f"plan_format must be 'json' or 'compact', not {plan_format!r}")
+        self.plan_format = plan_format
         self.model = model
         self.registry = registry
         self.max_steps = max_steps
@@ -157,6 +197,16 @@ class Planner:
     def __repr__(self) -> str:
         return f"Planner({self.model.name!r}, max_steps={self.max_steps}, max_repairs={self.max_repairs})"
 
+    @cached_property
+    def grammar(self) -> str:
+        """The GBNF grammar of a compact plan over this planner's catalog (`draft_schema.draft_grammar`)."""
+        return draft_grammar(self.registry, max_steps=self.max_steps, workers=self.workers)
+
+    @property
+    def compact(self) -> bool:
+        """True when the model writes the compact form."""
+        return self.plan_format == "compact"
+
     def messages(self, goal: str) -> list[Message]:
         """The opening conversation: the system prompt (rules, catalog), few-shot examples, and the goal.
 
@@ -170,26 +220,36 @@ class Planner:
                 allowed = set(planning_actions(self.registry.workers[w["name"]]))
                 catalog.append({**w, "actions": [a for a in w["actions"] if a["name"] in allowed]})
         pairs = {f"{w['name']}.{a['name']}" for w in catalog for a in w["actions"]}
-        shown, turns = _example_turns(self.examples, pairs, goal, nearest_last=self.nearest_example_last)
+        render = compact_example if self.compact else _json_example
+        shown, turns = _example_turns(self.examples, pairs, goal, nearest_last=self.nearest_example_last, render=render)
         # hosted planners may grant tools to roles; a grammar-bound small model, or a plan of tools only, reads none of it
-        contract = "\n" + prompt_file("planner", "contract.md") if self.write_grants and granting_workers(self.registry) else ""
+        prefix = "compact_" if self.compact else ""
+        granting = self.write_grants and granting_workers(self.registry)
+        contract = "\n" + prompt_file("planner", f"{prefix}contract.md") if granting else ""
         system = prompt_file(
-            "planner", "system.md", catalog=render_catalog(catalog), max_steps=str(self.max_steps), examples=shown, contract=contract
+            "planner",
+            "compact.md" if self.compact else "system.md",
+            catalog=render_catalog(catalog, compact=self.compact),
+            max_steps=str(self.max_steps),
+            examples=shown,
+            contract=contract,
         )
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
     def request(self, messages: list[Message]) -> ModelRequest:
-        """One planning call: the conversation so far, the draft schema, the seed."""
+        """One planning call: the conversation so far, the draft schema (none for the compact form), the seed."""
         return ModelRequest(
             messages=messages,
-            output_schema=self.schema,
+            output_schema=None if self.compact else self.schema,
             temperature=self.temperature,
             seed=self.seed,
             max_tokens=self.max_tokens,
         )
 
     def check(self, text: str, goal: str, plan_id: str) -> tuple[Plan | None, list[Problem]]:
-        """Read a draft: the plan when it parses and validates, else its problems."""
+        """Read a draft: the plan when it parses and validates, else its problems (a compact draft's name their lines)."""
+        if self.compact:
+            return check_compact(text, goal=goal, plan_id=plan_id, registry=self.registry, free=free_tasks(self.registry))
         try:
             draft = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -262,7 +322,14 @@ class Planner:
             messages = [
                 *messages,
                 Message(role="assistant", content=shown),
-                Message(role="user", content=prompt_file("planner", "repair.md", problems="\n".join(f"- {p.render()}" for p in problems))),
+                Message(
+                    role="user",
+                    content=prompt_file(
+                        "planner",
+                        "compact_repair.md" if self.compact else "repair.md",
+                        problems="\n".join(f"- {p.render()}" for p in problems),
+                    ),
+                ),
             ]
         raise PlanningError(
             f"planner {self.model.name} wrote no valid plan for {goal!r} in {len(drafts)} attempt(s)",

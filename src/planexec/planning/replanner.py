@@ -4,20 +4,26 @@ Owns `PlannerReplanner` (the planner's model writes the revision, with the
 planner's repair loop). What a replanner is told and answers
 (`ReplanContext`, `Revision`, the `Replanner` protocol, `FunctionReplanner`,
 `revised_plan`) belongs to the engine (`engine.replan`) and is re-exported
-here. Imports `engine.replan`, `plan`, `planning.planner`,
-`planning.draft_schema`, `usage`, `errors`, `workers.tool_calls` and `models.base`.
+here. A planner that writes the compact form (`plan.compact`) is asked in
+that form too: the plan so far printed one line per step with its state,
+results as ``$N``, new lines numbered after the old ones. Imports
+`engine.replan`, `plan`, `planning.planner`, `planning.draft_schema`,
+`planning.compact_form`, `usage`, `errors`, `workers.tool_calls` and `models.base`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from planexec.engine.replan import FunctionReplanner, ReplanContext, Replanner, Revision, revised_plan
 from planexec.errors import PlanParseError, Problem
 from planexec.models.base import Message
+from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
+from planexec.planning.compact_form import compact_plan
 from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks
 from planexec.planning.planner import Planner
 from planexec.workers.tool_calls import prompt_file
@@ -25,8 +31,51 @@ from planexec.workers.tool_calls import prompt_file
 __all__ = ["FunctionReplanner", "PlannerReplanner", "ReplanContext", "Replanner", "Revision", "revised_plan"]
 
 
+_RESULT = re.compile(r"^- ([A-Za-z0-9_][A-Za-z0-9_\-]*): ", re.MULTILINE)
+
+
 def _steps_of(data: Any, plan: Plan, free: set[tuple[str, str]]) -> list[Step]:
     return Plan.from_data(draft_to_plan_data(data, plan.goal, plan_id=plan.plan_id, free=free)).steps
+
+
+def _compact_request(context: ReplanContext, first: int) -> str:
+    """The replan request in the compact form: the plan so far with each step's state, the results as ``$N``, the failure."""
+    try:
+        lines = print_compact(context.plan).splitlines()[: len(context.plan.steps)]
+        plan = "\n".join(f"{line}  [{_state(context, s)}]" for line, s in zip(lines, context.plan.steps))
+    except ValueError:  # ids no label can name: the engine's own lines
+        plan = context.plan_text()
+    done = _RESULT.sub(lambda m: f"- {_label(m[1])}: ", context.outputs_text())
+    return prompt_file(
+        "planner",
+        "compact_replan.md",
+        goal=context.goal,
+        version=str(context.plan.version),
+        plan=plan,
+        done=done,
+        failure=context.request.reason,
+        first=str(first),
+    )
+
+
+def _state(context: ReplanContext, step: Step) -> str:
+    if step.step_id in context.done:
+        return "done"
+    return "FAILED: " + context.failures[step.step_id] if step.step_id in context.failures else "not run"
+
+
+def _label(step_id: str) -> str:
+    number = re.fullmatch(r"s(\d+)", step_id)
+    return f"${number[1]}" if number else f"${{{step_id}}}"
+
+
+def _compact_steps(text: str, context: ReplanContext, free: set[tuple[str, str]], registry: Any) -> list[Step]:
+    """The new steps of a revision written in the compact form; `PlanParseError` whose problems name their lines."""
+    draft = read_compact(text, registry=registry, known=list(context.done))
+    try:
+        return compact_plan(draft, context.goal, context.plan.plan_id, free).steps
+    except PlanParseError as exc:
+        raise PlanParseError(with_lines(exc.problems, draft.lines), plan_id=context.plan.plan_id) from None
 
 
 class PlannerReplanner:
@@ -48,6 +97,8 @@ class PlannerReplanner:
     def messages(self, context: ReplanContext, first: int) -> list[Message]:
         """The system prompt (catalog and rules) and the replan request."""
         system = self.planner.messages(context.goal)[0]
+        if self.planner.compact:
+            return [system, Message(role="user", content=_compact_request(context, first))]
         ids = f"s{first}, s{first + 1}, ..." if self.planner.positional else "new ids not used by the finished steps"
         failure = context.request.reason
         user = prompt_file(
@@ -67,20 +118,28 @@ class PlannerReplanner:
         done = list(context.done)
         numbers = [int(s.step_id[1:]) for s in context.plan.steps if s.step_id[:1] == "s" and s.step_id[1:].isdigit()]
         first = max(numbers, default=0) + 1
-        schema = draft_schema(
-            self.planner.registry,
-            max_steps=self.planner.max_steps,
-            positional=self.planner.positional,
-            workers=self.planner.workers,
-            done=done,
-            first=first,
-            grants=self.planner.write_grants,
+        schema = (
+            None
+            if self.planner.compact
+            else draft_schema(
+                self.planner.registry,
+                max_steps=self.planner.max_steps,
+                positional=self.planner.positional,
+                workers=self.planner.workers,
+                done=done,
+                first=first,
+                grants=self.planner.write_grants,
+            )
         )
         found: dict[str, list[Step]] = {}
+        free = free_tasks(self.planner.registry)
 
         def check(text: str) -> tuple[Plan | None, list[Problem]]:
             try:
-                steps = _steps_of(json.loads(text), context.plan, free_tasks(self.planner.registry))
+                if self.planner.compact:
+                    steps = _compact_steps(text, context, free, self.planner.registry)
+                else:
+                    steps = _steps_of(json.loads(text), context.plan, free)
                 plan = revised_plan(context.plan, steps, done)
             except json.JSONDecodeError as exc:
                 return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]

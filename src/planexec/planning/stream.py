@@ -4,8 +4,11 @@ Owns `PlanStream` (an async iterator of the plan's steps, each yielded as
 soon as the model has written it completely and it is valid on its own),
 `StreamingRun` (a `Run` that takes steps while it runs) and `follow` (the
 task that feeds a `StreamingRun` from a `PlanStream`).
-The model's text is read with pydantic-core's partial JSON mode: a step is
-complete once the next one has begun, or the plan has ended. A step that is
+A JSON draft is read with pydantic-core's partial JSON mode: a step is
+complete once the next one has begun, or the plan has ended. A compact
+draft (`plan.compact`) is read a line at a time: a step is complete when
+its newline arrives (`CompactReader`), and a bad line ends the stream with
+its problem, naming the line. A step that is
 invalid on its own, or a whole plan that fails validation at the end, ends
 the stream with `PlanningError`, and `follow` stops the run cleanly. A
 streamed plan is not repaired: the steps already running came from it.
@@ -15,6 +18,7 @@ Imports `planner`, `plan`, `validation`, `execution`, `events`, `results`,
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +29,7 @@ from pydantic import ValidationError
 from planexec.engine.streaming import StreamingRun, follow
 from planexec.errors import PlanningError, Problem
 from planexec.models.base import ModelDelta, ModelResponse, stream_response
+from planexec.plan.compact import CompactReader, with_lines
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
 from planexec.planning.draft_schema import feed_dependencies, free_tasks, plan_id_for
@@ -84,19 +89,20 @@ class PlanStream:
             usage=usage,
         )
 
-    def _accept(self, data: Any, text: str, t0: float) -> Step:
-        """A complete step, checked on its own against the steps before it."""
+    def _accept(self, data: Any, text: str, t0: float, line: int | None = None) -> Step:
+        """A complete step, checked on its own against the steps before it (problems name its `line`, if it has one)."""
         feed_dependencies(data, free_tasks(self.planner.registry))
+        where = data.get("id") if isinstance(data, dict) else None
+        lines = {where: line} if isinstance(where, str) and line is not None else {}
         try:
             step = Step.model_validate(data)
         except ValidationError as exc:
-            where = data.get("id") if isinstance(data, dict) else None
             problems = [Problem("invalid_step", f"{'.'.join(map(str, e['loc']))}: {e['msg']}", step_id=where) for e in exc.errors()]
-            raise self._fail(text, problems, Usage(model_calls=1), t0) from None  # tokens of a cut stream are unknown
+            raise self._fail(text, with_lines(problems, lines), Usage(model_calls=1), t0) from None  # tokens of a cut stream are unknown
         partial = Plan(plan_id=self.plan_id, goal=self.goal, steps=[*self._steps, step])
         problems = [p for p in validate_plan(partial, self.planner.registry) if p.step_id in (step.step_id, None)]
         if problems:
-            raise self._fail(text, problems, Usage(model_calls=1), t0)
+            raise self._fail(text, with_lines(problems, lines), Usage(model_calls=1), t0)
         self._steps.append(step)
         self.parsed_at[step.step_id] = time.perf_counter()
         return step
@@ -107,18 +113,25 @@ class PlanStream:
         t0 = self.started_at = time.perf_counter()
         text = ""
         response: ModelResponse | None = None
+        reader = CompactReader(registry=planner.registry) if planner.compact else None
         stream = stream_response(planner.model, request)
         try:
             async for item in stream:
-                if isinstance(item, ModelDelta):
+                if not isinstance(item, ModelDelta):
+                    response = item
+                elif reader is not None:
+                    text += item.text
+                    for found in reader.feed(item.text):  # the lines this delta completed
+                        yield self._accept(copy.deepcopy(found.data), text, t0, found.line)  # the reader's own stays as read
+                    if reader.problems:
+                        raise self._fail(text, [p for _, p in reader.problems], Usage(model_calls=1), t0)
+                else:
                     text += item.text
                     if "}" not in item.text and "{" not in item.text:
                         continue  # a step is complete once the next one opens ("{") or the list closes
                     written = _partial_steps(text)
                     while len(self._steps) < len(written) - 1:
                         yield self._accept(written[len(self._steps)], text, t0)
-                else:
-                    response = item
         finally:
             await stream.aclose()  # stops the model when the consumer stops early
         assert response is not None
