@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from pathlib import Path
 
 from planexec import Engine, Registry
+from planexec.cli.main import main
 from planexec.engine.recording import DurableRunner, record_run
 from planexec.engine.runner import LocalRunner
 from planexec.plan.model import Plan
@@ -92,3 +94,16 @@ def test_a_reader_holding_the_wal_does_not_stop_the_writer_closing(tmp_path):
     finally:
         reader.close()
     assert SqliteRunStore(path).runs()  # nothing lost; the next writer catches up
+
+
+def test_planexec_run_leaves_no_wal_beside_its_store(tmp_path, monkeypatch, capsys):
+    """The command closes what it opened: after ``planexec run`` only the database file is left."""
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    steps = [{"id": f"s{i}", "worker": "tool", "action": "echo", "parameters": {"value": i}} for i in range(20)]
+    plan.write_text(json.dumps({"plan_id": "p", "goal": "echo twenty times", "steps": steps}))
+    db = tmp_path / "runs.db"
+    assert main(["run", "--plan", str(plan), "--yes", "--json", "--store", str(db)]) == 0
+    capsys.readouterr()
+    assert _wal(db) == 0 and not Path(f"{db}-shm").exists()
+    assert main(["show", SqliteRunStore(db).runs()[0].run_id, "--store", str(db)]) == 0

@@ -356,13 +356,27 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
 
 
+_OPENED: list[RunStore] = []  # the stores this command opened: `close_stores` closes them when it ends
+
+
 def open_run_store(spec: str | None, config: Any, *, create: bool) -> RunStore:
-    """The store a command uses; a `UsageError` naming it when it cannot be opened."""
+    """The store a command uses (closed when the command ends); a `UsageError` naming it when it cannot be opened."""
     target = store_target(spec, config.store)
     try:
-        return open_store(target, create=create)
+        store = open_store(target, create=create)
     except StoreError as exc:
         raise UsageError(str(exc)) from None
+    _OPENED.append(store)
+    return store
+
+
+def close_stores() -> None:
+    """Close every store the command opened: its leases released, SQLite's WAL copied back and cut to nothing."""
+    while _OPENED:
+        try:
+            _OPENED.pop().close()
+        except StoreError as exc:  # the command's outcome stands; say why the store could not be closed cleanly
+            say(f"planexec: warning: {exc}", stderr=True)
 
 
 def run_store(args: argparse.Namespace, config: Any) -> RunStore | None:

@@ -53,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside a run (while loading tools, at a prompt)
         print("planexec: interrupted", file=sys.stderr)
         return common.EXIT_INTERRUPTED
+    finally:
+        common.close_stores()
 
 
 def build_parser() -> argparse.ArgumentParser:
