@@ -295,6 +295,46 @@ def test_a_server_that_exits_while_idle_is_started_again_for_the_next_call(opene
     assert first != second
 
 
+class FakeRun:
+    """What `McpServers.hold` needs of a run: a way to subscribe to its events."""
+
+    def __init__(self):
+        self.callbacks = []
+
+    def subscribe(self, callback):
+        self.callbacks.append(callback)
+
+    def finish(self):
+        for callback in self.callbacks:
+            callback(type("RunFinished", (), {"type": "run_finished"})())
+
+
+def test_the_servers_close_when_the_last_run_holding_them_ends(opened):
+    registry = Registry()
+    servers = opened(registry, {"t": stdio_config()})
+    first, second = FakeRun(), FakeRun()
+    servers.hold(first)
+    servers.hold(second)
+    first.finish()
+    first.finish()  # a second run_finished of the same run releases nothing more
+    time.sleep(0.2)
+    assert servers.running() == ["t"]  # the second run still uses it
+    second.finish()
+    wait_until(lambda: servers.running() == [])
+    assert asyncio.run(registry.tools["t__echo"].invoke({"text": "again"})) == {"result": "again"}  # started again
+    assert servers.running() == ["t"]
+
+
+def test_the_public_names_of_planexec_mcp():
+    import planexec.mcp
+
+    assert sorted(planexec.mcp.__all__) == [
+        "McpServerConfig", "McpServers", "McpTool", "hold_servers", "load", "servers_in", "tool_name", "tool_output",
+    ]  # fmt: skip
+    for name in planexec.mcp.__all__:
+        assert getattr(planexec.mcp, name).__doc__, name
+
+
 # --- transports and configuration ---------------------------------------------------------------------
 
 

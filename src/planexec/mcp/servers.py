@@ -105,6 +105,8 @@ class _Connection:
         self.dropped: str | None = None  # why we closed it: a call that failed or was cancelled, the runs' end
         self._wake = asyncio.Event()  # set by the transport when the server ends, or by `drop`
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # read here too: when the call that waited for the start was cancelled, no one else reads its failure
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._task = asyncio.create_task(self._own(), name=f"planexec-mcp-{name}")
 
     @property
