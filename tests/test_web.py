@@ -17,6 +17,7 @@ import sys
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -427,11 +428,21 @@ def test_a_pending_step_approval_is_granted_from_the_inbox_with_the_keyboard(pro
     assert (step.state.value, step.by, step.reason) == ("approved", USER, "release window is open")
 
 
+@pytest.fixture
+def configured(project):
+    """planexec.toml names the project's policies (ship needs a person): the console shows their verdicts on a waiting plan."""
+    (project / "planexec.toml").write_text('[planexec]\npolicies = "policies.yaml"\n')
+    return project
+
+
 @browser
 @needs_chromium
-def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_version_2(project, server, driver):
+def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_version_2_of_the_same_run(configured, server, driver):
+    project = configured
     run = start_waiting_on_plan(project, "r3")
     sign_in(driver, server, "/runs/r3")
+    verdicts = driver.find_element("id", "verdicts").text
+    assert "escalate" in verdicts and "ship" in verdicts  # the policies' verdicts on the waiting version
     driver.find_element("link text", "Edit this plan").click()
     editor = driver.find_element("id", "plan-text")
     bad = plan(gated_step=False)
@@ -447,36 +458,91 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
     assert "unknown_dependency" in announce_problems, announce_problems
     assert "no problem" in driver.find_element("id", "edit-step-tweet").text
     assert driver.find_element("id", "plan-text").get_attribute("aria-invalid") == "true"
-    assert pending(project, "r3")  # nothing saved: the plan still waits
+    assert pending(project, "r3") and _versions(project, "r3") == [1]  # nothing saved: v1 still waits
     shot(driver, "edit-problems")
 
     good = plan(gated_step=False)
     good["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}, "depends_on": ["announce"]})
     _type(driver, driver.find_element("id", "plan-text"), json.dumps(good, indent=2))
+    driver.find_element("id", "edit-reason").send_keys("tell the world too")
     driver.find_element("id", "save-edit").click()
-    wait_for(driver, "the edited run", lambda: "/runs/r3-v2" in driver.current_url and driver.find_elements("id", "run-facts"))
-    wait_for(driver, "version 2 waiting", lambda: "This plan waits for your approval" in driver.page_source, timeout=WAIT)
-    assert driver.find_element("id", "run-version").text == "2"
+    wait_for(
+        driver, "the run's page", lambda: driver.current_url.split("?")[0].endswith("/runs/r3") and driver.find_elements("id", "run-facts")
+    )
+    assert "saved your edit as v2" in driver.find_element("id", "done").text
+    # the waiting process takes the edit, records it as v2 and its policies ask a person for the new content (ship is still in it)
+    wait_for(driver, "version 2 waiting for approval", lambda: driver.find_element("id", "run-version").text == "2"
+             and "Version 2 does not run until a person approves it" in driver.find_element("id", "review").text)  # fmt: skip
+    [asked] = pending(project, "r3")
+    assert asked.content_hash == _plan(project, "r3", 2).content_hash
+    diff = driver.find_element("css selector", "#version-2 table.diff").text
+    assert "tweet" in diff and "added" in diff and "v1 beside v2" in diff  # v2 beside v1, its changes marked
+    assert "edited by alice: tell the world too" in driver.find_element("id", "version-2").text
     assert node_state(driver, "tweet") == "pending"
     shot(driver, "edit-version-2-waiting")
 
-    out, _ = finish(run)  # the first process: its version was denied in favour of the edit, nothing of it ran
-    assert json.loads(out)["status"] == "failed"  # plan_rejected: nothing of it ran
-    [v1] = [a for a in approvals(project, "r3") if a.step_id is None]
-    assert v1.state.value == "denied" and v1.by == USER and "r3-v2" in v1.reason
-
-    [asked] = pending(project, "r3-v2")
+    driver.find_element("id", f"reason-{asked.approval_id}").send_keys("v2 it is")
     driver.find_element("id", f"approve-{asked.approval_id}").click()
     wait_for(driver, "version 2 finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert node_state(driver, "tweet") == "succeeded"
     shot(driver, "edit-version-2-finished")
+
+    out, _ = finish(run)
+    result = json.loads(out)
+    assert (result["status"], result["run_id"]) == ("succeeded", "r3")
     store = open_store(str(project / "runs.db"), create=False)
     try:
-        [v2] = store.plan_versions("r3-v2")
-        assert (v2.version, v2.plan.revises, v2.plan.step_ids[-1]) == (2, 1, "tweet")
-        assert store.run("r3-v2").status.value == "succeeded"
+        assert [v.version for v in store.plan_versions("r3")] == [1, 2]
+        assert store.plan_versions("r3")[1].plan.revises == 1
+        assert store.run("r3").plan_version == 2
+        assert [e.step_id for e in store.events("r3") if e.type == "step_succeeded"][-1] == "tweet"  # the step v2 added ran
+        [v1, v2] = [a for a in store.approvals("r3") if a.step_id is None]
+        assert (v1.state.value, v1.by) == ("denied", USER) and "replaced by the edit v2" in v1.reason
+        assert (v2.state.value, v2.by, v2.reason) == ("approved", USER, "v2 it is")
+        assert "r3-v2" not in {r.run_id for r in store.runs(limit=None)}  # no second run
     finally:
         store.close()
+    assert len((project / "ship.log").read_text().splitlines()) == 1
+
+
+def _versions(project: Path, run_id: str) -> list[int]:
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return [v.version for v in store.plan_versions(run_id)]
+    finally:
+        store.close()
+
+
+def _plan(project: Path, run_id: str, version: int):
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return next(v.plan for v in store.plan_versions(run_id) if v.version == version)
+    finally:
+        store.close()
+
+
+def test_a_stale_edit_is_refused_in_the_page_with_the_reason_and_the_text_kept(project, server):
+    run = start_waiting_on_plan(project, "r5")
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-www-form-urlencoded", "Origin": server}
+    page = request(server + "/runs/r5/edit", headers=auth)[1]
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    base = page.split('name="base" value="')[1].split('"')[0]
+    theirs = plan(gated_step=False)
+    theirs["steps"].append({"id": "blog", "action": "build", "parameters": {"name": "blog"}})
+    (project / "theirs.json").write_text(json.dumps(theirs))
+    done = subprocess.run([sys.executable, "-m", "planexec", "approve", "r5", "--edit", "theirs.json", "--by", "bob"],
+                          cwd=project, capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    mine = plan(gated_step=False)
+    mine["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}})
+    form = urllib.parse.urlencode({"csrf": csrf, "base": base, "plan": json.dumps(mine), "reason": "mine"}).encode()
+    status, body = request(server + "/runs/r5/edit", data=form, headers=auth)
+    assert status == 409
+    assert "Your edit was not saved" in body and "another edit won: v1 was replaced by v2, edited by bob" in body
+    assert "tweet" in body  # the text stays on the page
+    assert _plan(project, "r5", 2).step_ids[-1] == "blog" and _versions(project, "r5") == [1, 2]  # theirs stands, mine stored nothing
+    run.kill()
+    run.communicate()
 
 
 @browser

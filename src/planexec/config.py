@@ -1,10 +1,10 @@
 """Project configuration: the ``[planexec]`` section of a ``planexec.toml``.
 
 Owns `Config` (tools to load, engine defaults, MCP servers as
-`McpServerConfig` records), `load_config` and `ConfigError`. A missing file
-is an empty configuration; a file that is not TOML, or a section with
-unknown keys or wrong types, is a `ConfigError` naming the file (and the
-line, when TOML reports one). Relative ``.py`` tool paths, policy files and
+`McpServerConfig` records, the web console's `ServeConfig`), `load_config`
+and `ConfigError`. A missing file is an empty configuration; a file that
+is not TOML, or a section with unknown keys or wrong types, is a
+`ConfigError` naming the file (and the line, when TOML reports one). Relative ``.py`` tool paths, policy files and
 MCP servers' ``cwd`` are taken relative to the file's folder. Imports `errors`
 only; must not import the engine, the registry or the CLI.
 
@@ -37,6 +37,11 @@ only; must not import the engine, the registry or the CLI.
     args = ["--local-timezone", "UTC"]
     tools = ["get_current_time"]           # which of its tools to take (default: all)
     timeout = 30                           # seconds per call (default: the step's timeout)
+
+    [planexec.serve]                       # planexec serve (the web console); its flags win
+    token_env = "PLANEXEC_CONSOLE_TOKEN"   # the variable that holds the access token (a token in a file is a secret)
+    port = 8765                            # 0: a free port, printed
+    user = "alice"                         # the name decisions are recorded under
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from planexec.errors import ConfigError
 
-__all__ = ["CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "load_config"]
+__all__ = ["CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "ServeConfig", "load_config"]
 
 CONFIG_FILE = "planexec.toml"
 SECTION = "planexec"
@@ -120,6 +125,24 @@ class McpConfig(BaseModel):
         return value
 
 
+class ServeConfig(BaseModel):
+    """``[planexec.serve]``: defaults of ``planexec serve``; its flags win.
+
+    Prefer `token_env` (the name of an environment variable holding the
+    token) to `token` (the token itself, in the file: ``planexec serve``
+    warns when the file is readable by other users).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the environment variable holding the access token"
+    )
+    token: str | None = Field(None, min_length=16, description="the access token itself (a secret in the file: prefer token_env)")
+    user: str | None = Field(None, description="the name decisions are recorded under")
+    port: int | None = Field(None, ge=0, le=65535, description="the port (0: a free one, printed)")
+
+
 class Config(BaseModel):
     """What ``[planexec]`` in ``planexec.toml`` may set; every field is optional."""
 
@@ -149,6 +172,7 @@ class Config(BaseModel):
         None, description="plan reuse from the store's templates: true, false, or the matchers ['rules', 'model'] (default on)"
     )
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
+    serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")
 
     @field_validator("policies", mode="before")
     @classmethod

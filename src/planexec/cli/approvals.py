@@ -49,7 +49,7 @@ from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
 from planexec.plan.view import plan_table
 from planexec.store import Approval, ApprovalState, RunStore
-from planexec.store.approvals import edit_plan
+from planexec.store.approvals import edit_plan, pending_version, run_setup
 from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
@@ -59,10 +59,8 @@ __all__ = [
     "call_approver",
     "cmd_approvals",
     "cmd_approve",
-    "pending_version",
     "resume_approvers",
     "run_approvers",
-    "run_setup",
     "step_approver",
 ]
 
@@ -184,26 +182,6 @@ def _cmd_edit(args: argparse.Namespace) -> int:
         "the waiting run checks it, its policies review it, and it runs in the same run once approved"
     )
     return common.EXIT_OK
-
-
-def pending_version(store: RunStore, run_id: str) -> tuple[Approval, Plan] | None:
-    """The run's pending plan approval and the stored version it is about (the one an edit replaces); None when none waits."""
-    pending = [a for a in store.approvals(run_id, pending_only=True) if a.step_id is None]
-    versions = store.plan_versions(run_id)
-    for a in reversed(pending):
-        for v in versions:
-            if v.plan.content_hash == a.content_hash:
-                return a, v.plan
-    return None
-
-
-def run_setup(store: RunStore, run_id: str) -> dict[str, Any]:
-    """How the run was set up (its `RunStarted` setup: the tools modules a resume, and an edit's check, load again)."""
-    for e in store.events(run_id, limit=20):
-        if e.type == "run_started":
-            setup: dict[str, Any] = dict(e.setup)
-            return setup
-    return {}
 
 
 def _edited_plan(path: Path, old: Plan, tools: list[str], config: Any) -> Plan | None:

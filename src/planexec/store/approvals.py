@@ -19,6 +19,8 @@ version is denied, its reason naming the edit. An edit of a version that
 no longer waits (approved, denied, or replaced by another edit first), or
 that is not the next version, is an `ApprovalError` that stores nothing.
 The process that waited finds the edit by its shape (`engine.approval.find_edit`).
+`pending_version` is the stored version an edit may replace, and
+`run_setup` the tools modules it is checked against (the run's own).
 Imports `errors`, `secrets`, `plan`, `usage` and the store's `audit`, `base` and `rows`.
 """
 
@@ -37,7 +39,7 @@ from planexec.store.base import Approval, ApprovalState, RunStore
 from planexec.store.rows import from_timestamp, now
 from planexec.usage import Usage
 
-__all__ = ["Approvals", "edit_plan"]
+__all__ = ["Approvals", "edit_plan", "pending_version", "run_setup"]
 
 _APPROVAL_COLUMNS = "approval_id, run_id, step_id, content_hash, state, requested_at, decided_at, decided_by, reason"
 
@@ -183,6 +185,26 @@ def edit_plan(store: RunStore, run_id: str, *, content_hash: str, plan: Plan, by
     if not isinstance(store, Approvals):
         raise StoreError(f"the run store {store.location} cannot keep plan edits", location=store.location)
     return store.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
+
+
+def pending_version(store: RunStore, run_id: str) -> tuple[Approval, Plan] | None:
+    """The run's pending plan approval and the stored version it is about (the one an edit replaces); None when none waits."""
+    pending = [a for a in store.approvals(run_id, pending_only=True) if a.step_id is None]
+    versions = store.plan_versions(run_id)
+    for a in reversed(pending):
+        for v in versions:
+            if v.plan.content_hash == a.content_hash:
+                return a, v.plan
+    return None
+
+
+def run_setup(store: RunStore, run_id: str) -> dict[str, Any]:
+    """How the run was set up (its `RunStarted` setup: the tools modules a resume, and an edit's check, load again)."""
+    for e in store.events(run_id, limit=20):
+        if e.type == "run_started":
+            setup: dict[str, Any] = dict(e.setup)
+            return setup
+    return {}
 
 
 def _edit_refusal(

@@ -1,22 +1,23 @@
-"""What a person changes from the console: decide an approval, and edit a plan that waits for approval.
+"""What a person changes from the console: decide an approval, and answer a waiting plan version with an edit.
 
 Owns `decide` (approve or deny one pending request, recorded under the
 signed-in name, through `RunStore.decide_approval` exactly as ``planexec
-approve`` does) and the edit of a pending plan: `check_edit` parses the
-edited JSON and lists every problem by step (the plan's shape and graph
-here, then, when the run loaded tools modules, ``planexec validate
---tools ...`` in a child process for what only the registry knows: unknown
-tools, actions and parameters), and `submit_edit` makes a valid edit the
-plan's next version. A waiting run's engine holds its plan in memory and
-accepts only the exact version it asked about, so the edit cannot slip
-into that process: the pending version is denied (the reason names the
-edit and who made it; nothing of it ran) and the edit starts as a new run,
-``RUN_ID-vN``, whose plan is version N revising the old one, run by
-``planexec run --plan`` with the original run's tools, in the console's
-folder. A policy shipped here (``needs_person: ["*"]``) makes it wait for
-a person's approval in the inbox: an edit is reviewed like any plan, the
-project's own policies included. Imports the store and `plan`; starts the
-CLI only as a separate process.
+approve`` does) and the edit of a waiting plan version: `check_edit`
+parses the edited JSON and lists every problem by step (the plan's shape
+and graph here, then, when the run loaded tools modules, ``planexec
+validate --tools ...`` in a child process for what only the registry
+knows: unknown tools, actions and parameters), and `submit_edit` answers
+the waiting version with a valid edit through `store.approvals.edit_plan`,
+exactly as ``planexec approve RUN --edit`` does: the edit is stored as the
+plan's next version (with its diff, who edited it and why) and the waiting
+version is denied in the same transaction. The process that waits on the
+run picks the edit up, checks it against its own registry, records it as a
+revision and has its policies review it (a policy that needs a person makes
+it wait in the inbox for the new content hash), then runs it in the same
+run. An edit of a version that no longer waits (decided, or replaced by
+another edit first) is an `ApprovalError` naming what happened, and stores
+nothing. Imports the store and `plan`; starts the CLI only as a separate
+process (the check).
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
-from planexec.errors import PlanParseError, Problem
+from planexec.engine.approval import find_edit
+from planexec.errors import PlanParseError, Problem, RunNotFoundError
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
 from planexec.store import Approval, RunStore
+from planexec.store.approvals import edit_plan
 
-__all__ = ["EditCheck", "check_edit", "decide", "find_pending", "run_setup", "submit_edit"]
+__all__ = ["EditCheck", "check_edit", "decide", "find_pending", "stale_reason", "submit_edit"]
 
 _VALIDATE_TIMEOUT = 60.0
 
@@ -64,20 +65,12 @@ class EditCheck:
     general: list[Problem] = field(default_factory=list)
     by_step: dict[str, list[Problem]] = field(default_factory=dict)
     step_ids: list[str] = field(default_factory=list)
+    summaries: dict[str, str] = field(default_factory=dict)  # each step in a few words, shown beside its problems
 
     @property
     def problems(self) -> list[Problem]:
         """Every problem, the plan's first."""
         return [*self.general, *(p for ps in self.by_step.values() for p in ps)]
-
-
-def run_setup(store: RunStore, run_id: str) -> dict[str, Any]:
-    """How the run was set up (its `RunStarted` setup: the tools modules a resume loads again)."""
-    for e in store.events(run_id, limit=20):
-        if e.type == "run_started":
-            setup: dict[str, Any] = dict(e.setup)
-            return setup
-    return {}
 
 
 def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path) -> EditCheck:
@@ -91,7 +84,9 @@ def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path) -> EditChec
     if isinstance(data, dict):
         data.pop("content_hash", None)  # the editor shows it; it is computed, not edited
         data["version"], data["revises"] = old.version + 1, old.version
-        check.step_ids = [str(s.get("id")) for s in data.get("steps", []) if isinstance(s, dict) and "id" in s]
+        steps = [s for s in data.get("steps", []) if isinstance(s, dict) and "id" in s] if isinstance(data.get("steps"), list) else []
+        check.step_ids = [str(s["id"]) for s in steps]
+        check.summaries = {str(s["id"]): _summary(s) for s in steps}
     try:
         plan = Plan.from_data(data)
     except PlanParseError as exc:
@@ -100,9 +95,21 @@ def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path) -> EditChec
     # with tools, `planexec validate` checks everything at once (graph and registry); without, the graph is all there is to check
     problems = _registry_problems(plan, tools, cwd) if tools else validate_plan(plan)
     _sort(check, problems)
+    if plan.content_hash == old.content_hash:
+        check.general.append(Problem("unchanged", f"the edit changes nothing v{old.version} does: approve it instead"))
     if not check.problems:
         check.plan = plan
     return check
+
+
+def _summary(step: dict[str, object]) -> str:
+    """``ship(name="app") after compile``: a step of the edited JSON in a few words."""
+    action = f"{step['worker']}.{step.get('action')}" if step.get("worker") not in (None, "tool") else str(step.get("action"))
+    params = step.get("parameters")
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)[:40]}" for k, v in params.items()) if isinstance(params, dict) else ""
+    after = step.get("depends_on")
+    deps = f" after {', '.join(map(str, after))}" if isinstance(after, list) and after else ""
+    return f"{action}({args}){deps}"
 
 
 def _sort(check: EditCheck, problems: list[Problem]) -> None:
@@ -138,32 +145,26 @@ def _registry_problems(plan: Plan, tools: list[str], cwd: Path) -> list[Problem]
         return [Problem("not_checked", f"the tools could not be loaded to check the plan: {why[-1] if why else done.returncode}")]
 
 
-def submit_edit(store: RunStore, approval: Approval, plan: Plan, *, by: str, store_target: str, tools: list[str], cwd: Path) -> str:
-    """Deny the pending version in favour of the valid edit `plan` and start the edit as a new run; the new run's id.
-
-    The new run waits for approval of its plan in the inbox (see the module docstring).
-    """
-    new_id = _free_id(store, f"{approval.run_id}-v{plan.version}")
-    folder = cwd / ".planexec" / "web"
-    folder.mkdir(parents=True, exist_ok=True)
-    plan_file = folder / f"{new_id}.plan.json"
-    plan_file.write_text(plan.to_json(indent=2))
-    reason = f"edited in the web console by {by}: version {plan.version} runs as run {new_id}; nothing of this version ran"
-    store.decide_approval(approval.run_id, step_id=None, approved=False, by=by, reason=reason, content_hash=approval.content_hash)
-    policy = str(files("planexec.web") / "edited.yaml")
-    command = [sys.executable, "-m", "planexec", "run", "--plan", str(plan_file), "--run-id", new_id, "--store", store_target,
-               "--json", "--policies", policy, *(a for t in tools for a in ("--tools", t))]  # fmt: skip
-    log = (folder / f"{new_id}.log").open("ab")
-    subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    log.close()
-    return new_id
+def submit_edit(store: RunStore, approval: Approval, plan: Plan, *, by: str, reason: str | None) -> Approval:
+    """Answer the waiting version `approval` is about with the valid edit `plan`; the denied request (see the module docstring)."""
+    return edit_plan(store, approval.run_id, content_hash=approval.content_hash, plan=plan, by=by, reason=reason or None)
 
 
-def _free_id(store: RunStore, wanted: str) -> str:
-    """`wanted`, or `wanted.2`, `wanted.3`... when the store has it already."""
-    taken = {r.run_id for r in store.runs(limit=None)}
-    candidate, n = wanted, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{wanted}.{n}"
-    return candidate
+def stale_reason(store: RunStore, run_id: str, base: str) -> str:
+    """Why the version with content hash `base` can no longer be edited, in words (decided, or edited by someone else first)."""
+    try:
+        asked = [a for a in store.approvals(run_id) if a.step_id is None and a.content_hash == base]
+        edited = next((v.plan for v in store.plan_versions(run_id) if v.plan.content_hash == base), None)
+    except RunNotFoundError:
+        return "this store has no such run"
+    if not asked or edited is None:
+        return "the version you edited is not one that waits for approval"
+    edit = find_edit(store, run_id, edited)
+    if edit is not None:
+        return f"another edit won: v{edited.version} was replaced by v{edit.plan.version}, edited by {edit.by or 'someone'}"
+    last = asked[-1]
+    return (
+        f"v{edited.version} was {last.state.value} meanwhile"
+        + (f" by {last.by}" if last.by else "")
+        + (f": {last.reason}" if last.reason else "")
+    )

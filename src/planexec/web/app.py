@@ -1,15 +1,16 @@
 """The console's routes: `create_app` builds the FastAPI application over one run store.
 
-Owns the pages (runs, a run, the approvals inbox, the plan editor), the
-fragments the pages refresh themselves with, the live stream of a run
-(server-sent events: the server polls `RunStore.events` after the last
-seq it sent and pushes the run's and each step's state when something
+Owns the pages (runs, a run, the approvals inbox, the plan editor, start
+work), the fragments the pages refresh themselves with, the live stream
+of a run (server-sent events: the server polls `RunStore.events` after the
+last seq it sent and pushes the run's and each step's state when something
 new was stored, so it follows runs written by any process), the static
-files, and the two forms that change anything (decide an approval; edit
-a pending plan), both behind `security.Guard`. Each request opens the
-store and closes it; handlers are plain functions FastAPI runs in its
-thread pool, since the store's calls block. Imports `views`, `actions`,
-`security` and the store; never the CLI.
+files, and the forms that change anything (decide an approval; answer a
+waiting plan version with an edit; start a goal or a template), all behind
+`security.Guard`. Each request opens the store and closes it; handlers are
+plain functions FastAPI runs in its thread pool, since the store's calls
+block. Imports `views`, `actions`, `start`, `security`, the store and the
+policies' type; never the CLI.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import asyncio
 import contextlib
 import getpass
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -30,9 +31,11 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sse_starlette.sse import EventSourceResponse
 
 from planexec.errors import ApprovalError, RunNotFoundError, StoreError
-from planexec.store import ApprovalState, RunStore, open_store
+from planexec.governance.policies import Policy
+from planexec.store import RunStore, open_store
+from planexec.store.approvals import pending_version, run_setup
 from planexec.store.location import sqlite_path
-from planexec.web import actions, views
+from planexec.web import actions, start, views
 from planexec.web.security import Guard, csrf_token
 
 __all__ = ["create_app"]
@@ -42,20 +45,30 @@ _POLL = 0.3  # seconds between reads of the event log while a page follows a run
 
 
 def create_app(
-    store_target: str, *, token: str, user: str | None = None, loopback: bool = True, cwd: Path | None = None, poll: float = _POLL
+    store_target: str,
+    *,
+    token: str,
+    user: str | None = None,
+    loopback: bool = True,
+    cwd: Path | None = None,
+    poll: float = _POLL,
+    policies: Sequence[Policy] = (),
 ) -> Guard:
     """The console over the store at `store_target` (a path or URL, as ``--store`` takes), guarded by `token`.
 
     `user` is the name decisions are recorded under (default: the OS
     user); `loopback` True answers only to loopback host names; `cwd` is
-    the folder the run's tools modules are found from when a plan is
-    edited (default: the current one).
+    the folder runs are started in and a run's tools modules are found
+    from when a plan is edited (default: the current one); `policies` (the
+    project's) are shown reviewing a plan version that waits.
     """
     app = FastAPI(title="planexec console", docs_url=None, redoc_url=None, openapi_url=None)
     env = Environment(loader=PackageLoader("planexec.web", "templates"), autoescape=select_autoescape(["html"]))
     name = user or _os_user()
     folder = cwd or Path.cwd()
     csrf = csrf_token(token)
+    launcher = start.Launcher(store_target, folder)
+    reviewers = list(policies)
 
     @contextlib.contextmanager
     def store() -> Iterator[RunStore | None]:
@@ -73,6 +86,9 @@ def create_app(
         html = env.get_template(template).render(csrf=csrf, user=name, location=store_target, **context)
         return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
+    def missing(run_id: str, code: int = 404, why: str | None = None) -> HTMLResponse:
+        return page("missing.html", code=code, run_id=run_id, why=why or launcher.ended_early(run_id))
+
     @app.get("/", response_class=HTMLResponse)
     def runs_page(status: str = "", q: str = "") -> HTMLResponse:
         with store() as s:
@@ -86,27 +102,33 @@ def create_app(
             rows = views.run_rows(s, state=status or None, query=q) if s is not None else []
         return page("_runs_rows.html", rows=rows)
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(run_id: str) -> HTMLResponse:
+    def detail(run_id: str) -> views.RunDetail | None:
         with store() as s:
             try:
-                detail = views.run_detail(s, run_id) if s is not None else None
+                return views.run_detail(s, run_id, policies=reviewers) if s is not None else None
             except RunNotFoundError:
-                detail = None
-        if detail is None:
-            return page("missing.html", code=404, run_id=run_id)
-        return page("run.html", d=detail, state_json=json.dumps(detail.state))
+                return None
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(run_id: str, done: str = "") -> HTMLResponse:
+        d = detail(run_id)
+        if d is None:
+            return missing(run_id)
+        return page("run.html", d=d, state_json=json.dumps(d.state), done=done)
 
     @app.get("/runs/{run_id}/panels", response_class=HTMLResponse)
     def run_panels(run_id: str) -> HTMLResponse:
-        with store() as s:
-            try:
-                detail = views.run_detail(s, run_id) if s is not None else None
-            except RunNotFoundError:
-                detail = None
-        if detail is None:
+        d = detail(run_id)
+        if d is None:
             return HTMLResponse("", status_code=404)
-        return page("_run_panels.html", d=detail)
+        return page("_run_panels.html", d=d)
+
+    @app.get("/runs/{run_id}/review", response_class=HTMLResponse)
+    def run_review(run_id: str) -> HTMLResponse:
+        d = detail(run_id)
+        if d is None:
+            return HTMLResponse("", status_code=404)
+        return page("_review.html", d=d)
 
     @app.get("/runs/{run_id}/stream")
     async def run_stream(run_id: str, request: Request) -> EventSourceResponse:
@@ -146,35 +168,81 @@ def create_app(
     @app.get("/runs/{run_id}/edit", response_class=HTMLResponse)
     def edit_page(run_id: str) -> HTMLResponse:
         with store() as s:
-            found = _pending_plan(s, run_id) if s is not None else None
+            try:
+                found = pending_version(s, run_id) if s is not None else None
+            except RunNotFoundError:
+                found = None
         if found is None:
-            return page("missing.html", code=404, run_id=run_id, why="no plan of this run waits for approval")
+            return missing(run_id, why="no stored version of this run's plan waits for approval: there is nothing to edit")
         approval, plan = found
-        return page("edit.html", run_id=run_id, approval=approval, plan=plan, text=plan.to_json(indent=2), check=None)
+        return page("edit.html", run_id=run_id, base=approval.content_hash, plan=plan, text=plan.to_json(indent=2), check=None)
 
     @app.post("/runs/{run_id}/edit", response_class=HTMLResponse)
     async def edit_submit(run_id: str, request: Request) -> Response:
-        text = _form(await request.body()).get("plan", "")
+        form = _form(await request.body())
+        text, base, reason = form.get("plan", ""), form.get("base", ""), form.get("reason", "").strip()
 
-        def work() -> tuple[str, Any, Any, Any]:
+        def work() -> tuple[int, dict[str, Any]]:
             with store() as s:
-                found = _pending_plan(s, run_id) if s is not None else None
-                if s is None or found is None:
-                    return "gone", None, None, None
+                try:
+                    found = pending_version(s, run_id) if s is not None else None
+                except RunNotFoundError:
+                    found = None
+                if s is None or found is None:  # nothing waits any more: the text stays on the page, nothing is saved
+                    why = actions.stale_reason(s, run_id, base) if s is not None and base else None
+                    stale = why or "no version of this run's plan waits for approval any more"
+                    return 409, {"run_id": run_id, "base": "", "plan": None, "text": text, "reason": reason, "check": None, "stale": stale}
                 approval, plan = found
-                tools = [str(t) for t in actions.run_setup(s, run_id).get("tools", [])]
+                context: dict[str, Any] = {"run_id": run_id, "base": approval.content_hash, "plan": plan, "text": text, "reason": reason}
+                if base != approval.content_hash:  # someone else's edit (or a replan) came first: never apply this one to it unseen
+                    return 409, {**context, "check": None, "stale": actions.stale_reason(s, run_id, base)}
+                tools = [str(t) for t in run_setup(s, run_id).get("tools", [])]
                 check = actions.check_edit(text, old=plan, tools=tools, cwd=folder)
                 if check.plan is None:
-                    return "problems", approval, plan, check
-                new_id = actions.submit_edit(s, approval, check.plan, by=name, store_target=store_target, tools=tools, cwd=folder)
-                return "started", new_id, None, None
+                    return 422, {**context, "check": check}
+                try:
+                    actions.submit_edit(s, approval, check.plan, by=name, reason=reason)
+                except ApprovalError as exc:  # decided or edited between the read and the write
+                    return 409, {**context, "check": None, "stale": str(exc)}
+                return 303, {"version": check.plan.version}
 
-        outcome, a, plan, check = await asyncio.to_thread(work)
-        if outcome == "gone":
-            return page("missing.html", code=409, run_id=run_id, why="its plan no longer waits for approval (decided meanwhile?)")
-        if outcome == "problems":
-            return page("edit.html", code=422, run_id=run_id, approval=a, plan=plan, text=text, check=check)
-        return RedirectResponse(f"/runs/{a}?edited_from={run_id}", status_code=303)
+        code, context = await asyncio.to_thread(work)
+        if code == 303:
+            said = f"saved your edit as v{context['version']} (by {name}); the waiting run checks it and its policies review it"
+            return RedirectResponse(f"/runs/{quote(run_id, safe='')}?{_query('done', said)}", status_code=303)
+        return page("edit.html", code=code, **context)
+
+    @app.get("/start", response_class=HTMLResponse)
+    def start_page(template: str = "") -> HTMLResponse:
+        with store() as s:
+            templates = s.templates() if s is not None else []
+        return page("start.html", **_start_context(templates, template))
+
+    @app.post("/start/goal")
+    async def start_goal(request: Request) -> Response:
+        form = _form(await request.body())
+        check = start.check_goal(form)
+        if not check.ok:
+            with store() as s:
+                templates = s.templates() if s is not None else []
+            return page("start.html", code=422, goal=check, **_start_context(templates, ""))
+        run_id = await asyncio.to_thread(launcher.start, check)
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+
+    @app.post("/start/template")
+    async def start_template(request: Request) -> Response:
+        form = _form(await request.body())
+
+        def work() -> tuple[start.FormCheck, list[Any]]:
+            with store() as s:
+                check, _ = start.check_template(form, s)
+                return check, s.templates() if s is not None else []
+
+        check, templates = await asyncio.to_thread(work)
+        if not check.ok:
+            return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
+        run_id = await asyncio.to_thread(launcher.start, check)
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
     @app.get("/static/{asset}")
     def static(asset: str) -> Response:
@@ -190,18 +258,14 @@ def create_app(
     return Guard(app, token=token, loopback=loopback)  # in front of every route: see `security`
 
 
-def _pending_plan(store: RunStore, run_id: str) -> tuple[Any, Any] | None:
-    """The run's pending plan approval and the stored version it is about; None when no stored version waits."""
-    try:
-        pending = [a for a in store.approvals(run_id, pending_only=True) if a.step_id is None and a.state is ApprovalState.PENDING]
-        versions = store.plan_versions(run_id)
-    except RunNotFoundError:
-        return None
-    for a in reversed(pending):
-        for v in versions:
-            if v.plan.content_hash == a.content_hash:
-                return a, v.plan
-    return None
+def _start_context(templates: list[Any], chosen: str) -> dict[str, Any]:
+    """The start page's lists: every template's latest version (by name), and the one chosen with its versions."""
+    latest: dict[str, Any] = {}
+    for t in templates:
+        latest[t.name] = t  # templates() is by name, then version: the last one wins
+    picked = latest.get(chosen)
+    versions = [t.version for t in templates if t.name == chosen]
+    return {"templates": list(latest.values()), "chosen": picked, "versions": versions, "modes": start.GOAL_MODES}
 
 
 async def _follow(store_target: str, run_id: str, request: Request, poll: float) -> AsyncIterator[dict[str, str]]:
@@ -219,7 +283,7 @@ async def _follow(store_target: str, run_id: str, request: Request, poll: float)
                     if state["finished"]:
                         return
             except RunNotFoundError:
-                pass  # not stored yet (a run just started from the editor): keep looking
+                pass  # not stored yet (a run just started from the console): keep looking
             await asyncio.sleep(poll)
     finally:
         await asyncio.to_thread(opened.close)

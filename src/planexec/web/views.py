@@ -3,12 +3,15 @@
 Owns `run_rows` (the runs page: state, goal, start, duration, steps,
 cost; filtered by state and searched by goal), `run_detail` (one run
 rebuilt from its events by `replay`: each step with its definition and
-record, the plan as a graph, the timeline, the plan's versions with the
-changes of each against the one before, the approvals), `live_state` (the
+record, its inputs as resolved with their provenance, its criteria's
+results, the policies' verdicts and approvals about it (see `details`),
+the plan as a graph, the timeline, the plan's versions with the changes
+of each against the one before, the approvals, usage per role, and the
+policies' verdicts on a version that waits for review), `live_state` (the
 small snapshot the live stream pushes) and `inbox` (pending approvals,
 each said in words: a plan version, a step, or one tool call in a step).
 Reads only: every write goes through `actions`. Imports the store's
-protocol and records, `replay`, `plan` and `graph`; never the CLI.
+protocol and records, `replay`, `plan`, `details` and `graph`; never the CLI.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from typing import Any
 
 from planexec.engine.replay import RunView, replay
 from planexec.engine.results import PlanVersion, RunStatus, StepRecord
+from planexec.governance.policies import Policy, Review
 from planexec.plan.model import Plan, Step
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary
+from planexec.web.details import criteria_results, describe_usage, plan_review, resolved_inputs, usage_by_role
 from planexec.web.graph import plan_svg, timeline_svg
 
 __all__ = ["STATES", "RunDetail", "inbox", "live_state", "run_detail", "run_rows"]
@@ -81,10 +86,17 @@ class RunDetail:
     events: int
     answer: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
+    roles: list[tuple[str, str]] = field(default_factory=list)  # (role, its usage in words), the costliest first
+    usage: str = ""
+    review: Review | None = None  # the policies' verdicts on the version that waits for review
+    pending_version: int | None = None  # the version that waits, when it is stored (an edit may answer it)
 
 
-def run_detail(store: RunStore, run_id: str) -> RunDetail:
-    """The run `run_id` rebuilt from the store; `RunNotFoundError` (a `StoreError`) for an unknown id."""
+def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = None) -> RunDetail:
+    """The run `run_id` rebuilt from the store; `RunNotFoundError` (a `StoreError`) for an unknown id.
+
+    `policies` (the project's) review a plan version that waits for approval.
+    """
     summary = store.run(run_id)
     events = store.events(run_id)
     stored = store.plan_versions(run_id)
@@ -93,8 +105,10 @@ def run_detail(store: RunStore, run_id: str) -> RunDetail:
     view = replay(events, plan)
     states = {sid: rec.state.value for sid, rec in view.steps.items()}
     definitions = {s.step_id: s for v in stored for s in v.plan.steps}  # the latest definition of each step
-    steps = [_step(sid, rec, definitions.get(sid), view) for sid, rec in view.steps.items()]
     pending = [a for a in approvals if a.step_id is None and a.state is ApprovalState.PENDING]
+    waiting = next((v for a in reversed(pending) for v in stored if v.plan.content_hash == a.content_hash), None)
+    review = _review(waiting, stored, approvals, policies or [])
+    steps = [_step(sid, rec, definitions.get(sid), view, events, approvals, review) for sid, rec in view.steps.items()]
     return RunDetail(
         summary=summary,
         view=view,
@@ -108,7 +122,20 @@ def run_detail(store: RunStore, run_id: str) -> RunDetail:
         events=len(events),
         answer=_text(view.answer) if summary.finished and view.answer is not None else None,
         state=_state(summary, view),
+        roles=[(role, describe_usage(u)) for role, u in usage_by_role(view, events, summary.usage)],
+        usage=describe_usage(summary.usage),
+        review=review,
+        pending_version=waiting.version if waiting is not None else None,
     )
+
+
+def _review(waiting: PlanVersion | None, stored: list[PlanVersion], approvals: list[Approval], policies: list[Policy]) -> Review | None:
+    """The policies' verdicts on the waiting version, against the last version a person approved before it."""
+    if waiting is None:
+        return None
+    approved = {a.content_hash for a in approvals if a.step_id is None and a.state is ApprovalState.APPROVED}
+    before = [v.plan for v in stored if v.version < waiting.version and v.plan.content_hash in approved]
+    return plan_review(waiting.plan, policies, before[-1] if before else None)
 
 
 def live_state(store: RunStore, run_id: str) -> dict[str, Any]:
@@ -130,8 +157,11 @@ def _state(summary: RunSummary, view: RunView) -> dict[str, Any]:
     }
 
 
-def _step(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> dict[str, Any]:
-    """One step's panel: its definition (instruction, inputs, dependencies) and its record (output, error, timings, calls)."""
+def _step(
+    sid: str, rec: StepRecord, step: Step | None, view: RunView, events: list[Any], approvals: list[Approval], review: Review | None
+) -> dict[str, Any]:
+    """One step's panel: its definition (instruction, inputs as resolved, dependencies), its record (output and where it came
+    from, error, timings, calls), and what judged it (criteria, critics, policies, people)."""
     t0 = view.started_at
 
     def offset(at: datetime | None) -> str | None:
@@ -143,17 +173,20 @@ def _step(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> dict[s
         "worker": rec.worker or (step.worker if step else ""),
         "action": rec.action or (step.action if step else ""),
         "instruction": step.instruction if step else None,
-        "inputs": _text(step.parameters) if step is not None and step.parameters else None,
+        "inputs": resolved_inputs(step, view) if step is not None else [],
         "after": list(step.dependencies) if step is not None else [],
         "requires_approval": bool(step.requires_approval) if step is not None else False,
         "attempts": rec.attempts,
         "started": offset(rec.started_at),
         "finished": offset(rec.finished_at),
         "wall": f"{rec.wall_time:.3f}s",
-        "usage": f"{rec.usage.input_tokens} tokens in{rec.usage.describe_cache()}, {rec.usage.output_tokens} out, {rec.usage.model_calls} model calls, "
-        f"{rec.usage.describe_cost()}",
+        "usage": describe_usage(rec.usage),
         "output": _text(rec.output.value) if rec.output is not None else None,
+        "produced": _produced(rec),
         "untrusted": [s.label() for s in rec.output.provenance.sources if s.untrusted] if rec.output is not None else [],
+        "criteria": criteria_results(step, rec, events) if step is not None else [],
+        "policies": [v.render() for v in review.verdicts if sid in v.steps] if review is not None else [],
+        "approvals": [_approval_line(a) for a in approvals if a.step_id == sid],
         "error": f"{rec.error.rule}: {rec.error.type}: {rec.error.message}" if rec.error is not None else None,
         "reason": rec.reason,
         "verdicts": [
@@ -168,6 +201,22 @@ def _step(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> dict[s
             for c in rec.calls
         ],
     }
+
+
+def _produced(rec: StepRecord) -> str | None:
+    """Where the step's output came from: its worker and action, the tools that ran, the attempt, its sources."""
+    if rec.output is None:
+        return None
+    prov = rec.output.provenance
+    tools = f" with {', '.join(prov.tools)}" if prov.tools else ""
+    sources = f"; derives from {', '.join(s.label() for s in prov.sources)}" if prov.sources else "; derives from the reviewed plan alone"
+    return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{sources}"
+
+
+def _approval_line(a: Approval) -> str:
+    """``#3 approved by alice: looks right`` (or ``pending``)."""
+    who = f" by {a.by}" if a.by else ""
+    return f"#{a.approval_id} {a.state.value}{who}" + (f": {a.reason}" if a.reason else "")
 
 
 def _versions(stored: list[PlanVersion]) -> list[dict[str, Any]]:

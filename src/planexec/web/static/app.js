@@ -35,14 +35,19 @@ function paint(state) {
   }
 }
 
-async function reloadPanels(url) {
-  const box = document.getElementById("panels");
-  if (!box) return;
+const shown = new Map(); // box id -> the HTML the server sent last
+
+async function reload(boxId, url) {
+  const box = document.getElementById(boxId);
+  if (!box || !url) return;
   const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.id));
   const closed = new Set([...box.querySelectorAll("details:not([open])")].map((d) => d.id));
   const answer = await fetch(url, { credentials: "same-origin" });
   if (!answer.ok) return;
-  box.innerHTML = await answer.text();
+  const html = await answer.text();
+  if (shown.get(boxId) === html) return; // nothing changed here: leave what a person is typing alone
+  shown.set(boxId, html);
+  box.innerHTML = html;
   for (const d of box.querySelectorAll("details")) {
     if (open.has(d.id)) d.open = true;
     else if (closed.has(d.id)) d.open = false;
@@ -58,15 +63,13 @@ function followRun() {
   const source = new EventSource(facts.dataset.stream);
   source.addEventListener("state", async (e) => {
     const state = JSON.parse(e.data);
-    const pendingGone = document.querySelector("section.pending") && (state.seq !== (last && last.seq));
     paint(state);
-    if (!last || state.seq !== last.seq) await reloadPanels(facts.dataset.panels);
-    last = state;
-    if (pendingGone) {
-      // a decision was taken (here or elsewhere): the approval box no longer applies once the run moves on
-      const box = document.querySelector("section.pending");
-      if (box && Object.values(state.steps).some((s) => s !== "pending")) box.remove();
+    if (!last || state.seq !== last.seq) {
+      // the review box first: a plan version that now waits (an edit, a revision) shows its approval at once
+      await reload("review-box", facts.dataset.review);
+      await reload("panels", facts.dataset.panels);
     }
+    last = state;
     if (state.finished) { source.close(); document.body.dataset.live = "finished"; }
   });
   document.body.dataset.live = "following";
