@@ -28,7 +28,7 @@ from typing import Any
 from planexec.engine.calls import CallHooks
 from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
-from planexec.engine.deadline import Deadline
+from planexec.engine.deadline import Deadline, DeadlineClock
 from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
@@ -68,6 +68,7 @@ class Attempts:
         self._grace = host.config.cancel_grace
         self._max_output = host.config.max_output_bytes or None
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
+        self._clock = DeadlineClock()  # every attempt's deadline on one event-loop timer
         config = host.config
         self._hooks = CallHooks(run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted)
 
@@ -87,7 +88,7 @@ class Attempts:
             try:
                 call = self._call(step, worker, attempt)
                 stuck = (lambda: self.abandon(step, timeout)) if timeout is not None else None  # no deadline, never stuck
-                deadline = Deadline(timeout, on_stuck=stuck, grace=self._grace)
+                deadline = Deadline(timeout, self._clock, on_stuck=stuck, grace=self._grace)
                 try:
                     here = CURRENT_STEP.set((self._run, step.step_id))
                     gate = GATE_HOOKS.set(self._hooks)

@@ -1,0 +1,119 @@
+"""What the engine's lean hot path must keep: deadlines on one shared timer still fire on time and only for their own step."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from planexec import Engine, Plan, Registry, StepState
+from planexec.engine.deadline import Deadline, DeadlineClock
+
+
+def mkplan(*steps):
+    return Plan.model_validate({"plan_id": "p", "goal": "g", "steps": list(steps)})
+
+
+@pytest.fixture
+def reg():
+    reg = Registry()
+
+    @reg.tool
+    async def nap(seconds: float = 0.0) -> str:
+        await asyncio.sleep(seconds)
+        return "rested"
+
+    @reg.tool
+    async def quick() -> None:
+        return None
+
+    return reg
+
+
+def test_a_short_deadline_armed_after_a_long_one_fires_at_its_own_time(reg):
+    # the clock's timer is armed for the long deadline first; the short one must bring it forward
+    plan = mkplan(
+        {"id": "long", "action": "nap", "parameters": {"seconds": 0.6}, "timeout": 30},
+        {"id": "short", "action": "nap", "parameters": {"seconds": 30}, "timeout": 0.1, "failure_action": "skip"},
+    )
+
+    async def go():
+        t0 = time.perf_counter()
+        r = Engine(reg).start(plan)
+        ended = {}
+        r.subscribe(lambda ev: ended.setdefault(ev.step_id, time.perf_counter() - t0) if ev.type == "step_failed" else None)
+        return await r.result(), ended
+
+    result, ended = asyncio.run(go())
+    assert result.steps["long"].state is StepState.SUCCEEDED
+    short = result.steps["short"]
+    assert short.state is StepState.FAILED and short.error.rule == "timeout"
+    assert 0.09 <= ended["short"] < 0.5  # its own 0.1 s, not the long step's 30 s
+
+
+def test_a_timeout_fires_after_many_attempts_ended_on_the_same_clock(reg):
+    # hundreds of disarmed deadlines are swept from the clock's heap; the live one still fires
+    quick = [{"id": f"q{i}", "action": "nap", "parameters": {"seconds": 0.01}} for i in range(300)]
+    late = {"id": "late", "action": "nap", "parameters": {"seconds": 30}, "timeout": 0.2, "depends_on": ["q299"], "failure_action": "skip"}
+    result = Engine(reg).run_sync(mkplan(*quick, late))
+    assert all(result.steps[f"q{i}"].state is StepState.SUCCEEDED for i in range(300))
+    assert result.steps["late"].error.rule == "timeout"
+
+
+def test_deadlines_fire_in_order_and_a_disarmed_one_never_fires():
+    async def go():
+        clock = DeadlineClock()
+        fired = []
+
+        async def attempt(name, delay, work, disarm_early=False):
+            d = Deadline(delay, clock)
+            try:
+                if disarm_early:
+                    d.disarm()
+                await asyncio.sleep(work)
+            except asyncio.CancelledError:
+                if d.expired():
+                    fired.append(name)
+                    return
+                raise
+            finally:
+                d.disarm()
+
+        await asyncio.gather(
+            attempt("c", 0.15, 5),
+            attempt("a", 0.05, 5),
+            attempt("off", 0.01, 0.3, disarm_early=True),
+            attempt("b", 0.10, 5),
+            attempt("none", None, 0.2),
+        )
+        return fired, clock
+
+    fired, clock = asyncio.run(go())
+    assert fired == ["a", "b", "c"]
+    assert not any(entry[2]._task is not None for entry in clock._heap)  # it keeps no task alive
+
+
+def test_a_cancel_from_outside_is_not_taken_for_the_deadline():
+    async def go():
+        clock = DeadlineClock()
+        seen = {}
+
+        async def attempt():
+            d = Deadline(5.0, clock)
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                seen["expired"] = d.expired()
+                raise
+            finally:
+                d.disarm()
+
+        task = asyncio.get_running_loop().create_task(attempt())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert asyncio.run(go()) == {"expired": False}
