@@ -19,8 +19,10 @@ Plan and stream runs get a `PlannerReplanner` (``max_replans``) and a
 grammar the joiner's schema would break: `joiner_note` says why). Models come from
 a factory, one per goal: `scripted_models` (the `oracle`, optionally behind a
 `LatencyModel`) or `configured_models` (`ModelSettings`). Tables, charts and
-files are `eval.report`'s. Imports `team`, `eval.suite`, `eval.oracle`,
-`planning`, `engine.results`, `usage`, `models`, `records`, `errors`.
+files are `eval.report`'s. Each goal runs through `engine.loop.run_to_end`,
+so a tool that hangs cannot hold the process. Imports `team`,
+`eval.suite`, `eval.oracle`, `planning`, `engine.results`, `engine.loop`,
+`usage`, `models`, `records`, `errors`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ModelError, PlanningError
 from planexec.eval.oracle import LatencyModel, OracleModel
@@ -376,7 +379,7 @@ def run_suite(
         for case in cases:
             model = models(case)
             for mode in modes:
-                record = asyncio.run(run_goal(suite, case, mode, model, registry, options=options, repeat=n))
+                record = run_to_end(run_goal(suite, case, mode, model, registry, options=options, repeat=n))
                 records.append(record)
                 if on_record is not None:
                     on_record(record)

@@ -20,13 +20,13 @@ and ``output_schema`` fields; `load_plan` strips them where `Plan` does not
 know them yet, so the same scenarios measure the code before and after the
 defences. The scenarios live in `eval.injection_scenarios`; the run
 records, figures and tables in `eval.injection_report`. Imports `team`,
-`testing`, `plan`, `engine.results`, `workers`, `config` and
-`eval.injection_report`; never a face.
+`testing`, `plan`, `engine.results`, `engine.loop` (each scenario runs
+through `run_to_end`, so a hung tool cannot hold the process), `workers`,
+`config` and `eval.injection_report`; never a face.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
 import json
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from planexec.config import Config
+from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, StepState
 from planexec.errors import PlanexecError, PlanParseError
 from planexec.eval.injection_report import (
@@ -338,7 +339,7 @@ def play(
         result: RunResult | None = None
         error = None
         try:
-            result = asyncio.run(
+            result = run_to_end(
                 _execute(scenario, plan, _team(model, workspace, tools, approval, person, mode, defences=defences), mode, approval)
             )
         except PlanexecError as exc:  # a plan refused before it ran is an outcome too: nothing ran

@@ -15,6 +15,14 @@ so the model is loaded as a `Llama` subclass that counts, in ``generate``,
 the prompt tokens it is given and the tokens it samples (an end-of-generation
 token is not counted): the same numbers llama.cpp reports for a
 non-streamed call, so a stream's usage is exact too.
+
+Calls run on the model's own daemon thread (`_ModelThread`), not on the
+event loop's default executor: that executor's threads are joined when the
+interpreter exits, so one native call that never returns (a cancelled step
+does not stop llama.cpp mid-call) kept ``planexec run`` from exiting. A
+cancelled call that has not started never runs; one that has finishes on
+that thread, or is left there when the process exits. At exit the model is
+freed only when no call is using it.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import contextlib
 import functools
 import importlib.util
 import json
+import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +56,51 @@ _INSTALL_HINT = (
     '-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" pip install llama-cpp-python==0.3.36 '
     "(or pip install 'planexec[local]' with that CMAKE_ARGS set)"
 )
+
+
+class _ModelThread:
+    """A daemon thread that runs a model's calls in order: never joined at exit, so a hung native call cannot hold the process.
+
+    It ends after `_IDLE` seconds without work (the next call starts
+    another) and holds no reference to the model between calls, so a model
+    nobody uses any more is freed as before.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._name = name
+        self._running = False
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Queue ``fn(*args)``; its future (cancelling it before the call starts means it never runs)."""
+        future: Future[Any] = Future()
+        with self._lock:  # with the worker's decision to stop: a job is never left in a queue nobody reads
+            self._jobs.put((future, fn, args))
+            if not self._running:
+                threading.Thread(target=self._work, name=self._name, daemon=True).start()
+                self._running = True
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                future, fn, args = self._jobs.get(timeout=_IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._running = False
+                        return
+                continue
+            if future.set_running_or_notify_cancel():  # else cancelled while it waited: nobody wants it
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to whoever awaits it, never lost in the thread
+                    future.set_exception(exc)
+            del future, fn, args  # the model is not kept alive by the last call it ran
+
+
+_IDLE = 10.0  # seconds a model's thread waits for another call before it ends
 
 
 def default_model_path() -> Path:
@@ -159,6 +214,7 @@ class LocalModel:
         # cancelled still finishes before the next one touches the model.
         self._run_lock = threading.Lock()
         self._queue: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._thread = _ModelThread(f"planexec-{name}")
 
     def _model_path(self) -> Path:
         path = self.path if self.path is not None else default_model_path()
@@ -182,8 +238,17 @@ class LocalModel:
                 except Exception as e:  # llama raises ValueError for files it cannot load
                     raise ModelError(f"could not load local model {path}: {e}", model=self.name) from e
                 # freed before the interpreter tears llama_cpp's module down; its own __del__ then fails noisily
-                atexit.register(self._llama.close)
+                atexit.register(self._close_at_exit)
             return self._llama
+
+    def _close_at_exit(self) -> None:
+        # a call still running on the model's thread (left behind by a cancelled step) keeps using it: freeing it
+        # under that call would crash the exit, so it is left to the process's end
+        if self._llama is not None and self._run_lock.acquire(blocking=False):
+            try:
+                self._llama.close()
+            finally:
+                self._run_lock.release()
 
     def _check_schema(self, schema: dict[str, Any]) -> None:
         # llama-cpp-python silently falls back to unconstrained JSON when the
@@ -272,7 +337,7 @@ class LocalModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one chat completion in a worker thread and return it with exact usage."""
         async with self._queue_lock():
-            raw = await asyncio.to_thread(self._generate, request)
+            raw = await asyncio.wrap_future(self._thread.submit(self._generate, request))
         choice = raw["choices"][0]
         usage = raw.get("usage") or {}
         return ModelResponse(
@@ -308,7 +373,7 @@ class LocalModel:
         lock = self._queue_lock()
         await lock.acquire()
         try:
-            worker = loop.run_in_executor(None, self._generate_stream, request, emit, stopped)
+            worker = asyncio.wrap_future(self._thread.submit(self._generate_stream, request, emit, stopped))
         except BaseException:
             lock.release()
             raise

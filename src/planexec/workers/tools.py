@@ -5,9 +5,11 @@ it runs, by a pydantic model built from its signature or, for
 `Tool.from_schema`, by a JSON Schema; it receives them as the caller gave
 them, and its return value is checked strictly by `workers.outputs`, then
 against its return annotation or output schema, never consumed on the
-event loop) and `Predicate` (a named check on a step's output, registered
-like a tool). Imports `errors`, `models.base`, `plan.validation` and
-`workers` (`io`, `context`, `arguments`, `outputs`).
+event loop; with ``isolated=True`` it runs in a child process per call,
+`workers.isolated`) and `Predicate` (a named check on a step's output,
+registered like a tool). Imports `errors`, `models.base`,
+`plan.validation` and `workers` (`io`, `context`, `arguments`, `outputs`,
+`isolated`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from planexec.plan.validation import input_problems
 from planexec.workers.arguments import SchemaInput
 from planexec.workers.context import is_context_annotation, tool_context
 from planexec.workers.io import StepCall
+from planexec.workers.isolated import FunctionRef, IsolatedCall, reference
 from planexec.workers.outputs import encode, encode_inline
 
 __all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
@@ -127,6 +130,12 @@ class Tool:
     context), one annotated `ToolContext` (or ``ToolContext[MyDeps]``) the
     run's dependencies, run id and step id (`workers.context`). Sync
     functions run in a worker thread so a slow one never blocks the event loop.
+    ``isolated=True`` runs each call in a child process instead
+    (`workers.isolated`): one that hangs, blocks in C or ignores its
+    cancellation is stopped for sure (SIGTERM, then SIGKILL after the
+    cancel grace), and one that dies fails only its step. Its function
+    must be a ``def`` at the top level of a module, and it takes no
+    injected parameter.
 
     `idempotent`, `requires_approval`, `read_only`, `sensitive` and
     `untrusted_output` are declarations the engine and policies read: a step
@@ -155,6 +164,7 @@ class Tool:
         untrusted_output: bool = True,
         input_schema: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        isolated: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -187,6 +197,21 @@ class Tool:
         self.output_adapter: TypeAdapter[Any] = TypeAdapter(self.output_type)
         # nothing declared about the output: the strict check is the only one
         self._untyped = self._output_validator is None and self.output_type is Any
+        # where a child process finds the function, for a tool that runs in one per call (see `workers.isolated`)
+        self.isolated: FunctionRef | None = self._isolation(by_schema) if isolated else None
+
+    def _isolation(self, by_schema: bool) -> FunctionRef:
+        """Where a child finds the function; `RegistryError` naming the tool when none could, or it takes what cannot cross."""
+        if by_schema:
+            raise RegistryError(f"tool {self.name!r}: a tool built from a JSON Schema cannot be isolated", name=self.name)
+        injected = self.context_param or self.call_param
+        if injected is not None:
+            raise RegistryError(
+                f"tool {self.name!r} is isolated, so its parameter {injected!r} cannot be injected: a ToolContext's dependencies "
+                "and a StepCall do not cross to another process (pass what the tool needs as arguments)",
+                name=self.name,
+            )
+        return reference(self.fn, self.name)
 
     def _schema_parameters(self, hints: dict[str, Any], *, varargs: bool) -> list[inspect.Parameter]:
         """The parameters that take arguments; those annotated `StepCall` or `ToolContext` are noted as injected."""
@@ -316,6 +341,8 @@ class Tool:
             kwargs[self.call_param] = call
         if self.context_param is not None:
             kwargs[self.context_param] = tool_context(self.name, call)
+        if self.isolated is not None:
+            return await self._invoke_isolated(self.isolated, arguments, step_id)
         if self.is_async:
             result = await self.fn(**kwargs)
         else:
@@ -323,6 +350,27 @@ class Tool:
             if inspect.isawaitable(result):  # a callable object or a partial that returns a coroutine
                 result = await result
         return await self.checked_output(result, step_id=step_id)
+
+    async def _invoke_isolated(self, ref: FunctionRef, arguments: dict[str, Any], step_id: str | None) -> Any:
+        """Run the call in a child process (`workers.isolated`); a step that stops waiting stops the child, and waits until it is gone."""
+        call = IsolatedCall(ref, arguments, tool=self.name, tool_class=Tool, step_id=step_id)
+        try:
+            return await in_thread(call.run)
+        finally:
+            if not call.gone.is_set():  # cancelled (the step's timeout, a cancel): SIGTERM, SIGKILL after the grace
+                await in_thread(call.stop)
+
+    def call_here(self, arguments: dict[str, Any], *, step_id: str | None = None, max_bytes: int | None = None) -> Any:
+        """Check the arguments, run the function here and now (blocking), return its output as JSON data of at most `max_bytes`.
+
+        What an isolated tool's child process does with each call.
+        """
+        checked = self.check_arguments(arguments, step_id=step_id)
+        result = self.fn(**self.keywords(checked))
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        data = encode(result, step_id=step_id, tool=self.name, max_bytes=max_bytes)
+        return data if self._untyped else self.encode_output(result, step_id=step_id)
 
     async def checked_output(self, result: Any, *, step_id: str | None = None) -> Any:
         """What the function returned as JSON data, strictly checked (`workers.outputs`) and never consumed on the event loop.
@@ -385,6 +433,10 @@ class Tool:
             ) from None
 
 
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 @overload
 def tool(
     fn: Callable[..., Any],
@@ -397,6 +449,7 @@ def tool(
     read_only: bool = False,
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
+    isolated: bool = False,
 ) -> Tool: ...
 
 
@@ -412,6 +465,7 @@ def tool(
     read_only: bool = False,
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
+    isolated: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -426,8 +480,13 @@ def tool(
     read_only: bool = False,
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
+    isolated: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``)."""
+    """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``).
+
+    ``isolated=True`` runs each call in a child process (`workers.isolated`):
+    the function must be a ``def`` at the top level of a module.
+    """
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(
@@ -440,6 +499,7 @@ def tool(
             read_only=read_only,
             sensitive=sensitive,
             untrusted_output=untrusted_output,
+            isolated=isolated,
         )
 
     return wrap(fn) if fn is not None else wrap
