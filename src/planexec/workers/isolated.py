@@ -118,7 +118,9 @@ def _warm_up() -> None:
     """Start the forkserver in the background once a tool is declared isolated, so a first call does not wait ~1 s for it."""
     global _warmed
     with _warming:
-        if _warmed or _METHOD != "forkserver":
+        # not in a call's child, nor in the server importing the main script: the tool's module is imported there too
+        inside = multiprocessing.parent_process() is not None or getattr(multiprocessing.current_process(), "_inheriting", False)
+        if _warmed or _METHOD != "forkserver" or inside:
             return
         _warmed = True
         # the server imports planexec once, so a call's child need not: ~10 ms a call, not ~0.5 s ("__main__" is
