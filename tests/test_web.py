@@ -295,6 +295,63 @@ def test_serve_prints_an_address_with_a_new_token_when_none_is_given(project):
         proc.communicate(timeout=10)
 
 
+def _serve_lines(proc: subprocess.Popen[str]) -> tuple[str, int]:
+    """The first lines ``planexec serve`` prints (up to the address to open) and the port it listens on."""
+    text = ""
+    deadline = time.monotonic() + WAIT
+    while "?token=" not in text and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        text += line
+    return text, int(text.split("planexec console on http://127.0.0.1:")[1].split("/")[0])
+
+
+def test_serve_port_0_picks_a_free_port_and_the_token_comes_from_the_variable_planexec_toml_names(project, monkeypatch):
+    (project / "planexec.toml").write_text('[planexec.serve]\ntoken_env = "MY_CONSOLE_TOKEN"\nuser = "carol"\n')
+    monkeypatch.setenv("MY_CONSOLE_TOKEN", "from-the-environment-0123456789")
+    proc = planexec("serve", "--port", "0", cwd=project)
+    try:
+        text, port = _serve_lines(proc)
+        token = "from-the-environment-0123456789"
+        assert port > 0 and token not in text, text  # a token the person chose is not printed: where it comes from is
+        assert f"open: http://127.0.0.1:{port}/?token=TOKEN, with the token from $MY_CONSOLE_TOKEN (planexec.toml)" in text
+        wait_until("the console answering on the printed port", lambda: _answers(f"http://127.0.0.1:{port}/", token), proc)
+        assert (
+            "signed in as <strong>carol</strong>" in request(f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {token}"})[1]
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_serve_refuses_a_token_variable_that_is_not_set(project, monkeypatch, capsys):
+    from planexec.cli.main import main
+
+    (project / "planexec.toml").write_text('[planexec.serve]\ntoken_env = "MY_CONSOLE_TOKEN"\n')
+    monkeypatch.delenv("MY_CONSOLE_TOKEN", raising=False)
+    assert main(["serve", "--port", "0"]) == 2
+    assert "$MY_CONSOLE_TOKEN" in capsys.readouterr().err
+
+
+def test_a_token_written_in_planexec_toml_is_used_with_a_warning_when_others_can_read_the_file(project):
+    config = project / "planexec.toml"
+    config.write_text('[planexec.serve]\ntoken = "written-in-the-file-0123456789"\n')
+    for mode, warned in ((0o644, True), (0o600, False)):
+        config.chmod(mode)
+        proc = planexec("serve", "--port", "0", cwd=project)
+        try:
+            text, port = _serve_lines(proc)
+            token = "written-in-the-file-0123456789"
+            assert token not in text and "with the token from planexec.toml" in text
+            url = f"http://127.0.0.1:{port}/"
+            wait_until("the console answering", lambda url=url, token=token: _answers(url, token), proc)
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=10)
+        assert ("other users can read it: chmod 600" in err) is warned, (oct(mode), err)
+
+
 def _answers(url: str, token: str) -> bool:
     try:
         return request(url, headers={"Authorization": f"Bearer {token}"})[0] == 200
@@ -568,6 +625,136 @@ def test_the_pages_are_readable_at_200_percent_zoom(project, server, driver):
     run.communicate()
 
 
+@browser
+@needs_chromium
+def test_the_editor_switches_to_compact_text_and_shows_its_problems_by_line(project, server, driver):
+    run = start_waiting_on_plan(project, "r6")
+    sign_in(driver, server, "/runs/r6/edit")
+    driver.find_element("id", "to-compact").click()
+    wait_for(driver, "the compact text", lambda: "Plan (compact: one line per step)" in driver.find_element("tag name", "main").text)
+    text = driver.find_element("id", "plan-text").get_attribute("value")
+    assert text.splitlines()[2] == 'ship. ship(name="app") after compile  # ship the app to production', text
+    lines = text.rstrip("\n").splitlines()
+    bad = [*lines[:2], lines[2].replace("after compile", "after compyle"), lines[3], 'tweet. build(name="tweet" after announce']
+    _type(driver, driver.find_element("id", "plan-text"), "\n".join(bad) + "\n")
+    driver.find_element("id", "save-edit").click()
+    wait_for(driver, "the problems by line", lambda: driver.find_element("id", "problems").is_displayed())
+    assert "unclosed bracket" in driver.find_element("id", "edit-line-5").text  # the line that does not parse, beside it
+    assert "has-problem" not in driver.find_element("id", "edit-line-1").get_attribute("class")
+    shot(driver, "edit-compact-problems")
+    fixed = [*lines, 'tweet. build(name="tweet") after announce  # tell the world']
+    _type(driver, driver.find_element("id", "plan-text"), "\n".join(fixed) + "\n")
+    driver.find_element("id", "to-json").click()  # the other form keeps the change
+    wait_for(driver, "the JSON text", lambda: '"tweet"' in driver.find_element("id", "plan-text").get_attribute("value"))
+    driver.find_element("id", "to-compact").click()
+    wait_for(driver, "the compact text again", lambda: "tweet. build" in driver.find_element("id", "plan-text").get_attribute("value"))
+    driver.find_element("id", "save-edit").click()
+    wait_for(driver, "the run's page", lambda: driver.find_elements("id", "done"))
+    wait_until("v2 recorded by the waiting run", lambda: _version(project, "r6") == 2, run)
+    v2 = _plan(project, "r6", 2)
+    assert v2.step_ids == ["compile", "docs", "ship", "announce", "tweet"] and v2.steps[-1].instruction == "tell the world"
+    run.kill()
+    run.communicate()
+
+
+@pytest.fixture
+def library(project):
+    """planexec.toml loads tools.py; the store's plan library holds `release`, whose one parameter `name` fills two steps."""
+    (project / "planexec.toml").write_text('[planexec]\ntools = ["tools.py"]\n')
+    store = open_store(str(project / "runs.db"))
+    try:
+        template = {
+            "plan_id": "release",
+            "goal": "ship {{name}}",
+            "steps": [
+                {"id": "compile", "action": "build", "parameters": {"name": "{{name}}"}},
+                {"id": "ship", "action": "ship", "parameters": {"name": "{{name}}"}, "depends_on": ["compile"]},
+            ],
+        }
+        store.save_template("release", template, params=["name"], description="build, then ship")
+    finally:
+        store.close()
+    return project
+
+
+@browser
+@needs_chromium
+def test_work_started_from_a_template_waits_for_review_in_the_page_then_runs(library, server, driver):
+    project = library
+    sign_in(driver, server, "/start")
+    assert "A goal" in driver.find_element("tag name", "main").text
+    driver.find_element("id", "choose-template").click()  # the only template is chosen
+    wait_for(driver, "its parameters", lambda: driver.find_element("id", "param-name").is_displayed())
+    driver.find_element("id", "more").send_keys("colour=blue")
+    driver.find_element("id", "start-template").click()
+    wait_for(driver, "the problems beside the fields", lambda: driver.find_elements("id", "template-problems"))
+    assert "missing: the template needs a value" in driver.find_element("id", "problem-param-name").text
+    assert "colour: the template declares no such parameter" in driver.find_element("id", "problem-more").text
+    assert driver.find_element("id", "param-name").get_attribute("aria-invalid") == "true"
+    shot(driver, "start-problems")
+    with_no_runs = _runs(project)
+
+    driver.find_element("id", "more").clear()
+    driver.find_element("id", "param-name").send_keys("web")
+    driver.find_element("id", "start-template").click()
+    wait_for(driver, "the new run waiting for review", lambda: "This plan waits for your approval" in driver.page_source)
+    run_id = driver.current_url.rstrip("/").split("/runs/")[1]
+    assert run_id.startswith("web-") and run_id not in with_no_runs
+    assert driver.find_element("css selector", ".goal-line").text == "ship web"
+    assert not (project / "ship.log").exists()  # nothing ran before a person approved
+    shot(driver, "start-template-waiting")
+    [asked] = pending(project, run_id)
+    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
+    assert (project / "ship.log").read_text().split()[1] == "web"
+    wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="ship"]').text == "succeeded")
+    driver.find_element("css selector", "#step-ship summary").click()
+    inputs = driver.find_element("id", "step-ship").text
+    assert "the reviewed plan" in inputs and "shipped web" in inputs
+
+
+def _runs(project: Path) -> set[str]:
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return {r.run_id for r in store.runs(limit=None)}
+    finally:
+        store.close()
+
+
+@browser
+@needs_chromium
+def test_the_inbox_is_usable_with_the_keyboard_alone_tabbing_from_the_top_to_approve(project, server, driver):
+    from selenium.webdriver.common.keys import Keys
+
+    run = start_waiting_on_plan(project, "r7")
+    [asked] = pending(project, "r7")
+    sign_in(driver, server, "/approvals")
+    driver.find_element("tag name", "body").send_keys(Keys.TAB)  # from the top of the page, as a person with no mouse
+    seen = []
+    for _ in range(40):
+        element = driver.switch_to.active_element
+        seen.append(element.get_attribute("id") or element.text.strip() or element.tag_name)
+        label = driver.execute_script(
+            "const e = arguments[0]; return e.labels && e.labels.length ? e.labels[0].textContent : (e.getAttribute('aria-label') || e.textContent)",
+            element,
+        )
+        assert label.strip(), f"{seen[-1]} has no label"
+        if element.get_attribute("id") == f"reason-{asked.approval_id}":
+            element.send_keys("checked with the keyboard")
+        if element.get_attribute("id") == f"approve-{asked.approval_id}":
+            break
+        element.send_keys(Keys.TAB)
+    else:
+        pytest.fail(f"Tab never reached the Approve button: {seen}")
+    assert seen[0] == "Skip to content" and f"reason-{asked.approval_id}" in seen  # skip link first, the reason before the button
+    driver.switch_to.active_element.send_keys(Keys.ENTER)
+    wait_for(driver, "the decision", lambda: "approved plan v1 of run r7 (by alice)" in driver.find_element("tag name", "main").text)
+    out, _ = finish(run)
+    assert json.loads(out)["status"] == "succeeded"
+    [decided] = approvals(project, "r7")
+    assert (decided.state.value, decided.reason) == ("approved", "checked with the keyboard")
+
+
 def _type(d, textarea, text: str) -> None:
     """Replace a textarea's text (typing thousands of characters key by key is slow; the value is set as a paste would)."""
     d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", textarea, text)
@@ -606,6 +793,79 @@ def test_a_revision_is_shown_beside_the_version_before_with_its_changes_marked()
     assert kinds == {"compile": "kept", "docs": "changed", "ship": "kept", "announce": "removed", "tweet": "added"}
     docs = next(r for r in shown[1]["rows"] if r["step_id"] == "docs")
     assert "app" not in docs["new"] and "manual" in docs["new"] and "docs" in docs["old"] and docs["fields"] == ["parameters"]
+
+
+# --- starting a goal: the goal path in a child process, a scripted planner named in planexec.toml --------
+
+SCRIPTED_SITE = textwrap.dedent(
+    """
+    # loaded by every Python this test starts: the provider script: answers from $PLANEXEC_TEST_ANSWERS (no real model)
+    import json
+    import os
+
+    from planexec.models.providers import register_provider
+    from planexec.testing import ScriptedModel
+
+    _answers = json.loads(os.environ["PLANEXEC_TEST_ANSWERS"])
+    register_provider("script", lambda model, options: ScriptedModel(list(_answers), name=f"script:{model}"), replace=True)
+    """
+)
+GOAL_PLAN = json.dumps(
+    {
+        "steps": [
+            {"id": "s1", "worker": "tool", "action": "calculator", "instruction": "multiply", "parameters": {"expression": "17 * 23"}},
+            {"id": "s2", "worker": "tool", "action": "calculator", "instruction": "add", "parameters": {"expression": "4 + 1"}},
+            {"id": "s3", "worker": "tool", "action": "concat", "instruction": "join",
+             "parameters": {"parts": ["${s1}", "${s2}"], "separator": " and "}, "depends_on": ["s1", "s2"]},
+        ]
+    }
+)  # fmt: skip
+
+
+def test_the_goal_form_names_each_problem_by_its_field():
+    from planexec.web.start import check_goal
+
+    check = check_goal({"goal": "  ", "mode": "sideways", "model": "gpt-4", "worker_model": "nobody:x"})
+    assert set(check.problems) == {"goal", "mode", "model", "worker_model"} and not check.args
+    assert "provider:model" in check.problems["model"][0] and "unknown provider 'nobody'" in check.problems["worker_model"][0]
+    check = check_goal({"goal": "--help me", "mode": "plan", "model": "openai:gpt-4o-mini"})
+    assert check.ok and check.args == ["--mode", "plan", "--model", "openai:gpt-4o-mini", "--", "--help me"]
+
+
+def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_review_then_runs(project, monkeypatch):
+    from planexec.web.start import Launcher, check_goal
+
+    site = project / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SCRIPTED_SITE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PLANEXEC_TEST_ANSWERS", json.dumps([GOAL_PLAN]))
+    (project / "planexec.toml").write_text('[planexec]\nplanner_model = "script:planner"\n')  # no model in the form: the config's
+    launcher = Launcher(str(project / "runs.db"), project)
+    run_id = launcher.start(check_goal({"goal": "two sums joined", "mode": "plan"}))
+    deadline = time.monotonic() + WAIT
+    while not pending(project, run_id):
+        assert launcher.ended_early(run_id) is None, launcher.ended_early(run_id)
+        assert time.monotonic() < deadline, "the goal's plan never waited for review"
+        time.sleep(0.1)
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        [v1] = store.plan_versions(run_id)
+        assert v1.plan.step_ids == ["s1", "s2", "s3"] and store.run(run_id).goal == "two sums joined"
+        assert not [e for e in store.events(run_id) if e.type == "step_started"]  # nothing runs before a person approves
+        store.decide_approval(run_id, approved=True, by="alice", content_hash=v1.plan.content_hash)
+    finally:
+        store.close()
+    launcher.started[run_id].process.wait(timeout=WAIT)
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        summary = store.run(run_id)
+        assert summary.status.value == "succeeded", summary.reason
+        [finished] = [e for e in store.events(run_id) if e.type == "run_finished"]
+        assert finished.answer == "391 and 5"
+        assert any(e.type == "plan_drafted" and e.model == "script:planner" for e in store.events(run_id))
+    finally:
+        store.close()
 
 
 # --- an edit becomes the next version of the same run (the store, the engine, the CLI) -----------

@@ -7,7 +7,8 @@ printed one. The token is the first of ``--token``, ``$PLANEXEC_WEB_TOKEN``,
 the variable ``[planexec.serve] token_env`` names, and ``token`` in
 planexec.toml (a secret kept in a file: a warning when the file is
 readable by other users); without one, one is made and printed inside
-the address to open. ``--port`` (else planexec.toml's ``port``, else 8765)
+the address to open (a chosen token is not printed: the address names
+where it comes from). ``--port`` (else planexec.toml's ``port``, else 8765)
 may be 0: the command binds the socket itself and prints the port it got.
 Decisions are recorded under ``--user`` (else planexec.toml's ``user``,
 else the OS user). The store is chosen as for every command (``--store``,
@@ -72,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else config.serve.port if config.serve.port is not None else DEFAULT_PORT
     if not 0 <= port <= 65535:
         raise common.UsageError("--port must be between 0 (a free one) and 65535")
-    token = _token(args, config)
+    token, source = _token(args, config)
     loopback = is_loopback(args.host)
     if not loopback and not args.allow_remote:
         raise common.UsageError(f"--host {args.host} is not a loopback address: other machines could reach the console; add --allow-remote")
@@ -99,25 +100,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     bound = listening.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     common.say(f"planexec console on http://{shown}:{bound}/ · store {target}")
-    common.say(f"open: http://{shown}:{bound}/?token={token}")
+    if source is None:  # made here: the address is the only place it is known
+        common.say(f"open: http://{shown}:{bound}/?token={token}")
+    else:  # a token the person chose stays out of the terminal's scrollback
+        common.say(f"open: http://{shown}:{bound}/?token=TOKEN, with the token from {source}")
     common.say("stop with Ctrl-C")
     settings = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)
     uvicorn.Server(settings).run(sockets=[listening])
     return common.EXIT_OK
 
 
-def _token(args: argparse.Namespace, config: Config) -> str | None:
-    """The access token the person chose (see the module docstring), or None; a warning for one kept in a file others can read."""
+def _token(args: argparse.Namespace, config: Config) -> tuple[str | None, str | None]:
+    """The access token the person chose (see the module docstring) and where it came from, or (None, None).
+
+    A token kept in planexec.toml that other users can read is used, with a warning.
+    """
     if args.token:
-        return str(args.token)
+        return str(args.token), "--token"
     if os.environ.get(TOKEN_ENV):
-        return os.environ[TOKEN_ENV]
+        return os.environ[TOKEN_ENV], f"${TOKEN_ENV}"
     serve = config.serve
     if serve.token_env is not None:
         value = os.environ.get(serve.token_env)
         if not value:
             raise common.UsageError(f"{CONFIG_FILE} says the token is in ${serve.token_env} ([planexec.serve] token_env), which is not set")
-        return value
+        return value, f"${serve.token_env} ({CONFIG_FILE})"
     if serve.token is not None:
         path = Path(CONFIG_FILE)
         try:
@@ -130,8 +137,8 @@ def _token(args: argparse.Namespace, config: Config) -> str | None:
                 f"chmod 600 {path}, or name an environment variable with [planexec.serve] token_env instead",
                 stderr=True,
             )
-        return serve.token
-    return None
+        return serve.token, CONFIG_FILE
+    return None, None
 
 
 def _bind(host: str, port: int) -> socket.socket:

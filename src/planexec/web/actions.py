@@ -3,10 +3,13 @@
 Owns `decide` (approve or deny one pending request, recorded under the
 signed-in name, through `RunStore.decide_approval` exactly as ``planexec
 approve`` does) and the edit of a waiting plan version: `check_edit`
-parses the edited JSON and lists every problem by step (the plan's shape
-and graph here, then, when the run loaded tools modules, ``planexec
-validate --tools ...`` in a child process for what only the registry
-knows: unknown tools, actions and parameters), and `submit_edit` answers
+parses the edited text, JSON or the compact one-line-per-step language
+(`plan.compact`), and lists every problem by step, and for compact text
+by line too (the plan's shape and graph here, then, when the run loaded
+tools modules, ``planexec validate --tools ...`` in a child process for
+what only the registry knows: unknown tools, actions and parameters),
+`convert` turns the text from one form into the other without saving,
+and `submit_edit` answers
 the waiting version with a valid edit through `store.approvals.edit_plan`,
 exactly as ``planexec approve RUN --edit`` does: the edit is stored as the
 plan's next version (with its diff, who edited it and why) and the waiting
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -31,14 +35,17 @@ from pathlib import Path
 
 from planexec.engine.approval import find_edit
 from planexec.errors import PlanParseError, Problem, RunNotFoundError
+from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
 from planexec.store import Approval, RunStore
 from planexec.store.approvals import edit_plan
 
-__all__ = ["EditCheck", "check_edit", "decide", "find_pending", "stale_reason", "submit_edit"]
+__all__ = ["FORMS", "EditCheck", "check_edit", "convert", "decide", "find_pending", "show", "stale_reason", "submit_edit"]
 
 _VALIDATE_TIMEOUT = 60.0
+FORMS = ("json", "compact")  # the editor's two ways of writing a plan
+_LINE = re.compile(r"^line (\d+)")
 
 
 def find_pending(store: RunStore, approval_id: int) -> Approval | None:
@@ -61,26 +68,88 @@ class EditCheck:
     """An edit checked: the `plan` when it is valid, else every problem, by step (`by_step`) and for the plan as a whole (`general`)."""
 
     text: str
+    form: str = "json"
     plan: Plan | None = None
     general: list[Problem] = field(default_factory=list)
     by_step: dict[str, list[Problem]] = field(default_factory=dict)
     step_ids: list[str] = field(default_factory=list)
     summaries: dict[str, str] = field(default_factory=dict)  # each step in a few words, shown beside its problems
+    lines: dict[str, int] = field(default_factory=dict)  # compact text: the line of each step
 
     @property
     def problems(self) -> list[Problem]:
         """Every problem, the plan's first."""
         return [*self.general, *(p for ps in self.by_step.values() for p in ps)]
 
+    def line_of(self, problem: Problem) -> int | None:
+        """Compact text: the line a problem is about (its own, or its step's); None for the plan as a whole."""
+        m = _LINE.match(problem.field or "")
+        return int(m.group(1)) if m else self.lines.get(problem.step_id or "")
 
-def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path) -> EditCheck:
+    def by_line(self) -> list[tuple[int, str, list[Problem]]]:
+        """Compact text: each line (number, text) with the problems about it (a step's, or the line's own) beside it."""
+        found: dict[int, list[Problem]] = {}
+        for p in self.problems:
+            n = self.line_of(p)
+            if n is not None:
+                found.setdefault(n, []).append(p)
+        return [(n, line, found.get(n, [])) for n, line in enumerate(self.text.splitlines(), start=1)]
+
+    def shown_apart(self) -> list[Problem]:
+        """The problems listed above the steps or lines: the plan's own (and, for compact text, none that a line shows)."""
+        return [p for p in self.general if self.form != "compact" or self.line_of(p) is None]
+
+
+def show(plan: Plan, form: str) -> str:
+    """`plan` as the editor shows it, in `form` (``json`` or ``compact``); ValueError when compact text cannot say it."""
+    return print_compact(plan) if form == "compact" else plan.to_json(indent=2)
+
+
+def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path, form: str = "json") -> EditCheck:
     """Every problem with the edited plan `text` (see the module docstring); its `plan` (the next version of `old`) when there is none."""
-    check = EditCheck(text=text)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        check.general.append(Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}"))
+    check = EditCheck(text=text, form=form)
+    plan = _parse(check, old)
+    if plan is None:
         return check
+    # with tools, `planexec validate` checks everything at once (graph and registry); without, the graph is all there is to check
+    problems = _registry_problems(plan, tools, cwd) if tools else validate_plan(plan)
+    _sort(check, with_lines(problems, check.lines) if form == "compact" else problems)
+    if plan.content_hash == old.content_hash:
+        check.general.append(Problem("unchanged", f"the edit changes nothing v{old.version} does: approve it instead"))
+    if not check.problems:
+        check.plan = plan
+    return check
+
+
+def convert(text: str, *, old: Plan, source: str, target: str) -> tuple[str | None, EditCheck]:
+    """The edited `text` (in `source` form) written in `target` form, nothing saved; (None, its problems) when it does not parse."""
+    check = EditCheck(text=text, form=source)
+    plan = _parse(check, old)
+    if plan is None:
+        return None, check
+    try:
+        return show(plan, target), check
+    except ValueError as exc:
+        check.general.append(Problem("not_compact", f"this plan cannot be written in the compact form: {exc}"))
+        return None, check
+
+
+def _parse(check: EditCheck, old: Plan) -> Plan | None:
+    """The edited text as the next version of `old`; None after recording why it is not a plan (its shape, by step and line)."""
+    if check.form == "compact":
+        try:
+            draft = read_compact(check.text)
+        except PlanParseError as exc:
+            _sort(check, exc.problems)
+            return None
+        data: object = draft.plan_data(old.goal, old.plan_id)
+        check.lines = dict(draft.lines)
+    else:
+        try:
+            data = json.loads(check.text)
+        except json.JSONDecodeError as exc:
+            check.general.append(Problem("malformed_json", f"{exc.msg} at line {exc.lineno} column {exc.colno}"))
+            return None
     if isinstance(data, dict):
         data.pop("content_hash", None)  # the editor shows it; it is computed, not edited
         data["version"], data["revises"] = old.version + 1, old.version
@@ -88,18 +157,10 @@ def check_edit(text: str, *, old: Plan, tools: list[str], cwd: Path) -> EditChec
         check.step_ids = [str(s["id"]) for s in steps]
         check.summaries = {str(s["id"]): _summary(s) for s in steps}
     try:
-        plan = Plan.from_data(data)
+        return Plan.from_data(data)
     except PlanParseError as exc:
-        _sort(check, exc.problems)
-        return check
-    # with tools, `planexec validate` checks everything at once (graph and registry); without, the graph is all there is to check
-    problems = _registry_problems(plan, tools, cwd) if tools else validate_plan(plan)
-    _sort(check, problems)
-    if plan.content_hash == old.content_hash:
-        check.general.append(Problem("unchanged", f"the edit changes nothing v{old.version} does: approve it instead"))
-    if not check.problems:
-        check.plan = plan
-    return check
+        _sort(check, with_lines(exc.problems, check.lines) if check.lines else exc.problems)
+        return None
 
 
 def _summary(step: dict[str, object]) -> str:

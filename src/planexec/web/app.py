@@ -166,7 +166,7 @@ def create_app(
         return RedirectResponse(f"{back}{sep}{_query('done', said)}", status_code=303)
 
     @app.get("/runs/{run_id}/edit", response_class=HTMLResponse)
-    def edit_page(run_id: str) -> HTMLResponse:
+    def edit_page(run_id: str, form: str = "json") -> HTMLResponse:
         with store() as s:
             try:
                 found = pending_version(s, run_id) if s is not None else None
@@ -175,12 +175,19 @@ def create_app(
         if found is None:
             return missing(run_id, why="no stored version of this run's plan waits for approval: there is nothing to edit")
         approval, plan = found
-        return page("edit.html", run_id=run_id, base=approval.content_hash, plan=plan, text=plan.to_json(indent=2), check=None)
+        form = form if form in actions.FORMS else "json"
+        try:
+            text, note = actions.show(plan, form), None
+        except ValueError as exc:  # a plan the compact form cannot say (an id of digits only, ...): JSON it is
+            text, note, form = actions.show(plan, "json"), f"this plan cannot be written in the compact form: {exc}", "json"
+        return page("edit.html", run_id=run_id, base=approval.content_hash, plan=plan, text=text, form=form, note=note, check=None)
 
     @app.post("/runs/{run_id}/edit", response_class=HTMLResponse)
     async def edit_submit(run_id: str, request: Request) -> Response:
-        form = _form(await request.body())
-        text, base, reason = form.get("plan", ""), form.get("base", ""), form.get("reason", "").strip()
+        fields = _form(await request.body())
+        text, base, reason = fields.get("plan", ""), fields.get("base", ""), fields.get("reason", "").strip()
+        form = fields.get("format", "json") if fields.get("format") in actions.FORMS else "json"
+        target = fields.get("convert", "")
 
         def work() -> tuple[int, dict[str, Any]]:
             with store() as s:
@@ -191,13 +198,20 @@ def create_app(
                 if s is None or found is None:  # nothing waits any more: the text stays on the page, nothing is saved
                     why = actions.stale_reason(s, run_id, base) if s is not None and base else None
                     stale = why or "no version of this run's plan waits for approval any more"
-                    return 409, {"run_id": run_id, "base": "", "plan": None, "text": text, "reason": reason, "check": None, "stale": stale}
+                    return 409, {"run_id": run_id, "base": "", "plan": None, "text": text, "reason": reason, "check": None, "stale": stale,
+                                 "form": form}  # fmt: skip
                 approval, plan = found
-                context: dict[str, Any] = {"run_id": run_id, "base": approval.content_hash, "plan": plan, "text": text, "reason": reason}
+                context: dict[str, Any] = {"run_id": run_id, "base": base, "plan": plan, "text": text, "reason": reason, "form": form}
+                if target in actions.FORMS and target != form:  # show the text in the other form; nothing is saved
+                    converted, parsed = actions.convert(text, old=plan, source=form, target=target)
+                    if converted is None:
+                        return 422, {**context, "check": parsed}
+                    return 200, {**context, "text": converted, "form": target, "check": None}
                 if base != approval.content_hash:  # someone else's edit (or a replan) came first: never apply this one to it unseen
-                    return 409, {**context, "check": None, "stale": actions.stale_reason(s, run_id, base)}
+                    stale = actions.stale_reason(s, run_id, base)
+                    return 409, {**context, "base": approval.content_hash, "check": None, "stale": stale}
                 tools = [str(t) for t in run_setup(s, run_id).get("tools", [])]
-                check = actions.check_edit(text, old=plan, tools=tools, cwd=folder)
+                check = actions.check_edit(text, old=plan, tools=tools, cwd=folder, form=form)
                 if check.plan is None:
                     return 422, {**context, "check": check}
                 try:
