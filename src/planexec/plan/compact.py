@@ -324,7 +324,7 @@ class CompactReader:
         return self.step_prefix + label if label.isdigit() else label
 
     def _text(self, text: str) -> str:
-        """A compact string as plan text: ``$N`` -> ``${sN}``, ``$$`` -> ``$``, and a ``$`` before ``{`` escaped as ``$${``."""
+        """A compact string as plan text: ``$N`` -> ``${sN}``, ``$${`` -> the escape ``$${``, any other ``$$`` or lone ``$`` -> ``$``."""
         out: list[str] = []
         pos = 0
         for m in _DOLLAR.finditer(text):
