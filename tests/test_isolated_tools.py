@@ -97,6 +97,8 @@ def test_isolation_leaves_the_tools_metadata_alone():
     assert fx.square(3) == 9  # still a function to call directly, here
     plain = tool(fx.square.fn)
     assert plain.isolated is None and plain.input_schema() == fx.square.input_schema()
+    registered = Registry().tool(fx.square.fn, name="square_again", isolated=True, read_only=True)  # the registry's decorator too
+    assert registered.isolated == fx.square.isolated and registered.read_only
 
 
 # --- stopped for sure ------------------------------------------------------------------------------
@@ -111,6 +113,29 @@ def test_a_tool_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     assert step.state is StepState.FAILED and step.error.rule == "timeout"
     assert elapsed < 1 + 1 + 4  # timeout + grace + slack (measured: ~2.1 s)
     assert gone(int(pid_file.read_text()))  # SIGKILL after the grace, and reaped
+
+
+def test_the_engines_own_bounds_reach_the_child_without_setting_them_by_hand(tmp_path):
+    """The run's cancel_grace and max_output_bytes are what an isolated call gets (not the 5 s / 32 MiB defaults)."""
+    reg = Registry.default()
+    for t in TOOLS:
+        reg.add_tool(t)
+    pid_file = tmp_path / "pid"
+    plan = Plan.model_validate(
+        {
+            "plan_id": "p",
+            "goal": "bounds",
+            "steps": [
+                {"id": "hang", "action": "stubborn", "parameters": {"pid_file": str(pid_file)}, "timeout": 1, "failure_action": "skip"}
+            ],
+        }
+    )
+    t0 = time.perf_counter()
+    result = Engine(reg, cancel_grace=0.5).run_sync(plan)
+    elapsed = time.perf_counter() - t0
+    assert result.steps["hang"].error.rule == "timeout"
+    assert elapsed < 1 + 0.5 + 2.5  # with the default grace it would take 1 + 5 s (measured here: ~1.6 s)
+    assert gone(int(pid_file.read_text()))
 
 
 def test_a_tool_blocked_in_a_c_call_is_stopped_at_its_timeout(tmp_path):

@@ -22,6 +22,7 @@ and `workers.io`; never `engine.engine`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 import weakref
@@ -57,6 +58,7 @@ from planexec.engine.synthesis import assemble, default_answer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance, WorkResult, merge_sources
+from planexec.workers.isolated import ISOLATION, Isolation
 
 __all__ = ["Run", "Subscriber"]
 
@@ -120,7 +122,11 @@ class Run:
 
     def launch(self, *, name: str) -> None:
         """Start the run's task in the running event loop (the engine calls this once)."""
-        self._task = asyncio.get_running_loop().create_task(self._main(), name=name)
+        config = self.engine.config
+        # the run's bounds reach its isolated tools' child processes: every step task copies this context
+        context = contextvars.copy_context()
+        context.run(ISOLATION.set, Isolation(max_output_bytes=config.max_output_bytes or None, cancel_grace=config.cancel_grace))
+        self._task = asyncio.get_running_loop().create_task(self._main(), name=name, context=context)
 
     # --- the public handle -------------------------------------------------
 

@@ -68,8 +68,11 @@ class Registry:
         read_only: bool = False,
         sensitive: Iterable[str] = (),
         untrusted_output: bool = True,
+        isolated: bool = False,
     ) -> Any:
-        """Register a function as a tool (decorator, bare or with options); returns the `Tool`."""
+        """Register a function as a tool (decorator, bare or with options); returns the `Tool`.
+
+        ``isolated=True`` runs each call in a child process (see `workers.isolated`)."""
 
         def wrap(f: Callable[..., Any]) -> Tool:
             t = (
@@ -85,6 +88,7 @@ class Registry:
                     read_only=read_only,
                     sensitive=sensitive,
                     untrusted_output=untrusted_output,
+                    isolated=isolated,
                 )
             )
             self.add_tool(t)
