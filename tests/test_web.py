@@ -519,7 +519,7 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
     shot(driver, "edit-problems")
 
     good = plan(gated_step=False)
-    good["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "tweet"}, "depends_on": ["announce"]})
+    good["steps"].append({"id": "tweet", "action": "build", "parameters": {"name": "${announce}"}})  # the news, as announced
     _type(driver, driver.find_element("id", "plan-text"), json.dumps(good, indent=2))
     driver.find_element("id", "edit-reason").send_keys("tell the world too")
     driver.find_element("id", "save-edit").click()
@@ -542,6 +542,10 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
     driver.find_element("id", f"approve-{asked.approval_id}").click()
     wait_for(driver, "version 2 finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert node_state(driver, "tweet") == "succeeded"
+    wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="tweet"]').text == "succeeded")
+    driver.find_element("css selector", "#step-tweet summary").click()
+    given = driver.find_element("css selector", '#step-tweet tr[data-input="name"]').text
+    assert "built news" in given and "the output of step announce, made by tool.build with build (attempt 1)" in given, given
     shot(driver, "edit-version-2-finished")
 
     out, _ = finish(run)
@@ -609,7 +613,9 @@ def test_the_pages_are_readable_at_200_percent_zoom(project, server, driver):
     sign_in(driver, server)
     # a 1280-pixel window at 200%: 640 CSS pixels wide, each drawn twice as large
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 640, "height": 900, "deviceScaleFactor": 2, "mobile": False})
-    for path, name in (("/", "zoom-runs"), ("/runs/r4", "zoom-run"), ("/approvals", "zoom-approvals")):
+    pages = (("/", "zoom-runs"), ("/runs/r4", "zoom-run"), ("/approvals", "zoom-approvals"), ("/start", "zoom-start"),
+             ("/runs/r4/edit", "zoom-edit"))  # fmt: skip
+    for path, name in pages:
         driver.get(server + path)
         overflow = driver.execute_script("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 1, f"{path} scrolls sideways by {overflow}px at 200%"
@@ -834,6 +840,7 @@ def test_the_goal_form_names_each_problem_by_its_field():
 
 def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_review_then_runs(project, monkeypatch):
     from planexec.web.start import Launcher, check_goal
+    from planexec.web.views import run_detail
 
     site = project / "site"
     site.mkdir()
@@ -864,6 +871,12 @@ def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_r
         [finished] = [e for e in store.events(run_id) if e.type == "run_finished"]
         assert finished.answer == "391 and 5"
         assert any(e.type == "plan_drafted" and e.model == "script:planner" for e in store.events(run_id))
+        detail = run_detail(store, run_id)  # the run's page: the planner's usage is the run's, by role
+        roles = dict(detail.roles)
+        assert list(roles) == ["planner"] and "1 model calls" in roles["planner"] and roles["planner"] in detail.usage
+        s3 = next(st for st in detail.steps if st["step_id"] == "s3")
+        assert [i["value"] for i in s3["inputs"]] == ["[\n  391,\n  5\n]", " and "]  # the outputs put in, with their types
+        assert s3["inputs"][0]["sources"][0].startswith("the output of step s1, made by tool.calculator")
     finally:
         store.close()
 
@@ -1026,6 +1039,9 @@ def test_planexec_approve_edit_replaces_the_waiting_version_and_the_run_goes_on_
     wait_until("v2 waiting for a person (ship needs one)", lambda: bool(pending(project, "c1")) and _version(project, "c1") == 2, run)
     assert main(["approve", "c1", "--edit", "edited.json"]) == 2  # the same edit of v2 again: it would change nothing
     assert "the edit changes nothing v2 does" in capsys.readouterr().err
+    (project / "stale.json").write_text(json.dumps({**edited, "version": 1}))  # written against v1, which no longer waits
+    assert main(["approve", "c1", "--edit", "stale.json"]) == 2
+    assert "stale.json edits plan v1, but v2 waits now" in capsys.readouterr().err
     assert main(["approve", "c1", "--by", "erin"]) == 0
     out, _ = finish(run)
     result = json.loads(out)

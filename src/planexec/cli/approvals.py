@@ -193,6 +193,11 @@ def _edited_plan(path: Path, old: Plan, tools: list[str], config: Any) -> Plan |
     except (OSError, ValueError) as exc:
         raise common.UsageError(f"cannot read plan file {str(path)!r}: {exc}") from None
     if isinstance(data, dict):
+        if isinstance(data.get("version"), int) and data["version"] != old.version:  # written against another version
+            raise common.UsageError(
+                f"{path} edits plan v{data['version']}, but v{old.version} waits now (see planexec approvals): "
+                f'make your change to v{old.version}, or leave out "version" to edit whichever waits'
+            )
         data.pop("content_hash", None)  # computed, not edited
         data["version"], data["revises"] = old.version + 1, old.version
     try:
