@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def _registry_problems(plan: Plan, tools: list[str], cwd: Path) -> list[Problem]
     """Every problem ``planexec validate --json --tools ...`` finds: the graph's, and what the run's tools know (tools, actions, parameters)."""
     folder = cwd / ".planexec" / "web"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"check-{os.getpid()}.json"
+    path = folder / f"check-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"  # two edits checked at once never share a file
     path.write_text(plan.to_json(indent=2))
     command = [sys.executable, "-m", "planexec", "validate", str(path), "--json", *(a for t in tools for a in ("--tools", t))]
     try:

@@ -236,12 +236,15 @@ def create_app(
     async def start_goal(request: Request) -> Response:
         form = _form(await request.body())
         check = start.check_goal(form)
-        if not check.ok:
-            with store() as s:
-                templates = s.templates() if s is not None else []
-            return page("start.html", code=422, goal=check, **_start_context(templates, ""))
-        run_id = await asyncio.to_thread(launcher.start, check)
-        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+        if check.ok:
+            try:
+                run_id = await asyncio.to_thread(launcher.start, check)
+                return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+            except OSError as exc:  # the console's folder cannot hold the log, or Python cannot be started
+                check.add("", f"the run could not be started: {exc}")
+        with store() as s:
+            templates = s.templates() if s is not None else []
+        return page("start.html", code=422, goal=check, **_start_context(templates, ""))
 
     @app.post("/start/template")
     async def start_template(request: Request) -> Response:
@@ -253,10 +256,13 @@ def create_app(
                 return check, s.templates() if s is not None else []
 
         check, templates = await asyncio.to_thread(work)
-        if not check.ok:
-            return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
-        run_id = await asyncio.to_thread(launcher.start, check)
-        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+        if check.ok:
+            try:
+                run_id = await asyncio.to_thread(launcher.start, check)
+                return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+            except OSError as exc:  # the console's folder cannot hold the log, or Python cannot be started
+                check.add("", f"the run could not be started: {exc}")
+        return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
 
     @app.get("/static/{asset}")
     def static(asset: str) -> Response:

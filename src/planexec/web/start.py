@@ -175,6 +175,8 @@ class Launcher:
 
     def start(self, check: FormCheck) -> str:
         """Start the run `check` describes (it must be valid); its run id."""
+        for earlier in self.started.values():  # reap the children that ended (a run still going outlives the console)
+            earlier.process.poll()
         run_id = new_run_id()
         folder = self.cwd / ".planexec" / "web"
         folder.mkdir(parents=True, exist_ok=True)
@@ -197,8 +199,3 @@ class Launcher:
         lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("{", "}", '"'))]
         tail = "\n".join(lines[-8:]) or "(it wrote nothing)"
         return f"the process that was to run {started.what} ended (exit {started.process.returncode}) without storing the run:\n{tail}"
-
-    def close(self) -> None:
-        """Reap the children that ended (the ones still running go on: a run outlives the console)."""
-        for started in self.started.values():
-            started.process.poll()
