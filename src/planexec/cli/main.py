@@ -32,6 +32,7 @@ from planexec.cli.audit import add_audit_commands
 from planexec.cli.eval import add_eval_options, run_eval
 from planexec.cli.goals import add_goal_options, add_mode_option, cmd_plan
 from planexec.cli.history import add_history_commands
+from planexec.cli.mcp import add_mcp_command
 from planexec.cli.plan_files import cmd_run, cmd_schema, cmd_validate
 from planexec.cli.plans import add_library_commands, add_template_options
 from planexec.cli.recovery import add_recovery_commands
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_audit_commands(sub)
     add_store_commands(sub)
     add_serve_command(sub)
+    add_mcp_command(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")
