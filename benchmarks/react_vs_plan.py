@@ -16,8 +16,8 @@ The planning modes run once per plan format (``--plan-format``, both by
 default): ``json``, the draft schema's JSON, and ``compact``, one line per
 step (`planexec.plan.compact`), where the oracle marks its last call
 ``answer``, so a run whose steps all succeed needs no joiner call. ReAct
-runs once. `Team` and the harness take no plan format yet, so the
-benchmark sets the `Planner`'s default for each pass (`_plan_format`).
+runs once. Each pass sets `EvalOptions.plan_format` (the `Team`'s
+``plan_format``, as ``plan_format`` in planexec.toml does).
 
 Every role is played by the oracle (`planexec.eval.oracle.OracleModel`), which
 answers from each goal's reference solution: every mode makes exactly the
@@ -55,40 +55,25 @@ Exit status 0 whatever the figures.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from layered import machine
 
-from planexec.eval.harness import EvalReport, run_suite, scripted_models
+from planexec.eval.harness import EvalOptions, EvalReport, run_suite, scripted_models
 from planexec.eval.oracle import LatencyModel
 from planexec.eval.report import ANCHORS
 from planexec.eval.suite import load_suite
-from planexec.planning.planner import Planner
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = (ROOT / "examples" / "eval" / "parallel.yaml", ROOT / "examples" / "eval" / "multihop.yaml")
 MODES = ("single", "plan", "stream")
 FORMATS = ("json", "compact")
 RATIOS = (("tokens", "tokens"), ("model_calls", "model calls"), ("wall_time", "wall time"))
-
-
-@contextlib.contextmanager
-def _plan_format(plan_format: str) -> Iterator[None]:
-    """Every `Planner` made inside writes `plan_format` unless told otherwise (the harness makes them through `Team`)."""
-    init = Planner.__init__
-    Planner.__init__ = functools.partialmethod(init, plan_format=plan_format)
-    try:
-        yield
-    finally:
-        Planner.__init__ = init
 
 
 def _figures(report: EvalReport, label: str = "") -> dict[str, Any]:
@@ -175,11 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         goals = [c.goal_id for c in suite.goals][: args.goals] if args.goals else None
         modes: dict[str, Any] = {}
         for n, plan_format in enumerate(formats):
-            with _plan_format(plan_format):
-                run = MODES if n == 0 else MODES[1:]  # ReAct writes no plan: once is enough
-                report = run_suite(
-                    suite, run, scripted_models(latency), goals=goals, model_name="test:oracle", scripted=True, latency=described
-                )
+            run = MODES if n == 0 else MODES[1:]  # ReAct writes no plan: once is enough
+            report = run_suite(
+                suite,
+                run,
+                scripted_models(latency),
+                goals=goals,
+                model_name="test:oracle",
+                scripted=True,
+                latency=described,
+                options=EvalOptions(plan_format=plan_format),
+            )
             modes |= _figures(report, f" ({plan_format})" if len(formats) > 1 else "")
         figures = {"modes": modes, "ratios_react_over": _ratios(modes)}
         result["suites"][suite.name] = figures

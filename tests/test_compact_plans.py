@@ -25,8 +25,10 @@ from planexec.planning.draft_schema import draft_grammar
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.planning.stream import PlanStream
+from planexec.team.team import Team
 from planexec.testing import ScriptedModel
 from planexec.usage import Usage
+from planexec.workers.toolkit import calculator
 from planexec.workers.worker import RoleWorker
 
 GOOD = '1. echo(value="hello")\n2. echo(value="world")\n3. concat(parts=[$1, $2], separator=" ") answer\n'
@@ -469,3 +471,20 @@ def test_the_reader_takes_text_in_any_pieces():
     assert got == ["s1", "s2"]
     assert [s.step_id for s in reader.close()] == ["s3"]
     assert reader.draft().lines == {"s1": 1, "s2": 2, "s3": 3}
+
+
+def test_a_team_plans_in_the_compact_form_set_in_planexec_toml(tmp_path, monkeypatch):
+    """``plan_format = "compact"`` in planexec.toml: the team's planner asks for lines, reads them, and the answer mark
+    saves the joiner's call; the calculator's long docstring is cut to its first paragraph in the catalogue."""
+    (tmp_path / "planexec.toml").write_text('[planexec]\nplan_format = "compact"\n')
+    planned = ModelResponse(text='1. calculator(expression="17 * 23")\n2. calculator(expression="$1 + 5") answer\n')
+    model = ScriptedModel([planned], name="test:compact")
+    team = Team.from_config(tmp_path, model=model, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    assert team.plan_format == "compact" and team.planner.plan_format == "compact"
+    result = team.run_sync("What is 17 times 23, plus 5?")
+    assert result.status is RunStatus.SUCCEEDED and result.answer == 396
+    assert len(model.requests) == 1  # the planner only: the answer step is the answer, no joiner call
+    system = model.requests[0].messages[0].content
+    assert "calculator(expression: string) - Evaluate an arithmetic expression" in system and "radians" not in system
+    with pytest.raises(ValueError, match="plan_format must be 'json' or 'compact'"):
+        Team(model, plan_format="yaml")  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """Project configuration: the ``[planexec]`` section of a ``planexec.toml``.
 
 Owns `Config` (tools to load, engine defaults, MCP servers as
-`McpServerConfig` records, the web console's `ServeConfig`), `load_config`
+`McpServerConfig` records, the web console's `ServeConfig`, the traces'
+`TelemetryConfig`), `load_config`
 and `ConfigError`. A missing file is an empty configuration; a file that
 is not TOML, or a section with unknown keys or wrong types, is a
 `ConfigError` naming the file (and the line, when TOML reports one). Relative ``.py`` tool paths, policy files and
@@ -21,6 +22,7 @@ only; must not import the engine, the registry or the CLI.
     max_replans = 2                        # new versions of a plan a run may ask for (0: none)
     joiner = true                          # after the steps, a model decides: finish, or replan
     reuse = true                           # a goal that fits a saved template reuses its plan (false; ["rules"]: no model call)
+    plan_format = "compact"                # what the planner writes: "json" (default) or "compact", one line a step
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -42,6 +44,12 @@ only; must not import the engine, the registry or the CLI.
     token_env = "PLANEXEC_CONSOLE_TOKEN"   # the variable that holds the access token (a token in a file is a secret)
     port = 8765                            # 0: a free port, printed
     user = "alice"                         # the name decisions are recorded under
+
+    [planexec.telemetry]                   # OpenTelemetry traces (planexec.telemetry); off unless set here or by OTEL_*
+    exporter = "otlp"                      # "console" (a tree on stderr), "otlp" (OTLP/HTTP), or "none" (the app's own provider)
+    endpoint = "http://127.0.0.1:4318"     # the OTLP/HTTP collector (default: OTEL_EXPORTER_OTLP_ENDPOINT)
+    headers_env = "OTLP_HEADERS"           # the variable holding its headers, "key=value,..." (a header is a secret)
+    capture_content = false                # prompts, answers and outputs in spans (they may hold secrets)
 """
 
 from __future__ import annotations
@@ -55,7 +63,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from planexec.errors import ConfigError
 
-__all__ = ["CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "ServeConfig", "load_config"]
+__all__ = [
+    "CONFIG_FILE",
+    "Config",
+    "ConfigError",
+    "McpConfig",
+    "McpServerConfig",
+    "ProviderConfig",
+    "ServeConfig",
+    "TelemetryConfig",
+    "load_config",
+]
 
 CONFIG_FILE = "planexec.toml"
 SECTION = "planexec"
@@ -143,6 +161,32 @@ class ServeConfig(BaseModel):
     port: int | None = Field(None, ge=0, le=65535, description="the port (0: a free one, printed)")
 
 
+class TelemetryConfig(BaseModel):
+    """``[planexec.telemetry]``: OpenTelemetry traces of runs and model calls (see `planexec.telemetry`).
+
+    Off unless `exporter` is set (or `enabled` is true, or the standard
+    ``OTEL_*`` variables ask for it); ``OTEL_SDK_DISABLED=true`` always wins.
+    ``none`` sends spans to the tracer provider the application installed
+    (Logfire, its own SDK setup) and nowhere else. Prompts, answers and
+    outputs stay out of spans unless `capture_content` is true.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool | None = Field(None, description="traces on or off (default: on when an exporter is set here or by OTEL_*)")
+    exporter: Literal["console", "otlp", "none"] | None = Field(
+        None, description="console (a tree on stderr), otlp (OTLP/HTTP) or none (the application's tracer provider)"
+    )
+    endpoint: str | None = Field(
+        None, pattern=r"^https?://", description="the OTLP/HTTP collector's URL (default: OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4318)"
+    )
+    headers_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the environment variable holding the OTLP headers, key=value,..."
+    )
+    capture_content: bool = Field(False, description="prompts, answers and outputs in spans (they may hold secrets)")
+    service_name: str | None = Field(None, min_length=1, description="service.name of the spans (default: OTEL_SERVICE_NAME, else planexec)")
+
+
 class Config(BaseModel):
     """What ``[planexec]`` in ``planexec.toml`` may set; every field is optional."""
 
@@ -171,8 +215,12 @@ class Config(BaseModel):
     reuse: bool | list[Literal["rules", "model"]] | None = Field(
         None, description="plan reuse from the store's templates: true, false, or the matchers ['rules', 'model'] (default on)"
     )
+    plan_format: Literal["json", "compact"] | None = Field(
+        None, description="what the planner model writes: the JSON draft, or the compact one-line-per-step language (default json)"
+    )
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces: off unless configured")
 
     @field_validator("policies", mode="before")
     @classmethod

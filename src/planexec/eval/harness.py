@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, RunStatus, StepState
@@ -104,6 +104,7 @@ class EvalOptions:
     seed: int = 0
     timeout: float | None = 900.0
     step_timeout: float | None = 300.0
+    plan_format: Literal["json", "compact"] = "json"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +241,7 @@ def team_for(model: Model, registry: Registry, options: EvalOptions) -> Team:
         planner_max_tokens=options.planner_max_tokens,
         max_turns=options.max_turns,
         positional=options.positional,
+        plan_format=options.plan_format,
         max_replans=options.max_replans if options.replan else 0,
         joiner=options.join and joiner_note(model) is None,
         default_timeout=options.step_timeout,

@@ -71,7 +71,10 @@ def render_catalog(catalog: list[dict[str, Any]], *, compact: bool = False) -> s
 
     With `compact`, each action is shown as the compact form calls it:
     ``search(query: string)`` for a tool (under no worker line: a tool is
-    called by its name), ``writer.write: "task"`` for a task in words.
+    called by its name), ``writer.write: "task"`` for a task in words, and
+    only the first paragraph of a description, on one line: the catalogue
+    is most of a compact prompt, and the rest of a docstring (a
+    calculator's list of functions) is for the worker that calls the tool.
     """
     lines = []
     for worker in catalog:
@@ -80,7 +83,10 @@ def render_catalog(catalog: list[dict[str, Any]], *, compact: bool = False) -> s
         for action in worker["actions"]:
             params = action["parameters"]
             props = params.get("properties")
-            about = f" - {action['description']}" if action["description"] else ""
+            text = action["description"] or ""
+            if compact:
+                text = " ".join(text.split("\n\n", 1)[0].split())
+            about = f" - {text}" if text else ""
             if props is None:
                 signature = "input: string (optional): the text the task works on; may quote earlier results"
             else:

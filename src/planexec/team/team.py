@@ -5,8 +5,12 @@ result, and its one set of defaults. `planexec run`, `plan` and `eval`, and
 every later front end, go through a `Team`: either its whole job
 (`run`/`run_sync`/`events`) or its stages (`route`, `plan`, `review`,
 `start`, `start_single`, `start_streaming`) when a face shows each stage to
-a person. Imports every layer below it (`planning`, `governance`, `engine`,
-`workers`, `models`, `store`); never a face.
+a person. Imports every layer below it (`library`, `planning`, `governance`,
+`engine`, `workers`, `models`, `store`); never a face.
+
+With telemetry on (`planexec.telemetry`), a goal's run is one trace: the
+run's span opens before routing and planning and the run takes it, and the
+models given as objects report their calls as named ones do.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any, Literal, get_args
 from planexec.config import Config, load_config
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
-from planexec.engine.engine import Engine, Run
+from planexec.engine.engine import Engine, Run, new_run_id
 from planexec.engine.join import Joiner
 from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
@@ -43,6 +47,8 @@ from planexec.planning.stream import PlanStream
 from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
+from planexec.telemetry.scopes import goal_scope, run_scope, start_run
+from planexec.telemetry.setup import active, configure, traced
 from planexec.usage import Budget, Usage
 from planexec.workers.context import run_dependencies
 from planexec.workers.gate import CallApprover
@@ -139,11 +145,15 @@ class Team:
         on_event: Callable[[Any], None] | None = None,
         env: Mapping[str, str] | None = None,
         reuse: bool | Iterable[str] | None = None,
+        plan_format: Literal["json", "compact"] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.config = config if config is not None else Config()
         self.seed = seed
+        if configure(self.config.telemetry, env) is not None:  # traces on: a model given as an object reports its calls too
+            model, worker_model = _traced(model), _traced(worker_model)
+            role_models = {role: _traced(ref) for role, ref in (role_models or {}).items()}
         self.models = TeamModels.resolve(
             self.config, model=model, worker_model=worker_model, role_models=role_models, base_url=base_url, seed=seed, env=env
         )
@@ -168,6 +178,9 @@ class Team:
         self.max_steps = self.bounds.max_steps
         self.max_repairs = max_repairs
         self.positional = positional
+        self.plan_format: Literal["json", "compact"] = plan_format or self.config.plan_format or "json"
+        if self.plan_format not in ("json", "compact"):
+            raise ValueError(f"plan_format must be 'json' or 'compact'; got {self.plan_format!r}")
         self.max_replans = (
             max_replans if max_replans is not None else (self.config.max_replans if self.config.max_replans is not None else 2)
         )
@@ -215,6 +228,7 @@ class Team:
             seed=self.seed,
             max_tokens=self.bounds.max_tokens,
             positional=self.positional,
+            plan_format=self.plan_format,
         )
 
     def _joiner(self, joiner: bool | Joiner) -> Joiner | None:
@@ -264,7 +278,8 @@ class Team:
 
     async def route(self, goal: str) -> Route:
         """One short call of the planner's model: does `goal` need a team (``plan``) or one agent (``single``)?"""
-        return await route(goal, self.models.planner)
+        with goal_scope(self, goal):  # traced: under the span the goal's run will take
+            return await route(goal, self.models.planner)
 
     async def plan(self, goal: str) -> Planning:
         """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up.
@@ -273,10 +288,11 @@ class Team:
         of the template that fits (chosen by rules, or by the workers' model),
         or the planner's with the reason none was reused.
         """
-        templates = latest_templates(self.store) if self.reuse else []
-        if not templates:
-            return await self.planner.draft(goal)
-        return await plan_with_reuse(goal, self.planner, templates, model=self.models.worker, matchers=self.reuse)
+        with goal_scope(self, goal):  # traced: under the span the goal's run will take
+            templates = latest_templates(self.store) if self.reuse else []
+            if not templates:
+                return await self.planner.draft(goal)
+            return await plan_with_reuse(goal, self.planner, templates, model=self.models.worker, matchers=self.reuse)
 
     def plan_sync(self, goal: str) -> Planning:
         """`plan` for code without an event loop."""
@@ -330,7 +346,12 @@ class Team:
         """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle."""
         engine = self.engine(**engine_overrides)
         overhead = reuse_overhead(planning, overhead)  # a template chosen by a model: that call counts
-        run = engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=self.setup(planning))
+        setup = self.setup(planning)
+        run = start_run(
+            lambda: engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=setup),
+            owner=self,
+            goal=plan.goal,
+        )
         return hold_servers(self.registry, run)  # its MCP servers close when the last run using them ends
 
     def start_single(
@@ -347,20 +368,24 @@ class Team:
         """Start one agent on `goal` with every tool of `registry` (default: the team's), on the workers' model for ``agent``."""
         options = self.engine_options(monitored=False, **engine_overrides)
         gated = self.auto_approve if requires_approval is None else requires_approval
-        registry = registry if registry is not None else self.registry
-        run = start_single(
-            goal,
-            model=self.models.for_role("agent"),
-            registry=registry,
-            max_turns=self.bounds.agent_turns,
-            engine_options=options,
-            overhead=reuse_overhead(planning, overhead),
-            run_id=run_id,
-            planning=planning,
-            requires_approval=gated,
-            setup=self.setup(planning),
+        tools = registry if registry is not None else self.registry  # a name the lambda below sees as set
+        run = start_run(
+            lambda: start_single(
+                goal,
+                model=self.models.for_role("agent"),
+                registry=tools,
+                max_turns=self.bounds.agent_turns,
+                engine_options=options,
+                overhead=reuse_overhead(planning, overhead),
+                run_id=run_id,
+                planning=planning,
+                requires_approval=gated,
+                setup=self.setup(planning),
+            ),
+            owner=self,
+            goal=goal,
         )
-        return hold_servers(registry, run)
+        return hold_servers(tools, run)
 
     def start_streaming(self, goal: str | PlanStream, *, run_id: str | None = None, **engine_overrides: Any) -> Run:
         """Start a run whose steps begin while the planner writes them (a goal, or a `PlanStream` to keep); no review is possible."""
@@ -368,7 +393,8 @@ class Team:
             raise ValueError("a streamed plan starts running before it is complete, so the policies cannot review it: use mode 'plan'")
         engine = self.engine(**engine_overrides)
         stream = goal if isinstance(goal, PlanStream) else PlanStream(self.planner, goal)
-        return hold_servers(self.registry, engine.start_streaming(stream, run_id=run_id))
+        run = start_run(lambda: engine.start_streaming(stream, run_id=run_id), owner=self, goal=stream.goal)
+        return hold_servers(self.registry, run)
 
     def setup(self, planning: Planning | None = None) -> dict[str, Any]:
         """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
@@ -398,6 +424,13 @@ class Team:
 
     async def start_goal(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> Run:
         """Route, plan and review `goal`, then start the run; returns its handle (see `run`)."""
+        if active() is None:
+            return await self._start_goal(goal, mode=mode, run_id=run_id)
+        run_id = run_id or new_run_id()  # known before planning: the planner's calls carry it
+        with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
+            return await self._start_goal(goal, mode=mode, run_id=run_id)
+
+    async def _start_goal(self, goal: str, *, mode: Mode | None, run_id: str | None) -> Run:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -468,3 +501,8 @@ class Team:
 
     def __repr__(self) -> str:
         return f"Team(planner={self.models.planner.name!r}, workers={sorted(self.registry.workers)!r}, mode={self.mode!r})"
+
+
+def _traced(ref: Any) -> Any:
+    """A model given as an object, wrapped so its calls are traced; a name (resolved to a traced model) as it is."""
+    return traced(ref) if ref is not None and not isinstance(ref, str) else ref
