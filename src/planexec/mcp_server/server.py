@@ -241,6 +241,6 @@ def serve_http(server: MCPServer[Any], listening: socket.socket, *, host: str, t
 
     On a loopback `host` the SDK also checks the Host and Origin headers (no DNS rebinding from a web page).
     """
-    app = BearerToken(server.streamable_http_app(host=host), token)
+    app = BearerToken(server.streamable_http_app(host=host.strip("[]")), token)
     config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False)
     uvicorn.Server(config).run(sockets=[listening])

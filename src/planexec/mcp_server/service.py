@@ -155,19 +155,19 @@ class Service:
     async def run_plan(self, run_id: str) -> StartedRun:
         """Start the planned run `run_id` in a process of its own; what it does next (it may wait for a person)."""
         summary = await self._summary(run_id)
-        started = self.launcher.running(run_id)
-        if not summary.finished and (started is not None or (summary.lease is not None and summary.lease.live)):
-            pid = started.process.pid if started is not None else summary.lease.pid if summary.lease is not None else None
-            return await self._started(run_id, pid, "it is already running")
-        if not is_planned(summary):
-            state = summary.state
+        held = summary.lease is not None and summary.lease.live
+        if not held and not is_planned(summary):
             raise RequestError(
-                f"run {run_id!r} is {state}: run_plan starts only a run planned here (plan_goal, run_template) that has not "
-                f"started; {next_step(summary, state, [])}"
+                f"run {run_id!r} is {summary.state}: run_plan starts only a run planned here (plan_goal, run_template) that has "
+                f"not started; {next_step(summary, summary.state, [])}"
             )
-        denied = await in_thread(_denied, self.store, run_id)
+        denied = await in_thread(_denied, self.store, run_id) if not held else None
         if denied is not None:
             raise RequestError(f"the plan of run {run_id!r} was denied{denied}: nothing runs; plan again with plan_goal")
+        started = self.launcher.running(run_id)  # from here to `start`, no await: two calls at once start one process
+        if held or started is not None:
+            pid = started.process.pid if started is not None else summary.lease.pid if summary.lease is not None else None
+            return await self._started(run_id, pid, "a process already works on it")
         started = self.launcher.start(run_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_WAIT

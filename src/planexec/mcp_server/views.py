@@ -31,11 +31,11 @@ OUTPUT_LIMIT = 20_000
 STATES = (*(s.value for s in RunStatus), "interrupted", "planned")
 
 
-def face_state(summary: RunSummary, pending: list[PendingApproval]) -> str:
-    """``planned``, ``waiting_for_approval`` (a live run with something pending), else the store's state (``interrupted`` included)."""
+def face_state(summary: RunSummary, *, waiting: bool) -> str:
+    """``planned``, ``waiting_for_approval`` (a live run `waiting` for a person), else the store's state (``interrupted`` too)."""
     if is_planned(summary):
         return "planned"
-    if summary.status is RunStatus.RUNNING and not summary.interrupted and pending:
+    if summary.status is RunStatus.RUNNING and not summary.interrupted and waiting:
         return "waiting_for_approval"
     return summary.state
 
@@ -117,7 +117,7 @@ def run_details(store: RunStore, run_id: str, *, process: str | None = None) -> 
     view = replay(events, versions[-1].plan if versions else None)
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
     lines = [_step_line(rec, steps[sid].instruction if sid in steps else None) for sid, rec in view.steps.items()]
-    state = face_state(summary, pending)
+    state = face_state(summary, waiting=bool(pending))
     if state == "planned":  # stopped before anything started: its steps wait, they were not cancelled
         lines = [line.model_copy(update={"state": StepState.PENDING.value, "error": None}) for line in lines]
     details = RunDetails(
@@ -174,7 +174,7 @@ def run_lines(store: RunStore, *, state: str | None, limit: int) -> list[RunLine
         RunLine(
             run_id=r.run_id,
             goal=r.goal,
-            state="planned" if is_planned(r) else ("waiting_for_approval" if r.run_id in waiting and r.state == "running" else r.state),
+            state=face_state(r, waiting=r.run_id in waiting),
             started_at=r.started_at.isoformat(),
             finished_at=r.finished_at.isoformat() if r.finished_at else None,
             steps=r.step_count,
