@@ -184,7 +184,9 @@ class TelemetryConfig(BaseModel):
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the environment variable holding the OTLP headers, key=value,..."
     )
     capture_content: bool = Field(False, description="prompts, answers and outputs in spans (they may hold secrets)")
-    service_name: str | None = Field(None, min_length=1, description="service.name of the spans (default: OTEL_SERVICE_NAME, else planexec)")
+    service_name: str | None = Field(
+        None, min_length=1, description="service.name of the spans (default: OTEL_SERVICE_NAME, else planexec)"
+    )
 
 
 class Config(BaseModel):
