@@ -17,7 +17,7 @@ values. For each model setup, in a fresh SQLite store:
 
 Every run is ``Team.run(goal, mode="plan")`` with the evaluation harness's
 settings (up to 2 replans, the model joiner unless the model's grammar cannot
-take it, every plan approved), recorded in the store; its wall time runs from
+take it or ``--no-joiner`` says none, every plan approved), recorded in the store; its wall time runs from
 the start of planning to the result; its usage counts every model call
 (planner, template choice, joiner, replans). Dollars are the tokens at
 ``--price``'s rates (the oracle itself is free). Success is the suite's
@@ -39,6 +39,8 @@ Printed per setup: the warm-up (templates learned), each mode's totals and
 the ratios reuse / cold, with the targets of issue 13 (cost <= 50% and wall
 <= 70% of cold planning, success >= 95% of cold's) and the anchor (Agentic
 Plan Caching, 2025: -50% cost, -27% latency at 96.6% of the performance).
+A setup that learned no template runs cold planning only: there is nothing
+to reuse.
 
 Run from the repository root (planexec installed)::
 
@@ -93,13 +95,13 @@ def _always(model: Model) -> Callable[[GoalCase], Model]:
     return lambda case: model
 
 
-def _team(model: Model, registry: Registry, store: RunStore, reuse: Any) -> Team:
-    """A team with the evaluation harness's settings (`eval.harness.team_for`), recording into `store`."""
+def _team(model: Model, registry: Registry, store: RunStore, reuse: Any, joiner: bool) -> Team:
+    """A team with the evaluation harness's settings (`eval.harness.team_for`), recording into `store`; `joiner` False: none."""
     return Team(
         model,
         registry=registry,
         max_replans=2,
-        joiner=joiner_note(model) is None,
+        joiner=joiner and joiner_note(model) is None,
         default_timeout=300.0,
         seed=0,
         auto_approve=True,
@@ -108,11 +110,11 @@ def _team(model: Model, registry: Registry, store: RunStore, reuse: Any) -> Team
     )
 
 
-def _run(case: GoalCase, model: Model, registry: Registry, store: RunStore, reuse: Any) -> dict[str, Any]:
+def _run(case: GoalCase, model: Model, registry: Registry, store: RunStore, reuse: Any, joiner: bool) -> dict[str, Any]:
     """Run one goal in a fresh event loop; its figures (never raises for what the run did)."""
 
     async def go() -> dict[str, Any]:
-        team = _team(model, registry, store, reuse)
+        team = _team(model, registry, store, reuse, joiner)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(RUN_TIMEOUT):
@@ -188,6 +190,7 @@ def _setup(
     learner_for: Callable[[GoalCase], Model],
     price: Callable[[Usage], float],
     *,
+    joiner: bool,
     detail: bool,
     quiet: bool,
 ) -> dict[str, Any]:
@@ -198,7 +201,7 @@ def _setup(
     with tempfile.TemporaryDirectory() as folder, open_store(os.path.join(folder, "runs.db")) as store:
         warm, learned = [], []
         for case in learn:
-            record = _run(case, learner_for(case), registry, store, False)
+            record = _run(case, learner_for(case), registry, store, False, joiner)
             saved = learn_template(store, record["run_id"], registry=registry) if record["success"] else None
             warm.append(record)
             if saved is not None:
@@ -210,10 +213,10 @@ def _setup(
                 )
         modes: dict[str, Any] = {}
         records: dict[str, list[dict[str, Any]]] = {}
-        for mode, reuse in MODES.items():
+        for mode, reuse in MODES.items() if learned else [("cold", False)]:  # no template: reuse is cold planning
             records[mode] = []
             for case in repeats:
-                record = _run(case, model_for(case), registry, store, reuse)
+                record = _run(case, model_for(case), registry, store, reuse, joiner)
                 records[mode].append(record)
                 if not quiet:
                     print(f"  {mode} {case.goal_id}: {'ok' if record['success'] else record['reason'][:100]}", file=sys.stderr)
@@ -221,7 +224,7 @@ def _setup(
     out: dict[str, Any] = {
         "warm_up": {**_summary(warm, price), "templates_learned": learned},
         "modes": modes,
-        "ratios_over_cold": {m: _ratios(modes[m], modes["cold"]) for m in MODES if m != "cold"},
+        "ratios_over_cold": {m: _ratios(modes[m], modes["cold"]) for m in modes if m != "cold"},
     }
     if detail:
         out["records"] = {
@@ -246,6 +249,8 @@ def _print(name: str, about: str, figures: dict[str, Any], price_name: str) -> N
     w = figures["warm_up"]
     print(f"\n## {name}: {about}\n")
     print(f"warm-up: {w['successes']}/{w['goals']} learn-* goals succeeded; {len(w['templates_learned'])} templates learned")
+    if not w["templates_learned"]:
+        print("no template learned, so reuse has nothing to reuse: every plan is planned cold (the reuse modes were not run)")
     print("\n| mode | success | plans reused | model calls | input tokens | output tokens | $ at " + price_name + " | wall | per goal |")
     print("|---|---|---|---|---|---|---|---|---|")
     for mode, f in figures["modes"].items():
@@ -281,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-input-token", type=float, default=0.0005, help="the oracle's seconds per input token (default 0.0005)")
     parser.add_argument("--per-output-token", type=float, default=0.02, help="the oracle's seconds per output token (default 0.02)")
     parser.add_argument("--tool-latency", type=float, default=1.0, help="scale of the lookups' 50-300 ms (default 1; 0: none)")
+    parser.add_argument(
+        "--no-joiner",
+        action="store_true",
+        help="no model joiner: the answer is the plan's last step's output (default: the harness's joiner)",
+    )
     parser.add_argument("--detail", action="store_true", help="a line per goal and mode: where its plan came from")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
@@ -305,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "latency_model": LatencyModel.describe_values(**latency),
         "tool_latency_scale": args.tool_latency,
         "price": args.price,
+        "joiner": not args.no_joiner,
         "targets": TARGETS,
         "anchor": ANCHOR,
         "setups": {},
@@ -312,17 +323,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print("# Plan reuse: cold planning against reused templates on repeated goals")
         print(f"suite {result['suite']}; dollars at {args.price} rates; targets: cost <= 50%, wall <= 70%, success >= 95% of cold")
+        print("no model joiner: the answer is the plan's last step's output" if args.no_joiner else "the model joiner answers")
     t0 = time.perf_counter()
     for setup in setups:
         if setup == "oracle":
             about = f"the oracle, {result['latency_model']}; lookups 50-300 ms x {args.tool_latency:g}"
-            figures = _setup(setup, suite, oracle, oracle, price, detail=args.detail, quiet=args.json)
+            figures = _setup(setup, suite, oracle, oracle, price, joiner=not args.no_joiner, detail=args.detail, quiet=args.json)
         else:
             local = ModelSettings(Config(), planner="local:smollm2", seed=0).model("local:smollm2")
             own = _always(local)
             learner = oracle if args.learn_with == "oracle" else own
             about = f"the embedded {local.name}, templates learned from {'the oracle' if args.learn_with == 'oracle' else 'its own runs'}"
-            figures = _setup(setup, suite, own, learner, price, detail=args.detail, quiet=args.json)
+            figures = _setup(setup, suite, own, learner, price, joiner=not args.no_joiner, detail=args.detail, quiet=args.json)
         figures["about"] = about
         result["setups"][setup] = figures
         if not args.json:

@@ -81,6 +81,7 @@ __all__ = [
 MATCHERS: tuple[str, ...] = ("rules", "model")
 CANDIDATES = 3  # templates a model is shown: few, so the call stays short
 CHOICE_MAX_TOKENS = 256  # a name and a few values
+VALUE_MAX_CHARS = 200  # a value is part of the goal; a bound keeps a small model under a grammar from rambling in a string
 
 _PLACEHOLDER = re.compile(r"\{\{\{\{|\{\{(" + PARAM_NAME + r")\}\}")  # templates.py's syntax: "{{{{" is a literal "{{"
 _WHOLE = re.compile(r"^\{\{(" + PARAM_NAME + r")\}\}$")
@@ -328,12 +329,13 @@ def _card(template: Template) -> dict[str, Any]:
     return {"template": template.name, "goal": template.plan.get("goal"), "parameters": template.params, "steps": steps}
 
 
-def choice_schema(shortlist: Sequence[Template], registry: Registry | None = None) -> dict[str, Any]:
-    """The answer's schema: a template name of the shortlist (or ``none``) and values, one shape per template."""
+def choice_schema(shortlist: Sequence[Template], registry: Registry | None = None, *, max_length: int = VALUE_MAX_CHARS) -> dict[str, Any]:
+    """The answer's schema: a template name of the shortlist (or ``none``) and values (texts of at most `max_length`), one shape per template."""
     shapes: list[dict[str, Any]] = []
+    text = {"type": "string", "maxLength": max(1, max_length)}
     for t in shortlist:
         typed = _typed(t, registry)
-        props = {p: typed[p] if p in typed and "$ref" not in json.dumps(typed[p]) else {"type": "string"} for p in t.params}
+        props = {p: typed[p] if p in typed and "$ref" not in json.dumps(typed[p]) else text for p in t.params}
         shapes.append({"type": "object", "properties": props, "required": list(t.params), "additionalProperties": False})
     shapes.append({"type": "object", "properties": {}, "additionalProperties": False})
     return {
@@ -352,7 +354,7 @@ def choose_request(goal: str, shortlist: Sequence[Template], registry: Registry 
             Message(role="system", content=prompt_file("reuse", "system.md")),
             Message(role="user", content=f"Goal: {goal}\n\nSaved plans:\n{cards}"),
         ],
-        output_schema=choice_schema(shortlist, registry),
+        output_schema=choice_schema(shortlist, registry, max_length=min(len(goal), VALUE_MAX_CHARS)),
         temperature=0.0,
         seed=0,
         max_tokens=CHOICE_MAX_TOKENS,
@@ -436,7 +438,7 @@ async def find_reuse(
     among `matchers`) one call of `model`. A model error is a reason, not a
     failure.
     """
-    on = matchers_of(list(matchers))
+    on = matchers_of(matchers)
     if not templates:
         return Reuse(fallback="the plan library has no template")
     if "rules" in on:
