@@ -46,6 +46,8 @@ TOOLS = textwrap.dedent(
 
     from planexec import tool
 
+    print("tools.py loaded")  # on stdout: planexec mcp keeps its stdio protocol clean of it
+
 
     @tool(idempotent=True)
     def build(name: str) -> str:
@@ -132,6 +134,14 @@ def environment(project: Path) -> dict[str, str]:
     return {**os.environ, "SHIP_LOG": str(project / "ship.log"), "COLUMNS": "200"}
 
 
+STRAY: list[Exception] = []  # what a client could not read on a server's stdout
+
+
+async def stray(message) -> None:
+    if isinstance(message, Exception):
+        STRAY.append(message)
+
+
 @contextlib.asynccontextmanager
 async def connected(project: Path, *options: str, elicitation=None, scripted: bool = False):
     """A client session with a ``planexec mcp`` started over stdio in `project` (its stderr in server.log); `scripted`: its planner too."""
@@ -146,7 +156,7 @@ async def connected(project: Path, *options: str, elicitation=None, scripted: bo
     with (project / "server.log").open("a") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write, elicitation_callback=elicitation) as session,
+            ClientSession(read, write, elicitation_callback=elicitation, message_handler=stray) as session,
         ):
             await session.initialize()
             yield session
@@ -215,7 +225,9 @@ def test_the_tools_have_typed_input_and_output_schemas_and_no_tool_takes_a_decis
             listed = await call(session, "list_templates")
         return tools, templates, listed
 
+    STRAY.clear()
     tools, templates, listed = anyio.run(scenario)
+    assert STRAY == []  # tools.py prints when it loads: not onto the protocol's stdout
     assert set(tools) == {
         "plan_goal", "run_plan", "run_template", "show_run", "list_runs", "list_templates", "list_approvals", "decide_approval",
     }  # fmt: skip

@@ -19,6 +19,7 @@ Decisions a person makes through the client are recorded under ``--user``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import socket
@@ -71,7 +72,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise common.UsageError(_INSTALL) from None
     config = common.config()
     store = common.open_run_store(args.store, config, create=True)
-    team = _team(args, config, store)
+    with contextlib.redirect_stdout(sys.stderr):  # over stdio, stdout is the protocol's: a tools module that prints must not break it
+        team = _team(args, config, store)
     launcher = Launcher(Path.cwd(), store_target(args.store, config.store))
     server = build_server(Service(team, launcher, args.user or common.user()), decide=not args.no_decide)
     try:
@@ -79,7 +81,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             serve_stdio(server)
         else:
             listening = _listen(args.host, args.port)
-            shown = f"[{args.host}]" if ":" in args.host else args.host
+            host = args.host.strip("[]")
+            shown = f"[{host}]" if ":" in host else host
             common.say(f"planexec MCP server on http://{shown}:{listening.getsockname()[1]}/mcp · store {store.location}", stderr=True)
             shown_token = token if made else f"the token of --token or ${TOKEN_ENV}"
             common.say(f"clients send the header: Authorization: Bearer {shown_token}", stderr=True)
