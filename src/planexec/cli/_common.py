@@ -8,7 +8,9 @@ has no import cycle. Owns the exit codes and
 plan files and tools modules, the policies and the terminal review,
 choosing and opening the run store, the registry a plan file runs on
 (`plan_registry`), the step approver at a terminal, and `watch` (a run fed
-to a display, Ctrl-C turned into a recorded cancel).
+to a display, Ctrl-C turned into a recorded cancel). Reading planexec.toml
+switches traces on when its ``[planexec.telemetry]`` (or ``OTEL_*``) asks
+(`planexec.telemetry`), and every run a command watches is traced.
 
 Every command prints through it: `console` (rich, for tables, displays and
 lines), `say` (a plain line) and `emit` (text as is: JSON, event lines).
@@ -49,6 +51,8 @@ from planexec.plan.validation import validate_plan
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
 from planexec.team.team import Team
+from planexec.telemetry import configure as configure_telemetry
+from planexec.telemetry import trace_run
 from planexec.workers.gate import CallRequest
 from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
@@ -90,6 +94,7 @@ class RunHeldError(UsageError):
 
 async def watch(run: Any, display: LiveProgress | EventLog | None) -> RunResult:
     """Feed the display from a started run and turn Ctrl-C into a recorded cancellation."""
+    trace_run(run)  # with telemetry on: a run started without its span yet (a plan file's) is traced too
     if display is not None:
         run.subscribe(display)
     loop = asyncio.get_running_loop()
@@ -236,10 +241,13 @@ def review(
 
 
 def config() -> Config:
+    """planexec.toml in the current folder (an empty configuration without one); traces on when it or OTEL_* asks."""
     try:
-        return load_config(Path("."))
+        loaded = load_config(Path("."))
+        configure_telemetry(loaded.telemetry)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    return loaded
 
 
 def load_plan(path: Path, *, as_json: bool) -> Plan | None:

@@ -5,7 +5,9 @@ with the engine (`Engine.resume`) on the tools modules it was started with
 (`stored_tools`, read from its `RunStarted.setup`; an explicit ``--tools``
 wins), and recording a person's decision about a step held after a crash
 (`resume.resolve_step`). A store, run or step that is not there, and a run
-that cannot be resumed, are usage errors (exit 2) that change nothing.
+that cannot be resumed, are usage errors (exit 2) that change nothing. With
+telemetry on, the resumed run's span is current in all its tasks and links
+to the span of the run it continues (`planexec.telemetry`).
 Imports `cli._common`, `cli.approvals`, `cli.progress` and the engine's
 resume API.
 """
@@ -26,6 +28,7 @@ from planexec.engine.results import RunResult
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
 from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.store import RunStore
+from planexec.telemetry import start_run
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]
 
@@ -90,7 +93,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     engine = Engine(registry, **options)
 
     async def go() -> RunResult:
-        run = engine.resume(args.run_id)
+        run = start_run(lambda: engine.resume(args.run_id))  # traced: linked to the trace of the run it continues
         return await common.watch(run, display)
 
     try:

@@ -6,8 +6,10 @@ tried again after an exponential backoff with jitter (or the wait the
 provider asked for), up to `retries` more times; each call is bounded by
 `timeout` seconds; the usage of every successful call is priced from a
 `PriceTable`. A streamed call is retried only while nothing has been yielded
-yet, so a caller never sees text twice. Imports `errors`, `usage`, `pricing`
-and `models.base`; never the engine or planner.
+yet, so a caller never sees text twice. Each call (its retries included) is
+reported to the observer telemetry installs (`models.observe`), if any.
+Imports `errors`, `usage`, `pricing`, `models.base` and `models.observe`;
+never the engine, planner or telemetry.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from planexec.errors import ModelError, ModelTimeoutError
+from planexec.models import observe
 from planexec.models.base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
+from planexec.models.observe import CallWatch
 from planexec.models.pricing import PriceTable
 from planexec.usage import record_usage
 
@@ -33,6 +37,8 @@ class ManagedModel:
     with up to 25% jitter from `seed`); `timeout` bounds each call (None:
     the provider's own). `sleep` is injectable so tests do not wait.
     """
+
+    reports_calls = True  # to `models.observe`'s observer: `observed` leaves it as it is
 
     def __init__(
         self,
@@ -87,6 +93,12 @@ class ManagedModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One call, retried on retryable errors, each attempt bounded by the timeout."""
+        observer = observe.call_observer()
+        if observer is None:
+            return await self._complete(request, None)
+        return await observe.watched(observer, self.name, request, lambda watch: self._complete(request, watch), base_url=self.base_url)
+
+    async def _complete(self, request: ModelRequest, watch: CallWatch | None) -> ModelResponse:
         retry = 0
         while True:
             self.attempts += 1
@@ -101,10 +113,18 @@ class ManagedModel:
             retry += 1
             if not error.retryable or retry > self.retries:
                 raise error
-            await self.sleep(self.delay(retry, error))
+            delay = self.delay(retry, error)
+            observe.retried(watch, error, delay)
+            await self.sleep(delay)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelDelta | ModelResponse]:
         """Stream one call; retried like `complete` only until the first delta arrived."""
+        observer = observe.call_observer()
+        if observer is None:
+            return self._stream(request, None)
+        return observe.watched_stream(observer, self.name, request, lambda watch: self._stream(request, watch), base_url=self.base_url)
+
+    async def _stream(self, request: ModelRequest, watch: CallWatch | None) -> AsyncIterator[ModelDelta | ModelResponse]:
         retry = 0
         while True:
             self.attempts += 1
@@ -125,7 +145,9 @@ class ManagedModel:
             retry += 1
             if yielded or not error.retryable or retry > self.retries:
                 raise error
-            await self.sleep(self.delay(retry, error))
+            delay = self.delay(retry, error)
+            observe.retried(watch, error, delay)
+            await self.sleep(delay)
 
     def _timed_out(self) -> ModelTimeoutError:
         return ModelTimeoutError(f"model {self.name!r} did not answer within {self.timeout:g}s", model=self.name)
