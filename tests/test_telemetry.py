@@ -571,3 +571,15 @@ def test_planexec_toml_switches_traces_on_for_a_command(tmp_path, monkeypatch, c
     assert code == 0 and json.loads(out)["answer"] == 5
     tree = err[err.index(RUN) :].splitlines()
     assert tree[0].startswith(RUN) and "succeeded" in tree[0] and "execute_tool add" in tree[-1]
+
+
+def test_without_the_sdk_a_configured_command_says_what_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if opentelemetry-sdk were not installed
+    with pytest.raises(ConfigError, match=r"planexec\[otel\]"):
+        telemetry.configure(TelemetryConfig(exporter="console"))
+    monkeypatch.chdir(tmp_path)
+    Path("planexec.toml").write_text('[planexec.telemetry]\nexporter = "otlp"\n')
+    Path("plan.json").write_text(json.dumps({"plan_id": "p", "goal": "g", "steps": [{"id": "s1", "action": "echo"}]}))
+    assert main(["run", "--plan", "plan.json", "--yes", "--no-store"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'planexec[otel]'" in err and "Traceback" not in err and telemetry.active() is None
