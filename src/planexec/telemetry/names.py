@@ -1,10 +1,11 @@
 """The attribute names planexec's spans carry: OpenTelemetry's GenAI semantic conventions, then our own.
 
 Owns the names only, in one place the span builders, the tests and the docs
-share. The GenAI conventions are still in development: these follow the
-registry of semantic-conventions v1.37 and later (``gen_ai.provider.name``,
-which replaced ``gen_ai.system``; ``gen_ai.usage.cache_read.input_tokens``;
-``invoke_workflow``). Ours start with ``planexec.``. Imports nothing.
+share. The GenAI conventions are still in development: these follow their
+registry as of semantic-conventions v1.41 (``gen_ai.provider.name``, which
+replaced ``gen_ai.system`` in v1.37; ``gen_ai.usage.cache_read.input_tokens``
+and ``gen_ai.usage.cache_creation.input_tokens``; the ``invoke_workflow``
+operation). Ours start with ``planexec.``. Imports nothing.
 """
 
 from __future__ import annotations
