@@ -1,4 +1,10 @@
-"""What the engine's lean hot path must keep: deadlines on one shared timer still fire on time and only for their own step."""
+"""What the engine's lean hot path must keep.
+
+Deadlines on one shared timer still fire on time and only for their own
+step; step records built without validation are the records pydantic
+would build; a record's times are its events' times, so a run replayed
+from its events has the records the live run had.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,10 @@ import pytest
 
 from planexec import Engine, Plan, Registry, StepState
 from planexec.engine.deadline import Deadline, DeadlineClock
+from planexec.engine.replay import replay
+from planexec.engine.results import StepRecord
+from planexec.engine.state import ZERO, _new_record
+from planexec.events import parse_event
 
 
 def mkplan(*steps):
@@ -117,3 +127,40 @@ def test_a_cancel_from_outside_is_not_taken_for_the_deadline():
         return seen
 
     assert asyncio.run(go()) == {"expired": False}
+
+
+def test_a_record_built_without_validation_is_the_validated_record():
+    plan = mkplan({"id": "a", "action": "quick"}, {"id": "b", "action": "nap", "parameters": {"seconds": 0}, "depends_on": ["a"]})
+    first, second = (_new_record(step) for step in plan.steps)
+    validated = StepRecord(step_id="a", worker=plan.steps[0].worker, action="quick", usage=ZERO)
+    assert first == validated and repr(first) == repr(validated)
+    assert first.model_dump_json() == validated.model_dump_json()
+    assert StepRecord.model_validate_json(first.model_dump_json()) == first
+    # mutable defaults are each record's own
+    for name, value in first.__dict__.items():
+        if isinstance(value, (list, dict, set)):
+            assert value is not second.__dict__[name], name
+    first.verdicts.append({"critic": "c"})
+    assert second.verdicts == [] and first.model_copy(update={"verdicts": []}) == validated
+
+
+def test_records_carry_the_times_of_their_events_and_replay_to_the_same_records(reg):
+    plan = mkplan(
+        {"id": "a", "action": "quick"},
+        {"id": "b", "action": "nap", "parameters": {"seconds": 0.01}, "depends_on": ["a"]},
+        {"id": "c", "action": "quick", "depends_on": ["a"]},
+    )
+
+    async def go():
+        r = Engine(reg).start(plan)
+        return r, await r.result()
+
+    r, result = asyncio.run(go())
+    for sid, rec in result.steps.items():
+        started = next(e for e in r.history if e.type == "step_started" and e.step_id == sid)
+        succeeded = next(e for e in r.history if e.type == "step_succeeded" and e.step_id == sid)
+        assert rec.started_at == started.at and rec.finished_at == succeeded.at
+    # the stored form of every event loads back as the event, and the records replay exactly
+    events = [parse_event(ev.to_json()) for ev in r.history]
+    assert events == r.history
+    assert replay(events, plan).steps == result.steps

@@ -77,10 +77,12 @@ class Attempts:
         state = self._state
         rec = state.records[step.step_id]
         async with self._slots(step.step_id, worker):
-            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
+            now = utcnow()  # one time for the transition: the record's start (the first attempt's) and the event's
             if rec.started_at is None:
-                update_record(rec, started_at=utcnow())
-            self._run._emit(StepStarted, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+                update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now)
+            else:
+                update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
+            self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
             t0 = state.attempt_t0[step.step_id] = time.perf_counter()
             timeout = step.timeout or self._default_timeout
             # every model call of this attempt reports here, so a timeout or cancel still counts what it used

@@ -467,9 +467,10 @@ class Run:
         )
         out = Output(value=result.output, provenance=prov)
         state.outputs[sid] = out
-        update_record(state.records[sid], state=StepState.SUCCEEDED, output=out, error=None, finished_at=utcnow(), subrun=result.subrun)
+        now = utcnow()  # the record's end and the event's time are one
+        update_record(state.records[sid], state=StepState.SUCCEEDED, output=out, error=None, finished_at=now, subrun=result.subrun)
         state.sched.succeeded(sid)
-        self._emit(StepSucceeded, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
+        self._emit(StepSucceeded, at=now, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
         self._launch_ready()
 
     def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:

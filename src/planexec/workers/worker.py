@@ -37,6 +37,9 @@ from planexec.workers.tools import Tool
 
 __all__ = ["CriticWorker", "IncompleteError", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
 
+# a tool called directly uses no model: one frozen zero serves every call (a `Usage()` each was a pydantic validation)
+_NO_USAGE = Usage()
+
 
 class WorkerError(PlanexecError):
     """A worker could not perform a step (unknown action, a failed model call, a model that never finished).
@@ -121,7 +124,7 @@ class ToolWorker:
             raise WorkerError(f"worker {self.name!r} has no tool {call.action!r} (it has: {', '.join(sorted(self.tools))})")
         await admit_direct(call, found, self.tools)
         output = await found.invoke(call.parameters, call)
-        return WorkResult(output=output, tools=[found.name], sources=_tool_sources(call, found))
+        return WorkResult(output=output, usage=_NO_USAGE, tools=[found.name], sources=_tool_sources(call, found))
 
 
 class RoleWorker:
@@ -245,7 +248,7 @@ class RoleWorker:
             found = self.tools[call.action]
             await admit_direct(call, found, self.tools)
             output = await found.invoke(call.parameters, call)
-            return WorkResult(output=output, tools=[found.name], sources=_tool_sources(call, found))
+            return WorkResult(output=output, usage=_NO_USAGE, tools=[found.name], sources=_tool_sources(call, found))
         gate = Gate(call, self.tools)
         schema = call.step.output_schema
         protocol = self.protocol(schema)
