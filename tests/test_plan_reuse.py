@@ -242,6 +242,19 @@ def test_the_run_records_where_its_plan_came_from_and_counts_the_choice(registry
     assert Reuse.from_json(recorded.to_json()) == recorded and recorded.describe().startswith("reused template deploy v1 (chosen by")
 
 
+def test_in_auto_mode_a_goal_a_rule_fits_skips_the_router(registry, store):
+    """A saved plan fits the goal word for word: no router call, no model call at all; a goal that fits nothing is routed."""
+    silent = ScriptedModel([])  # any model call is recorded, then raises
+    t = Team(silent, registry=registry, store=store, auto_approve=True)
+    result = t.run_sync("Deploy auth version 2.1 with 3 replicas", mode="auto")
+    assert result.status.value == "succeeded" and result.answer == "auth@2.1x3"
+    assert silent.requests == [] and result.usage.model_calls == 0
+    model = ScriptedModel(['{"decompose": true, "reason": "a backup"}', PLANNED])
+    routed = Team(model, registry=registry, store=store, auto_approve=True, reuse=["rules"])
+    result = routed.run_sync("Make a backup of every database we have", mode="auto")
+    assert result.status.value == "succeeded" and result.usage_by_role()["router"].model_calls == 1
+
+
 def test_a_value_never_becomes_a_step_reference_or_a_placeholder(registry, store):
     t = team(registry, store, [])
     planning = t.plan_sync("Deploy ${backup.path} version {{x}} with 2 replicas")

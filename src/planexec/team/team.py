@@ -33,7 +33,7 @@ from planexec.engine.results import RunResult
 from planexec.errors import PlanRejectedError
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import NO_ONE, ReviewOutcome
-from planexec.library.reuse import ReusePlanning, latest_templates, matchers_of, plan_with_reuse, reuse_overhead
+from planexec.library.reuse import ReusePlanning, latest_templates, match_rules, matchers_of, plan_with_reuse, reuse_overhead
 from planexec.mcp.tools import hold_servers
 from planexec.models.base import Model
 from planexec.plan.drafts import Planning
@@ -435,6 +435,8 @@ class Team:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         overhead: dict[str, Usage] = {}
+        if mode == "auto" and self._fits_a_template(goal):
+            mode = "plan"  # a saved plan fits the goal word for word: no call is needed to know it takes a plan
         if mode == "auto":
             decision = await self.route(goal)
             overhead["router"] = decision.usage
@@ -456,6 +458,13 @@ class Team:
             check_plan(outcome.plan, self.registry)
             planning = dataclasses.replace(planning, plan=outcome.plan)
         return self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
+
+    def _fits_a_template(self, goal: str) -> bool:
+        """True when the rules of plan reuse fit `goal` to a template of the store (no model call)."""
+        if "rules" not in self.reuse:
+            return False
+        templates = latest_templates(self.store)
+        return bool(templates) and bool(match_rules(goal, templates, self.registry))
 
     async def run(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> RunResult:
         """Work `goal` to the end: its `RunResult` holds the answer, every step, and the usage of every role.
