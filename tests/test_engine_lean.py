@@ -3,12 +3,15 @@
 Deadlines on one shared timer still fire on time and only for their own
 step; step records built without validation are the records pydantic
 would build; a record's times are its events' times, so a run replayed
-from its events has the records the live run had.
+from its events has the records the live run had; the scheduler's own
+counting hands steps out in graphlib's order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import graphlib
+import random
 import time
 
 import pytest
@@ -19,6 +22,7 @@ from planexec.engine.replay import replay
 from planexec.engine.results import StepRecord
 from planexec.engine.state import ZERO, _new_record
 from planexec.events import parse_event
+from planexec.plan.scheduler import Scheduler
 
 
 def mkplan(*steps):
@@ -164,3 +168,22 @@ def test_records_carry_the_times_of_their_events_and_replay_to_the_same_records(
     events = [parse_event(ev.to_json()) for ev in r.history]
     assert events == r.history
     assert replay(events, plan).steps == result.steps
+
+
+def test_the_scheduler_hands_out_steps_in_graphlibs_order():
+    # the counts moved from graphlib's objects into dicts; the order steps start in must not move with them
+    rng = random.Random(7)
+    for _ in range(200):
+        nodes = [f"n{i}" for i in range(rng.randint(1, 30))]
+        graph = {n: rng.sample(nodes[:i], rng.randint(0, min(i, 3))) for i, n in enumerate(nodes)}
+        graph = dict(rng.sample(list(graph.items()), len(graph)))  # the plan's order need not be topological
+        sorter = graphlib.TopologicalSorter(graph)
+        sorter.prepare()
+        sched = Scheduler(graph)
+        while sorter.is_active():
+            expected = list(sorter.get_ready())
+            assert sched.ready().run == expected and sched.is_active()
+            for node in expected:
+                sorter.done(node)
+                sched.succeeded(node)
+        assert not sched.is_active() and sched.ready().run == []

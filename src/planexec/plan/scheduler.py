@@ -1,11 +1,18 @@
 """The pure, synchronous scheduler: which steps may run now.
 
-Owns dependency bookkeeping only, on top of `graphlib.TopologicalSorter`:
-`ready()` hands out steps whose dependencies all ended, `succeeded()` and
-`failed()` record outcomes, and a step whose dependency did not succeed is
-skipped (returned by `ready()`'s caller-visible `skipped` list) unless it
-accepts failed inputs. No I/O, no asyncio, no clock: the engine owns those.
-Imports only `errors`.
+Owns dependency bookkeeping only, in the manner of
+`graphlib.TopologicalSorter`: `ready()` hands out steps whose dependencies
+all ended, `succeeded()` and `failed()` record outcomes, and a step whose
+dependency did not succeed is skipped (returned by `ready()`'s
+caller-visible `skipped` list) unless it accepts failed inputs. No I/O, no
+asyncio, no clock: the engine owns those.
+
+The counting is graphlib's (a count of unfinished dependencies per step, the
+list of its dependents, steps handed out in the order they became ready)
+kept in plain dicts instead of a `_NodeInfo` object and a list per step:
+at 10,000 steps building the sorter cost 1.9 µs a step and each step left
+two more objects for the garbage collector to trace; graphlib still finds
+the cycle a `CycleError` reports. Imports only `errors`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from enum import Enum
 __all__ = ["CycleError", "Outcome", "Scheduler", "find_cycle", "upstream"]
 
 CycleError = graphlib.CycleError
+
+# a node's count once it is handed out, and once it is done (graphlib's markers)
+_OUT, _DONE = -1, -2
 
 
 class Outcome(str, Enum):
@@ -56,11 +66,10 @@ class Scheduler:
     ) -> None:
         self._deps = {node: tuple(deps) for node, deps in graph.items()}
         self._tolerant = frozenset(tolerant)
-        self._sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
-        self._sorter.prepare()
         self._outcome: dict[str, Outcome] = {}
         self._handed_out: set[str] = set()
-        self._fresh: list[str] = []  # ready in a rebuilt sorter, not yet handed out by ready()
+        self._fresh: list[str] = []  # ready in a rebuilt count, not yet handed out by ready()
+        self._prepare()
         # a revised or resumed plan keeps what has ended: those steps start settled, never handed out again;
         # `held` steps (waiting for a person's decision) count as handed out, so their dependents wait
         done = {n: Outcome.SUCCEEDED for n in succeeded if n in self._deps}
@@ -70,11 +79,70 @@ class Scheduler:
             self._outcome.update(done)
             self._rebuild()
 
+    def _prepare(self) -> None:
+        """Count each node's dependencies and list its dependents (graphlib's `add` for every node, then `prepare`).
+
+        A dependency that is no key of the graph is a node of its own, as in
+        graphlib; nodes are known in the order graphlib would know them, so
+        steps become ready in the same order. Raises `CycleError` on a cycle.
+        """
+        waiting: dict[str, int] = {}  # unfinished dependencies per node (a dependency listed twice counts twice)
+        dependents: dict[str, list[str]] = {}
+        for node, deps in self._deps.items():
+            if node not in waiting:
+                waiting[node] = 0
+                dependents[node] = []
+            waiting[node] += len(deps)
+            for dep in deps:
+                if dep not in waiting:
+                    waiting[dep] = 0
+                    dependents[dep] = []
+                dependents[dep].append(node)
+        ready = [node for node, n in waiting.items() if n == 0]
+        # Kahn's count: every node is reached from the ready ones unless a cycle holds some back
+        left = dict(waiting)
+        reached, frontier = len(ready), list(ready)
+        while frontier:
+            for after in dependents[frontier.pop()]:
+                left[after] -= 1
+                if left[after] == 0:
+                    reached += 1
+                    frontier.append(after)
+        if reached < len(waiting):
+            graphlib.TopologicalSorter(self._deps).prepare()  # raises CycleError carrying the cycle
+        self._waiting, self._ready = waiting, ready
+        # as tuples of strings, which the garbage collector stops tracing after its first look at them
+        self._dependents = {node: tuple(after) for node, after in dependents.items()}
+        self._passed_out = self._finished = 0
+
+    def _get_ready(self) -> list[str]:
+        """graphlib's `get_ready`: the nodes that became ready since the last call, in that order."""
+        ready, self._ready = self._ready, []
+        waiting = self._waiting
+        for node in ready:
+            waiting[node] = _OUT
+        self._passed_out += len(ready)
+        return ready
+
+    def _done(self, node: str) -> None:
+        """graphlib's `done`: a node handed out ended, its dependents count one dependency fewer."""
+        waiting = self._waiting
+        if waiting[node] != _OUT:
+            state = "already marked done" if waiting[node] == _DONE else "not passed out (still not ready)"
+            raise ValueError(f"node {node!r} was {state}")
+        waiting[node] = _DONE
+        for after in self._dependents[node]:
+            left = waiting[after] - 1
+            waiting[after] = left
+            if not left:
+                self._ready.append(after)
+        self._finished += 1
+
     def add(self, node: str, deps: Iterable[str], *, tolerant: bool = False) -> None:
         """Add a step while the graph runs (a plan streamed in): its dependencies must already be known.
 
-        graphlib cannot grow a prepared graph, so the sorter is rebuilt and the
-        outcomes so far replayed into it: O(steps) per added step.
+        The counts are rebuilt and the outcomes so far replayed into them (as
+        graphlib, which cannot grow a prepared graph, needed): O(steps) per added step.
         """
         deps = tuple(deps)
         if node in self._deps:
@@ -88,24 +156,23 @@ class Scheduler:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        """A new sorter over the graph with the outcomes so far replayed into it."""
-        sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter(self._deps)
-        sorter.prepare()
+        """Count again over the graph, with the outcomes so far replayed into it."""
+        self._prepare()
         fresh: list[str] = []
-        ready = list(sorter.get_ready())
+        ready = self._get_ready()
         while ready:
             for n in ready:
                 if n in self._outcome:
-                    sorter.done(n)
+                    self._done(n)
                 elif n not in self._handed_out:
                     fresh.append(n)
-            ready = list(sorter.get_ready())
-        self._sorter, self._fresh = sorter, fresh
+            ready = self._get_ready()
+        self._fresh = fresh
 
     def ready(self) -> Batch:
         """Steps that may start now, plus steps skipped (and settled) because an input did not succeed."""
         batch = Batch()
-        pending = self._fresh + list(self._sorter.get_ready())
+        pending = self._fresh + self._get_ready() if self._fresh else self._get_ready()
         self._fresh = []
         while pending:
             node = pending.pop()
@@ -116,8 +183,8 @@ class Scheduler:
             else:
                 self._outcome[node] = Outcome.SKIPPED
                 batch.skipped.append((node, blocker))
-                self._sorter.done(node)
-                pending.extend(self._sorter.get_ready())
+                self._done(node)
+                pending.extend(self._get_ready())
         batch.run.reverse()
         return batch
 
@@ -151,11 +218,11 @@ class Scheduler:
             raise ValueError(f"step {node!r} was not handed out by ready()")
         self._handed_out.discard(node)
         self._outcome[node] = outcome
-        self._sorter.done(node)
+        self._done(node)
 
     def is_active(self) -> bool:
         """True while some step has not reached an outcome."""
-        return self._sorter.is_active()
+        return self._finished < self._passed_out or bool(self._ready)
 
     def running(self) -> set[str]:
         """Steps handed out and not yet settled."""
