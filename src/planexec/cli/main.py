@@ -6,9 +6,9 @@ turning a command's `UsageError` or a stray Ctrl-C into its exit code. The
 commands themselves live in `plan_files` (validate, run a plan file or
 template, schema), `goals` (plan and run a goal), `eval`, `plans` (the plan
 library), `history` (runs, show, logs), `recovery` (resume, resolve),
-`approvals`, `audit` (audit verify) and `store_check` (store check); what
-they share is the private `_common`. Imports those modules; none of them
-imports this one.
+`approvals`, `audit` (audit verify), `store_check` (store check) and
+`worker` (submit, worker, queue); what they share is the private
+`_common`. Imports those modules; none of them imports this one.
 
 Exit codes: 0 success (or a valid plan); 1 problems with the plan, or a run
 that ended partial, aborted or asking for a replan (or, for ``audit
@@ -38,6 +38,7 @@ from planexec.cli.plans import add_library_commands, add_template_options
 from planexec.cli.recovery import add_recovery_commands
 from planexec.cli.serve import add_serve_command
 from planexec.cli.store_check import add_store_commands
+from planexec.cli.worker import add_fleet_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(sub)
     add_serve_command(sub)
     add_mcp_command(sub)
+    add_fleet_commands(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")
     p.add_argument("--indent", type=int, default=2, metavar="N", help="indentation (default 2)")

@@ -202,44 +202,47 @@ class Leases:
     def acquire_lease(self, run_id: str, holder: Holder | None = None, *, ttl: float | None = None) -> Lease:
         """Take run `run_id` for `holder` (this process by default); `LeaseHeldError` naming the holder when another live process has it."""
         holder = holder or Holder.me()
-        ttl = self.lease_ttl if ttl is None else ttl
         with self._tx(write=True) as cur:
-            now = self._now(cur)
-            select = self._q(f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?" + self._for_update)
-            cur.execute(select, (run_id,))
-            row = cur.fetchone()
-            if row is None:
-                cur.execute(
-                    self._q("INSERT INTO leases (" + _COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"),
-                    _row(run_id, holder, now, ttl),
-                )
-                if cur.rowcount == 1:
-                    return _lease(_row(run_id, holder, now, ttl), now)
-                cur.execute(select, (run_id,))  # another process took it in the meantime: judge its lease
-                row = cur.fetchone()
-            current = _lease(row, now)
-            if current.live and current.owner != holder.owner:
-                raise LeaseHeldError(
-                    f"run {run_id!r} is being run by {current.describe()}; it can be resumed once that process stops "
-                    f"(at once when it ran on this machine, else when its lease expires, {ttl:g}s after its last heartbeat)",
-                    run_id=run_id,
-                    holder=current,
-                    location=self.location,
-                )
+            return self._take(cur, run_id, holder, self.lease_ttl if ttl is None else ttl)
+
+    def _take(self, cur: Any, run_id: str, holder: Holder, ttl: float) -> Lease:
+        """`acquire_lease` inside the caller's write transaction (the run queue claims a run and its lease in one)."""
+        now = self._now(cur)
+        select = self._q(f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?" + self._for_update)
+        cur.execute(select, (run_id,))
+        row = cur.fetchone()
+        if row is None:
             cur.execute(
-                self._q(
-                    "UPDATE leases SET owner = ?, host = ?, pid = ?, machine = ?, started = ?, command = ?, "
-                    "acquired_at = ?, heartbeat_at = ?, expires_at = ? WHERE run_id = ? AND owner = ?"
-                ),
-                (*_row(run_id, holder, now, ttl)[1:], run_id, current.owner),
+                self._q("INSERT INTO leases (" + _COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"),
+                _row(run_id, holder, now, ttl),
             )
-            if cur.rowcount != 1:  # cannot happen under the row lock; refuse rather than share
-                raise LeaseHeldError(
-                    f"run {run_id!r} was taken by another process just now", run_id=run_id, holder=None, location=self.location
-                )
-            if not current.live and current.owner != holder.owner:
-                log.info("run %s: took over the lease of %s (expired or gone)", run_id, current.describe())
-            return _lease(_row(run_id, holder, now, ttl), now)
+            if cur.rowcount == 1:
+                return _lease(_row(run_id, holder, now, ttl), now)
+            cur.execute(select, (run_id,))  # another process took it in the meantime: judge its lease
+            row = cur.fetchone()
+        current = _lease(row, now)
+        if current.live and current.owner != holder.owner:
+            raise LeaseHeldError(
+                f"run {run_id!r} is being run by {current.describe()}; it can be resumed once that process stops "
+                f"(at once when it ran on this machine, else when its lease expires, {ttl:g}s after its last heartbeat)",
+                run_id=run_id,
+                holder=current,
+                location=self.location,
+            )
+        cur.execute(
+            self._q(
+                "UPDATE leases SET owner = ?, host = ?, pid = ?, machine = ?, started = ?, command = ?, "
+                "acquired_at = ?, heartbeat_at = ?, expires_at = ? WHERE run_id = ? AND owner = ?"
+            ),
+            (*_row(run_id, holder, now, ttl)[1:], run_id, current.owner),
+        )
+        if cur.rowcount != 1:  # cannot happen under the row lock; refuse rather than share
+            raise LeaseHeldError(
+                f"run {run_id!r} was taken by another process just now", run_id=run_id, holder=None, location=self.location
+            )
+        if not current.live and current.owner != holder.owner:
+            log.info("run %s: took over the lease of %s (expired or gone)", run_id, current.describe())
+        return _lease(_row(run_id, holder, now, ttl), now)
 
     def renew_lease(self, run_id: str, holder: Holder, *, ttl: float | None = None) -> None:
         """Move the lease's expiry forward; `LeaseLostError` when `holder` no longer holds it."""
@@ -305,13 +308,17 @@ class Leases:
                 self._held.pop(run_id)
         holder = Holder.me()
         lease = self.acquire_lease(run_id, holder)
+        self._keep(run_id, holder, on_lost)
+        return lease
+
+    def _keep(self, run_id: str, holder: Holder, on_lost: Callable[[LeaseLostError], None] | None = None) -> None:
+        """Keep the lease `holder` took on `run_id` renewed until `let_go`, as `hold` does (the run queue's claim takes it first)."""
         with self._lock:
             self._held[run_id] = holder
             if on_lost is not None:
                 self._lost[run_id] = on_lost
             if self._heartbeat is None:
                 self._heartbeat = _Heartbeat(self, self.lease_ttl / 3)
-        return lease
 
     def let_go(self, run_id: str) -> None:
         """Release the run's lease held with `hold` (a no-op when it is not held)."""

@@ -22,7 +22,9 @@ deleted (on PostgreSQL, TRUNCATE of these tables is refused too). The
 the verifier never trusts.
 
 Migration 4 adds ``leases``: the process that runs a run, one row per run
-held (see `leases`). Imports `errors` only.
+held (see `leases`). Migration 5 adds ``run_queue``: runs submitted to be
+run by a fleet of ``planexec worker`` processes, one row per run, with the
+state a worker claims it in (see `queue`). Imports `errors` only.
 """
 
 from __future__ import annotations
@@ -210,6 +212,23 @@ MIGRATIONS: tuple[Migration, ...] = (
                 " machine TEXT NOT NULL DEFAULT '', started TEXT NOT NULL DEFAULT '', command TEXT NOT NULL DEFAULT '',"
                 " acquired_at {float} NOT NULL, heartbeat_at {float} NOT NULL, expires_at {float} NOT NULL)"
             ),
+        ),
+    ),
+    Migration(
+        5,
+        "the run queue: runs submitted for a fleet of workers",
+        ddl=(
+            # state: queued, taken, done or refused (see `queue`); `content_hash` is the plan version that must be
+            # approved before a worker takes the run; `owner` is the lease token of the worker that took it last;
+            # times are seconds since the epoch on the database's clock, like the leases'
+            (
+                "CREATE TABLE run_queue ("
+                " run_id TEXT PRIMARY KEY, state TEXT NOT NULL, content_hash TEXT NOT NULL, setup TEXT NOT NULL DEFAULT '{{}}',"
+                " approve_steps {int} NOT NULL DEFAULT 0, submitted_by TEXT NOT NULL DEFAULT '', submitted_at {float} NOT NULL,"
+                " owner TEXT, taken_by TEXT, taken_at {float}, claims {int} NOT NULL DEFAULT 0, takeovers {int} NOT NULL DEFAULT 0,"
+                " ended_at {float}, reason TEXT)"
+            ),
+            "CREATE INDEX run_queue_by_state ON run_queue (state, submitted_at)",
         ),
     ),
 )

@@ -8,9 +8,9 @@ exit, rolls back and raises a `StoreError` on any failure, and `_q` to turn
 failed call changes nothing. Appending is the hot path (one transaction per
 batch of events while a run goes on): one query for the run's last seq, one
 multi-row INSERT, and snapshot updates only for the events that change the
-``runs`` row. Approvals, templates and run leases are its mixins
-(`approvals`, `templates`, `leases`); an append to a run this store holds
-checks its lease in the same transaction.
+``runs`` row. Approvals, templates, run leases and the run queue are its
+mixins (`approvals`, `templates`, `leases`, `queue`); an append to a run
+this store holds checks its lease in the same transaction.
 
 Every record of a run joins its hash chain as it is written (see `audit`):
 the run's head is read (locked, on PostgreSQL, so two writers never take
@@ -22,7 +22,7 @@ approval is redacted (`secrets.redact`) on its way in, before it is hashed,
 and the run summaries are made from the redacted events. Events are stored
 as the compact JSON their record writes, the very text their hash covers.
 Imports `events`, `plan`, `plan_diff`, `results`, `usage`, `secrets`,
-`errors` and the store's `audit`, `base`, `rows`, `approvals`, `templates` and `leases`.
+`errors` and the store's `audit`, `base`, `rows`, `approvals`, `templates`, `leases` and `queue`.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from planexec.store.audit import (
 )
 from planexec.store.base import RunSummary
 from planexec.store.leases import Lease, Leases
+from planexec.store.queue import RunQueue
 from planexec.store.rows import from_timestamp, timestamp
 from planexec.store.templates import Templates
 from planexec.usage import Usage
@@ -71,7 +72,7 @@ _RUN_COLUMNS = (
 )
 
 
-class SqlRunStore(Approvals, Templates, Leases, ABC):
+class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
     """A `RunStore` in SQL; backends subclass it with a connection (see the module docstring)."""
 
     dialect = "sql"

@@ -1,0 +1,355 @@
+"""The run queue: runs submitted to the store without being run, and how a worker of a fleet claims one.
+
+Owns `QueueState`, `QueuedRun` (a row of ``run_queue``: the run, its
+state, what it needs to run, who took it), `Claim` (a run a worker took,
+with its lease) and the `RunQueue` mixin of `sql.SqlRunStore`: `enqueue`,
+`claim_run`, `settle_queued`, `queued_run` and `queued_runs`.
+
+A queued run is a run that has not started: `enqueue` stores, in one
+transaction, its first plan version (in the run's audit chain, like any
+plan), its ``runs`` row and its queue row with the setup it runs with (the
+tools modules, as `RunStarted.setup` records them) and whether the
+submitter approved the steps that require approval. The ``runs`` row says
+``cancelled`` with the reason `QUEUED_REASON` until a worker starts it
+(`RunStatus` has no value for a run that never started; the queue's own
+state is `QueuedRun.state`). Approving the plan is the submitter's (see
+`team.fleet.submit_plan`): the version's approval request is kept with the
+run's other approvals, so ``planexec approve RUN_ID`` decides it.
+
+`claim_run` takes, in one write transaction, the oldest run (by
+submission) that is either ``queued`` with its plan version decided, or
+``taken`` by a worker that is gone (its lease expired, or its process of
+this machine no longer runs), and takes the run's lease for this process
+in the same transaction, so a run is never claimed without its lease nor
+leased without its claim. On PostgreSQL the candidate rows are read with
+``FOR UPDATE OF q SKIP LOCKED``: workers claiming at once take different
+runs without waiting for each other. On SQLite the write transaction
+(``BEGIN IMMEDIATE``) makes claims take turns: one machine. A run whose
+plan version was denied is ``refused`` and never taken (a worker never
+runs a plan nobody approved); a run found finished is ``done``; a run left
+``taken`` by workers that stopped without handing it back more than
+`max_takeovers` times is ``refused`` (a run that kills its worker does not
+go round the fleet for ever). A claimed run that has events is resumed
+(`Claim.fresh` False), else it starts. `settle_queued` records how the
+worker left it: ``done``, ``refused``, or ``queued`` again (a released
+run: the next claim resumes it at once), only while the worker's lease
+token still names it. Times are the database's clock, as the leases'.
+Imports `errors`, `records`, `engine.results` and the store's `leases`,
+`rows` and `audit`; never the engine's running parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from planexec.engine.events import RunFinished, RunStarted
+from planexec.engine.results import RunStatus
+from planexec.errors import LeaseHeldError, RunNotFoundError, StoreError
+from planexec.plan.model import Plan
+from planexec.records import Record
+from planexec.store.leases import Holder, Lease
+from planexec.usage import Usage
+
+__all__ = ["QUEUED_REASON", "Claim", "QueueState", "QueuedRun", "RunQueue"]
+
+QUEUED_REASON = "queued: not started yet, it waits for a planexec worker (see planexec queue)"
+MAX_TAKEOVERS = 3  # a run left behind by this many workers in a row is refused (see the module docstring)
+
+_COLUMNS = (
+    "q.run_id, q.state, q.content_hash, q.setup, q.approve_steps, q.submitted_by, q.submitted_at, q.owner, q.taken_by, "
+    "q.taken_at, q.claims, q.takeovers, q.ended_at, q.reason"
+)
+_APPROVAL = "(SELECT a.state FROM approvals a WHERE a.run_id = q.run_id AND a.step_id = '' AND a.content_hash = q.content_hash)"
+# the candidates of a claim: a queued run whose plan version was decided, or a run its worker left behind; oldest first
+_CANDIDATES = (
+    f"SELECT {_COLUMNS}, {_APPROVAL}, r.status, r.reason"
+    " FROM run_queue q LEFT JOIN leases l ON l.run_id = q.run_id LEFT JOIN runs r ON r.run_id = q.run_id"
+    f" WHERE (q.state = 'taken' OR (q.state = 'queued' AND {_APPROVAL} IN ('approved', 'denied')))"
+    " AND (l.run_id IS NULL OR l.expires_at < ?{gone})"
+    " ORDER BY q.submitted_at, q.run_id LIMIT ?{lock}"
+)
+_SKIP_LOCKED = {"sqlite": "", "postgres": " FOR UPDATE OF q SKIP LOCKED"}
+_SCAN = 16  # candidate rows read per claim (a few may turn out to be done, refused or taken meanwhile)
+_GOING_ON = (RunStatus.RUNNING.value, RunStatus.CANCELLED.value)  # how a run it takes may stand: it is resumed
+
+
+class QueueState(str, Enum):
+    """Where a queued run is: waiting, taken by a worker, done (its status is the run's), or refused (never run, or no more)."""
+
+    QUEUED = "queued"
+    TAKEN = "taken"
+    DONE = "done"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedRun(Record):
+    """A run in the queue: its state, the plan version to approve, the setup it runs with, who submitted and who took it.
+
+    `approval` is the state of its plan version's approval (``approved``,
+    ``pending``, ``denied``, or ``none`` when none was asked for);
+    `approve_steps` says the submitter approved the steps that require
+    approval (``--yes``). `claims` counts the workers that took it and
+    `takeovers` those that took it from a worker that was gone. A taken
+    run carries the `lease` of its worker (`Lease.live` says whether that
+    worker still runs it).
+    """
+
+    run_id: str
+    state: QueueState
+    content_hash: str
+    setup: dict[str, Any] = field(default_factory=dict)
+    approve_steps: bool = False
+    submitted_by: str = ""
+    submitted_at: datetime
+    approval: str = "none"
+    taken_by: str | None = None
+    taken_at: datetime | None = None
+    claims: int = 0
+    takeovers: int = 0
+    ended_at: datetime | None = None
+    reason: str | None = None
+    lease: Lease | None = None
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools modules it runs with (its setup's)."""
+        return [str(t) for t in self.setup.get("tools", [])]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim(Record):
+    """A run a worker took: the queue row as taken, whether it `fresh`ly starts (else it resumes), and the lease token it holds."""
+
+    run: QueuedRun
+    fresh: bool
+    owner: str
+    takeover: bool = False
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.run.run_id
+
+
+class RunQueue:
+    """The run queue, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, the chain, `_now`, `_take`, `_keep` and `_leases_of`)."""
+
+    _tx: Any
+    _one: Any
+    _all: Any
+    _q: Any
+    _chain: Any
+    _save_chain: Any
+    _insert_plan: Any
+    _append_run: Any
+    _now: Any
+    _take: Any
+    _keep: Any
+    _leases_of: Any
+    location: str
+    dialect: str
+    lease_ttl: float
+    _for_update: str
+
+    def enqueue(
+        self,
+        run_id: str,
+        plan: Plan,
+        *,
+        setup: Mapping[str, Any] | None = None,
+        submitted_by: str = "",
+        approve_steps: bool = False,
+    ) -> QueuedRun:
+        """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already."""
+        setup = dict(setup or {})
+        at = datetime.now(UTC)
+        # the run as the engine would leave it, stopped before its first step: `Engine.resume` goes on from there
+        events = [
+            RunStarted(
+                run_id=run_id, seq=0, at=at, plan_id=plan.plan_id, plan_version=plan.version, content_hash=plan.content_hash,
+                goal=plan.goal, step_ids=plan.step_ids, setup=setup,
+            ),
+            RunFinished(run_id=run_id, seq=1, at=at, status=RunStatus.CANCELLED, reason=QUEUED_REASON, wall_time=0.0, usage=Usage()),
+        ]  # fmt: skip
+        with self._tx(write=True) as cur:
+            taken = self._one(cur, "SELECT 1 FROM runs WHERE run_id = ? UNION SELECT 1 FROM audit_heads WHERE run_id = ?", (run_id, run_id))
+            if taken is not None:
+                raise StoreError(f"run {run_id!r} is already in {self.location}: choose another run id", location=self.location)
+            chain = self._chain(cur, run_id)
+            self._insert_plan(cur, run_id, plan, "the first plan", None, Usage(), at, chain)
+            self._save_chain(cur, chain)
+            self._append_run(cur, run_id, events, None)
+            cur.execute(
+                self._q(
+                    "INSERT INTO run_queue (run_id, state, content_hash, setup, approve_steps, submitted_by, submitted_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (run_id, QueueState.QUEUED.value, plan.content_hash, json.dumps(setup, ensure_ascii=False, sort_keys=True),
+                 int(approve_steps), submitted_by, self._now(cur)),
+            )  # fmt: skip
+        return self.queued_run(run_id)
+
+    def queued_run(self, run_id: str) -> QueuedRun:
+        """The run's queue row; `RunNotFoundError` when it was never queued."""
+        with self._tx(write=False) as cur:
+            row = self._one(cur, f"SELECT {_COLUMNS}, {_APPROVAL} FROM run_queue q WHERE q.run_id = ?", (run_id,))
+            if row is None:
+                raise RunNotFoundError(run_id, location=self.location)
+            leases = self._leases_of(cur, [run_id])
+        return _queued(row, leases.get(run_id))
+
+    def queued_runs(self, states: Iterable[QueueState | str] | None = None, *, limit: int | None = 100) -> list[QueuedRun]:
+        """Queued runs, oldest first: those in `states` (default: waiting and taken), at most `limit`."""
+        wanted = [QueueState(s).value for s in (states if states is not None else (QueueState.QUEUED, QueueState.TAKEN))]
+        if not wanted:
+            return []
+        sql = f"SELECT {_COLUMNS}, {_APPROVAL} FROM run_queue q WHERE q.state IN ({', '.join('?' * len(wanted))})"
+        sql += " ORDER BY q.submitted_at, q.run_id"
+        params: list[Any] = list(wanted)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, int(limit)))
+        with self._tx(write=False) as cur:
+            rows = self._all(cur, sql, params)
+            leases = self._leases_of(cur, [row[0] for row in rows if row[1] == QueueState.TAKEN.value])
+        return [_queued(row, leases.get(row[0])) for row in rows]
+
+    def claim_run(self, *, max_takeovers: int = MAX_TAKEOVERS) -> Claim | None:
+        """Take the next run for this process, with its lease kept renewed until `let_go`; None when none can be taken now.
+
+        See the module docstring for which run, and what is settled on the
+        way (a denied plan refused, a finished run done).
+        """
+        holder = Holder.me()
+        claim: Claim | None = None
+        with self._tx(write=True) as cur:
+            now = self._now(cur)
+            gone = self._gone_here(cur, holder, now)
+            sql = _CANDIDATES.format(
+                gone=f" OR q.run_id IN ({', '.join('?' * len(gone))})" if gone else "", lock=_SKIP_LOCKED[self.dialect]
+            )
+            rows = self._all(cur, sql, (now, *gone, _SCAN))
+            leases = self._leases_of(cur, [row[0] for row in rows])
+            for row in rows:
+                claim = self._claim_one(cur, row, leases.get(row[0]), holder, now, max_takeovers)
+                if claim is not None:
+                    break
+        if claim is not None:
+            self._keep(claim.run_id, holder)
+        return claim
+
+    def _claim_one(self, cur: Any, row: Any, lease: Lease | None, holder: Holder, now: float, max_takeovers: int) -> Claim | None:
+        """Inside the claim's transaction: take this candidate, or settle it (refused, done) and return None."""
+        queued = _queued(row[:15], lease)
+        status, fresh = row[15], row[15] == RunStatus.CANCELLED.value and row[16] == QUEUED_REASON
+        if lease is not None and lease.live:  # taken meanwhile (a person's planexec resume)
+            return None
+        if queued.state is QueueState.QUEUED and queued.approval == "denied":
+            self._settle(cur, queued.run_id, QueueState.REFUSED, self._denial(cur, queued), now)
+            return None
+        if status not in _GOING_ON:  # it ended (its worker stopped before saying so, or a person resumed it)
+            self._settle(cur, queued.run_id, QueueState.DONE, f"the run ended {status}", now)
+            return None
+        # taken from a worker that is gone (its lease expired, or its process here ended); a lease given back is not
+        takeover = queued.state is QueueState.TAKEN and lease is not None
+        if takeover and queued.takeovers >= max_takeovers:
+            why = f"taken over {queued.takeovers} times, its workers stopped each time: resume it by hand (planexec resume {queued.run_id})"
+            self._settle(cur, queued.run_id, QueueState.REFUSED, why, now)
+            return None
+        try:
+            self._take(cur, queued.run_id, holder, self.lease_ttl)
+        except LeaseHeldError:  # a process took its lease just now: it is not ours to run
+            return None
+        taken_by = f"process {holder.pid} on {holder.host}"
+        cur.execute(
+            self._q(
+                "UPDATE run_queue SET state = ?, owner = ?, taken_by = ?, taken_at = ?, claims = claims + 1, takeovers = takeovers + ?,"
+                " reason = NULL WHERE run_id = ?"
+            ),
+            (QueueState.TAKEN.value, holder.owner, taken_by, now, int(takeover), queued.run_id),
+        )
+        taken = dataclasses.replace(
+            queued,
+            state=QueueState.TAKEN,
+            taken_by=taken_by,
+            taken_at=_time(now),
+            claims=queued.claims + 1,
+            takeovers=queued.takeovers + int(takeover),
+            reason=None,
+            lease=None,
+        )
+        return Claim(run=taken, fresh=fresh, owner=holder.owner, takeover=takeover)
+
+    def _gone_here(self, cur: Any, holder: Holder, now: float) -> list[str]:
+        """The runs leased, unexpired, to processes of this machine that are gone: taken over at once, as `planexec resume` would."""
+        if not holder.machine:
+            return []
+        rows = self._all(cur, "SELECT run_id FROM leases WHERE machine = ? AND expires_at >= ?", (holder.machine, now))
+        leases = self._leases_of(cur, [run_id for (run_id,) in rows])
+        return sorted(run_id for run_id, lease in leases.items() if not lease.live)
+
+    def _denial(self, cur: Any, queued: QueuedRun) -> str:
+        row = self._one(
+            cur,
+            "SELECT decided_by, reason FROM approvals WHERE run_id = ? AND step_id = '' AND content_hash = ?",
+            (queued.run_id, queued.content_hash),
+        )
+        by, why = (row[0], row[1]) if row is not None else (None, None)
+        return "its plan was denied" + (f" by {by}" if by else "") + (f": {why}" if why else "")
+
+    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
+        """Record how the worker holding lease token `owner` left the run: done, refused, or queued again; False when it no longer holds it."""
+        state = QueueState(state)
+        with self._tx(write=True) as cur:
+            row = self._one(cur, "SELECT state, owner FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+            if row is None or row[0] != QueueState.TAKEN.value or row[1] != owner:
+                return False
+            self._settle(cur, run_id, state, reason, self._now(cur))
+        return True
+
+    def _settle(self, cur: Any, run_id: str, state: QueueState, reason: str | None, now: float) -> None:
+        if state is QueueState.QUEUED:  # handed back: claimable at once
+            cur.execute(self._q("UPDATE run_queue SET state = ?, owner = NULL, reason = ? WHERE run_id = ?"), (state.value, reason, run_id))
+            return
+        cur.execute(
+            self._q("UPDATE run_queue SET state = ?, ended_at = ?, reason = ? WHERE run_id = ?"), (state.value, now, reason, run_id)
+        )
+        if state is QueueState.REFUSED:  # a run that never started says why in its own row too
+            cur.execute(
+                self._q("UPDATE runs SET reason = ? WHERE run_id = ? AND reason = ?"), (f"refused: {reason}", run_id, QUEUED_REASON)
+            )
+
+
+def _time(epoch: Any) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(float(epoch), UTC)
+
+
+def _queued(row: Any, lease: Lease | None) -> QueuedRun:
+    (run_id, state, content_hash, setup, approve_steps, by, submitted, _owner, taken_by, taken_at, claims, takeovers, ended, reason) = row[
+        :14
+    ]
+    approval = row[14] if len(row) > 14 and row[14] is not None else "none"
+    return QueuedRun(
+        run_id=run_id,
+        state=QueueState(state),
+        content_hash=content_hash,
+        setup=json.loads(setup) if setup else {},
+        approve_steps=bool(approve_steps),
+        submitted_by=by,
+        submitted_at=_time(submitted),  # type: ignore[arg-type]  # the column is NOT NULL
+        approval=str(approval),
+        taken_by=taken_by,
+        taken_at=_time(taken_at),
+        claims=int(claims),
+        takeovers=int(takeovers),
+        ended_at=_time(ended),
+        reason=reason,
+        lease=lease if state == QueueState.TAKEN.value else None,
+    )
