@@ -204,11 +204,11 @@ class Attempts:
                 failed[d] = state.failure_text(d)
             elif d in referenced:  # ordering is not data flow: a worker sees only what its step references
                 context[d] = out
-        values = {d: out.value for d, out in context.items()}
         try:
             if step.step_id in state.verbatim:  # no references, no escapes: nothing to resolve
                 params, instruction = step.parameters, step.instruction
             else:
+                values = {d: out.value for d, out in context.items()}
                 missing = frozenset(failed)
                 params = resolve_references(step.parameters, values, missing)
                 instruction = resolve_references(step.instruction, values, missing)

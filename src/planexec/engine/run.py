@@ -108,6 +108,7 @@ class Run:
         self.depth = parent[0].depth + 1 if parent is not None else 0
         self.parent: tuple[str, str] | None = (parent[0].run_id, parent[1]) if parent is not None else None
         self._spent = ZERO  # what the run has used so far, kept only under a budget
+        self._approval: dict[tuple[str, str], bool] = {}  # (worker, action) -> its tool asks for a person's approval
         self._resumption = resumption
         if resumption is not None:
             self._resume_from(resumption)
@@ -376,7 +377,7 @@ class Run:
         worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
         attempt = rec.attempts
         try:
-            if self.engine.needs_approval(step) and not await self._approved(step, worker):
+            if self._needs_approval(step) and not await self._approved(step, worker):
                 return
             await self._attempt_until_settled(step, rec, worker)
         except asyncio.CancelledError:
@@ -395,6 +396,16 @@ class Run:
         finally:
             if state.status is RunStatus.RUNNING:
                 state.tasks.pop(sid, None)  # a finished task need not be kept (or cancelled) any more
+
+    def _needs_approval(self, step: Step) -> bool:
+        """The engine's `needs_approval`, asked once per worker and action in a run: what a tool declares does not change under it."""
+        if step.requires_approval:
+            return True
+        key = (step.worker, step.action)
+        needed = self._approval.get(key)
+        if needed is None:
+            needed = self._approval[key] = self.engine.needs_approval(step)
+        return needed
 
     async def _approved(self, step: Step, worker: str) -> bool:
         """Ask the engine's approver about a step that needs a person; a refusal fails the step (False)."""

@@ -66,7 +66,7 @@ class RunState:
         self.outputs = {sid: out for sid, out in self.outputs.items() if sid in kept}
         self.deps = {s.step_id: s.dependencies for s in plan.steps}
         # steps with no references and no escapes: their parameters are passed as written, nothing to resolve
-        self.verbatim = {s.step_id for s in plan.steps if not s.references and "$${" not in repr((s.parameters, s.instruction))}
+        self.verbatim = {s.step_id for s in plan.steps if _verbatim(s)}
         self.sched = Scheduler(self.deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs], succeeded=kept)
 
     def resume_from(self, r: Resumption) -> None:
@@ -151,6 +151,13 @@ def final_action(fa: FailureAction) -> str:
 # mutable defaults (lists) are made afresh for each record; the rest are immutable and shared
 _BLANK = StepRecord(step_id="", usage=ZERO).__dict__
 _FRESH = {name: field.default_factory for name, field in StepRecord.model_fields.items() if field.default_factory and name != "usage"}
+
+
+def _verbatim(step: Step) -> bool:
+    """True when the step has no reference and no escape (``$${``) to resolve; its parameters are text only when it has some."""
+    if step.references or "$${" in step.instruction:
+        return False
+    return not step.parameters or "$${" not in repr(step.parameters)
 
 
 def _new_record(step: Step) -> StepRecord:
