@@ -220,7 +220,10 @@ def test_concurrent_resumes_under_kill_9_never_run_a_step_in_two_processes(tmp_p
                 assert b"already ended succeeded" in err, err.decode()[-2000:]
             elif proc.returncode >= 0:
                 assert proc.returncode in (0, 1), err.decode()[-2000:]
-        summary = store.run(run_id)
+        try:
+            summary = store.run(run_id)
+        except RunNotFoundError:  # its only process was killed before it recorded the run: the next round starts it again
+            continue
         if summary.status.value == "needs_decision":
             for sid in [e for e in store.events(run_id) if e.type == "run_resumed"][-1].held:
                 done = subprocess.run(

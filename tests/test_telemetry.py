@@ -563,10 +563,10 @@ def test_planexec_toml_switches_traces_on_for_a_command(tmp_path, monkeypatch, c
     """``planexec run --plan`` with ``[planexec.telemetry] exporter = "console"``: the run's tree on stderr, the result on stdout."""
     monkeypatch.chdir(tmp_path)
     Path("planexec.toml").write_text('[planexec.telemetry]\nexporter = "console"\n')
-    Path("mytools.py").write_text("from planexec import tool\n\n@tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")
+    Path("teletools.py").write_text("from planexec import tool\n\n@tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")
     plan = {"plan_id": "p", "goal": "add", "steps": [{"id": "s1", "action": "add", "parameters": {"a": 2, "b": 3}}]}
     Path("plan.json").write_text(json.dumps(plan))
-    code = main(["run", "--plan", "plan.json", "--tools", "mytools", "--yes", "--json", "--no-store"])
+    code = main(["run", "--plan", "plan.json", "--tools", "teletools", "--yes", "--json", "--no-store"])
     out, err = capsys.readouterr()
     assert code == 0 and json.loads(out)["answer"] == 5
     tree = err[err.index(RUN) :].splitlines()

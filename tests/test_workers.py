@@ -178,6 +178,7 @@ def test_load_module_from_a_file_and_by_name(tmp_path, monkeypatch):
     assert "greet" in reg.tools and "polite" in reg.predicates
     assert reg.worker("greeter").actions == {"greet"} and reg.worker("loud").actions == {"greet"}
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mytools", raising=False)  # another test's module of that name, imported earlier
     reg2 = Registry()
     reg2.load_module("mytools")
     assert "greet" in reg2.tools
