@@ -187,3 +187,13 @@ def test_the_scheduler_hands_out_steps_in_graphlibs_order():
                 sorter.done(node)
                 sched.succeeded(node)
         assert not sched.is_active() and sched.ready().run == []
+
+
+def test_a_finished_run_leaves_no_timer_on_the_loop(reg):
+    async def go():
+        r = Engine(reg).start(mkplan({"id": "a", "action": "nap", "parameters": {"seconds": 0.01}}, {"id": "b", "action": "quick"}))
+        await r.result()
+        return r._attempts._clock
+
+    clock = asyncio.run(go())
+    assert clock._handle is None and clock._heap == []

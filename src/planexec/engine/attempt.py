@@ -229,6 +229,10 @@ class Attempts:
             attempt=attempt,
         )
 
+    def close(self) -> None:
+        """No attempt runs any more (the run is ending): the deadlines' timer goes with them."""
+        self._clock.close()
+
     def _slots(self, step_id: str, worker: str) -> Slots:
         slots = self._state.held[step_id] = self._limits.slots(worker)
         return slots

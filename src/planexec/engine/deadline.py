@@ -86,6 +86,16 @@ class DeadlineClock:
             heapq.heapify(heap)
             self._dead = 0
 
+    def close(self) -> None:
+        """The run ended: stop the loop's timer, unless a deadline is still armed (a step that would not stop)."""
+        if self._dead < len(self._heap):
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle, self._when = None, math.inf
+        self._heap.clear()
+        self._dead = 0
+
     def _tick(self) -> None:
         """The loop's timer: fire every deadline that is due, then arm for the next live one."""
         self._handle, self._when = None, math.inf

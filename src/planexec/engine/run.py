@@ -225,6 +225,7 @@ class Run:
         if state.result is not None:
             return
         await self._let_stop()
+        self._attempts.close()  # a long-lived loop keeps no timer of this run's for its default timeout
         status = state.status
         if status is RunStatus.RUNNING:
             failed = any(r.state is not StepState.SUCCEEDED for r in state.records.values())
