@@ -10,7 +10,9 @@ counting hands steps out in graphlib's order.
 from __future__ import annotations
 
 import asyncio
+import copy
 import graphlib
+import pickle
 import random
 import time
 
@@ -20,7 +22,7 @@ from planexec import Engine, Plan, Registry, StepState
 from planexec.engine.deadline import Deadline, DeadlineClock
 from planexec.engine.replay import replay
 from planexec.engine.results import StepRecord
-from planexec.engine.state import ZERO, _new_record
+from planexec.engine.state import ZERO, _new_record, append_to_record
 from planexec.events import parse_event
 from planexec.plan.scheduler import Scheduler
 
@@ -140,12 +142,18 @@ def test_a_record_built_without_validation_is_the_validated_record():
     assert first == validated and repr(first) == repr(validated)
     assert first.model_dump_json() == validated.model_dump_json()
     assert StepRecord.model_validate_json(first.model_dump_json()) == first
-    # mutable defaults are each record's own
-    for name, value in first.__dict__.items():
-        if isinstance(value, (list, dict, set)):
+    # the empty lists are shared and refuse to change; adding to one gives that record a list of its own
+    assert first.verdicts is second.verdicts and first.calls is second.calls
+    with pytest.raises(TypeError, match="shared"):
+        first.verdicts.append({"critic": "c"})
+    append_to_record(first, "verdicts", {"critic": "c"})
+    assert first.verdicts == [{"critic": "c"}] and second.verdicts == [] and type(first.verdicts) is list
+    assert first.model_copy(update={"verdicts": []}) == validated
+    for copied in (copy.deepcopy(second), pickle.loads(pickle.dumps(second)), second.model_copy(deep=True)):
+        assert copied == second and copied.model_dump_json() == second.model_dump_json()
+    for name, value in first.__dict__.items():  # any other mutable default is each record's own
+        if isinstance(value, (list, dict, set)) and name not in ("verdicts", "calls"):
             assert value is not second.__dict__[name], name
-    first.verdicts.append({"critic": "c"})
-    assert second.verdicts == [] and first.model_copy(update={"verdicts": []}) == validated
 
 
 def test_records_carry_the_times_of_their_events_and_replay_to_the_same_records(reg):

@@ -32,7 +32,7 @@ from planexec.engine.deadline import Deadline, DeadlineClock
 from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
-from planexec.engine.state import ZERO, RunControl, RunState, final_action, update_record
+from planexec.engine.state import ZERO, RunControl, RunState, append_to_record, final_action, update_record
 from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
@@ -180,7 +180,7 @@ class Attempts:
         if judgement is None:
             return ZERO
         for critic, v in judgement.verdicts:
-            self._state.records[sid].verdicts.append({"attempt": attempt, "critic": critic, **v})
+            append_to_record(self._state.records[sid], "verdicts", {"attempt": attempt, "critic": critic, **v})
             self._run._emit(
                 StepJudged,
                 step_id=sid,

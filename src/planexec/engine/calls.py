@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from planexec.engine.events import ApprovalDecided, ApprovalRequested, ToolCallDecided
-from planexec.engine.state import RunControl, RunState
+from planexec.engine.state import RunControl, RunState, append_to_record
 from planexec.workers.gate import CallApprover, CallRecord, CallRequest
 from planexec.workers.tools import in_thread
 
@@ -103,7 +103,7 @@ class CallHooks:
             record = dataclasses.replace(record, step_id=self._owner)
         rec = self._state.records.get(record.step_id)
         if rec is not None:
-            rec.calls.append(record)
+            append_to_record(rec, "calls", record)
         self._run._emit(ToolCallDecided, step_id=record.step_id, call=record)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Set
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from planexec.engine.limits import Slots
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord
@@ -25,7 +25,7 @@ from planexec.plan.scheduler import Scheduler
 from planexec.usage import Usage
 from planexec.workers.io import Output
 
-__all__ = ["ZERO", "RunControl", "RunState", "final_action", "run_error", "update_record"]
+__all__ = ["ZERO", "RunControl", "RunState", "append_to_record", "final_action", "run_error", "update_record"]
 
 ZERO = Usage()  # records are immutable: one shared zero
 
@@ -147,10 +147,37 @@ def final_action(fa: FailureAction) -> str:
     return then if then in ("skip", "replan") else "abort"
 
 
-# the fields of a record that has not started, as pydantic validates them: each new record copies them. Its
-# mutable defaults (lists) are made afresh for each record; the rest are immutable and shared
-_BLANK = StepRecord(step_id="", usage=ZERO).__dict__
-_FRESH = {name: field.default_factory for name, field in StepRecord.model_fields.items() if field.default_factory and name != "usage"}
+class _NoEntries(list[Any]):
+    """The empty list a new record's `verdicts` and `calls` start as, one for every record: it refuses to change.
+
+    The engine replaces it on a record (`append_to_record`), so no record can
+    grow another's, and code that changes it in place fails loudly instead.
+    A list per record and field was 2 of the 12 objects each step left for
+    the garbage collector to trace: ~2 µs a step at 10,000 steps.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("a new step record's empty list is shared by every new record: replace it (append_to_record), do not change it")
+
+    # every method that changes a list in place
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+_NO_ENTRIES = _NoEntries()
+
+# the fields of a record that has not started, as pydantic validates them: each new record copies them. They are
+# immutable and shared, the empty lists among them (`_NoEntries`); any other mutable default is made afresh
+_BLANK = StepRecord(step_id="", usage=ZERO).__dict__ | {
+    name: _NO_ENTRIES for name, field in StepRecord.model_fields.items() if field.default_factory is list
+}
+_FRESH = {
+    name: field.default_factory
+    for name, field in StepRecord.model_fields.items()
+    if field.default_factory and field.default_factory is not list and name != "usage"
+}
 
 
 def _verbatim(step: Step) -> bool:
@@ -165,13 +192,19 @@ def _new_record(step: Step) -> StepRecord:
     plan's own, validated with it (0.5 µs a step; validating the record again took 2.9 µs, a tenth of a no-op step)."""
     record: StepRecord = object.__new__(StepRecord)
     fields = {**_BLANK, "step_id": step.step_id, "worker": step.worker, "action": step.action}
-    for name, factory in _FRESH.items():
-        fields[name] = factory()  # type: ignore[call-arg]  # pydantic types a factory as maybe taking the validated data; these take none
+    if _FRESH:
+        for name, factory in _FRESH.items():
+            fields[name] = factory()  # type: ignore[call-arg]  # pydantic types a factory as maybe taking the validated data; these take none
     object.__setattr__(record, "__dict__", fields)
     object.__setattr__(record, "__pydantic_fields_set__", _EVERY_FIELD)
     object.__setattr__(record, "__pydantic_extra__", None)
     object.__setattr__(record, "__pydantic_private__", None)
     return record
+
+
+def append_to_record(record: StepRecord, name: str, item: Any) -> None:
+    """Add `item` to one of a step record's lists (`verdicts`, `calls`): a new list, so a shared empty one stays empty."""
+    record.__dict__[name] = [*record.__dict__[name], item]
 
 
 def update_record(record: StepRecord, **fields: Any) -> None:
