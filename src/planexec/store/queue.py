@@ -5,16 +5,17 @@ state, what it needs to run, who took it), `Claim` (a run a worker took,
 with its lease) and the `RunQueue` mixin of `sql.SqlRunStore`: `enqueue`,
 `claim_run`, `settle_queued`, `queued_run` and `queued_runs`.
 
-A queued run is a run that has not started: `enqueue` stores, in one
-transaction, its first plan version (in the run's audit chain, like any
-plan), its ``runs`` row and its queue row with the setup it runs with (the
-tools modules, as `RunStarted.setup` records them) and whether the
-submitter approved the steps that require approval. The ``runs`` row says
-``cancelled`` with the reason `QUEUED_REASON` until a worker starts it
-(`RunStatus` has no value for a run that never started; the queue's own
-state is `QueuedRun.state`). Approving the plan is the submitter's (see
-`team.fleet.submit_plan`): the version's approval request is kept with the
-run's other approvals, so ``planexec approve RUN_ID`` decides it.
+A queued run is stored as the engine would leave a run stopped before its
+first step: `enqueue` writes, in one transaction, its first plan version
+and its `RunStarted` (with the setup it runs with: the tools modules,
+which ``planexec resume`` reads too) and `RunFinished` (``cancelled``,
+reason `QUEUED_REASON`), both in the run's audit chain, and its queue row
+(whether the submitter approved the steps that require approval, who
+submitted it). So ``planexec runs``, ``show`` and ``approve`` know it as
+any run, and a worker goes on with it through `Engine.resume`, as with
+any stopped run. Approving the plan is the submitter's (see
+`team.fleet.submit_plan`): the version's approval request is kept with
+the run's other approvals, and ``planexec approve RUN_ID`` decides it.
 
 `claim_run` takes, in one write transaction, the oldest run (by
 submission) that is either ``queued`` with its plan version decided, or
@@ -29,13 +30,14 @@ plan version was denied is ``refused`` and never taken (a worker never
 runs a plan nobody approved); a run found finished is ``done``; a run left
 ``taken`` by workers that stopped without handing it back more than
 `max_takeovers` times is ``refused`` (a run that kills its worker does not
-go round the fleet for ever). A claimed run that has events is resumed
-(`Claim.fresh` False), else it starts. `settle_queued` records how the
-worker left it: ``done``, ``refused``, or ``queued`` again (a released
-run: the next claim resumes it at once), only while the worker's lease
-token still names it. Times are the database's clock, as the leases'.
-Imports `errors`, `records`, `engine.results` and the store's `leases`,
-`rows` and `audit`; never the engine's running parts.
+go round the fleet for ever; a lease given back, not expired, is no
+takeover). `Claim.fresh` says nothing of the run ran yet. `settle_queued`
+records how the worker left it: ``done``, ``refused``, or ``queued`` again
+(a released run: the next claim resumes it at once), only while the
+worker's lease token still names it. Times are the database's clock, as
+the leases'. Imports `errors`, `records`, `plan`, `usage`, the engine's
+event and result records and the store's `leases`; never the engine's
+running parts.
 """
 
 from __future__ import annotations
