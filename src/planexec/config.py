@@ -2,11 +2,12 @@
 
 Owns `Config` (tools to load, engine defaults, MCP servers as
 `McpServerConfig` records, the web console's `ServeConfig`, the traces'
-`TelemetryConfig`), `load_config`
+`TelemetryConfig`, where steps run: `RunnerConfig` and `ToolResources`), `load_config`
 and `ConfigError`. A missing file is an empty configuration; a file that
 is not TOML, or a section with unknown keys or wrong types, is a
 `ConfigError` naming the file (and the line, when TOML reports one). Relative ``.py`` tool paths, policy files and
-MCP servers' ``cwd`` are taken relative to the file's folder. Imports `errors`
+MCP servers' ``cwd`` (and the Ray runtime environment's ``working_dir``
+and ``py_modules``) are taken relative to the file's folder. Imports `errors`
 only; must not import the engine, the registry or the CLI.
 
     [planexec]
@@ -50,6 +51,16 @@ only; must not import the engine, the registry or the CLI.
     endpoint = "http://127.0.0.1:4318"     # the OTLP/HTTP collector (default: OTEL_EXPORTER_OTLP_ENDPOINT)
     headers_env = "OTLP_HEADERS"           # the variable holding its headers, "key=value,..." (a header is a secret)
     capture_content = false                # prompts, answers and outputs in spans (they may hold secrets)
+
+    [planexec.runner]                      # where steps run (planexec.scale); --runner and --ray-address win
+    kind = "ray"                           # "local" (default): this process; "ray": function tools on a Ray cluster
+    address = "ray-head:6379"              # the cluster's head (default: RAY_ADDRESS, else Ray's own lookup)
+    namespace = "planexec"                 # the Ray namespace of the runner's actors
+    spread = true                          # spread tasks over the nodes (default; Ray's own packs the first node)
+    runtime_env = {working_dir = "."}      # Ray's runtime environment for the workers: the tools' code, env_vars, ...
+
+    [planexec.runner.resources]            # per tool, over what the tool declares
+    crunch = {num_cpus = 2, memory = 2147483648}
 """
 
 from __future__ import annotations
@@ -57,7 +68,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -70,8 +81,10 @@ __all__ = [
     "McpConfig",
     "McpServerConfig",
     "ProviderConfig",
+    "RunnerConfig",
     "ServeConfig",
     "TelemetryConfig",
+    "ToolResources",
     "load_config",
 ]
 
@@ -189,6 +202,47 @@ class TelemetryConfig(BaseModel):
     )
 
 
+class ToolResources(BaseModel):
+    """What one step of a tool takes where it runs: CPUs, GPUs, memory (bytes) and custom resources (a Ray task's options)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_cpus: float | None = Field(None, ge=0, description="CPUs a step holds while it runs (Ray's default: 1)")
+    num_gpus: float | None = Field(None, ge=0, description="GPUs a step holds")
+    memory: int | None = Field(None, ge=0, description="bytes of memory a step is scheduled with (a reservation, not a limit)")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom resources by name, as the nodes declare them")
+
+
+class RunnerConfig(BaseModel):
+    """``[planexec.runner]``: where steps run (see `planexec.scale`); the command's ``--runner`` and ``--ray-address`` win.
+
+    `kind` None or ``local``: in the process that runs the plan. ``ray``:
+    each step that calls a function tool runs on the Ray cluster at
+    `address` (a sync tool as a task, an async one on an actor), the rest
+    (role workers' model calls, schema and MCP tools, planexec's own tools)
+    on the driver. `spread` spreads tasks over the nodes; `runtime_env` is
+    Ray's runtime environment for the job (how the tools' code reaches the
+    workers); `resources` gives a tool's steps other resources than it declares.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["local", "ray"] | None = Field(None, description="local (default): this process; ray: function tools on a Ray cluster")
+    address: str | None = Field(
+        None, min_length=1, description="the Ray cluster: host:port of its head, ray://host:port, or auto (default: RAY_ADDRESS)"
+    )
+    namespace: str | None = Field(None, min_length=1, description="the Ray namespace of the runner's actors")
+    spread: bool = Field(True, description="spread tasks over the nodes (Ray's default scheduling packs the first node)")
+    runtime_env: dict[str, Any] | None = Field(
+        None, description="Ray's runtime environment for the workers (working_dir, py_modules, env_vars)"
+    )
+    resources: dict[str, ToolResources] = Field(default_factory=dict, description="tool name -> what its steps take, over its declaration")
+
+    def recorded(self) -> dict[str, Any]:
+        """What a run records of it in its `RunStarted.setup`, for whoever resumes it: never `runtime_env` (its env_vars may hold secrets)."""
+        return self.model_dump(include={"kind", "address", "namespace", "spread"})
+
+
 class Config(BaseModel):
     """What ``[planexec]`` in ``planexec.toml`` may set; every field is optional."""
 
@@ -223,6 +277,7 @@ class Config(BaseModel):
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces: off unless configured")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="where steps run: this process, or a Ray cluster")
 
     @field_validator("policies", mode="before")
     @classmethod
@@ -269,6 +324,10 @@ def load_config(start: Path) -> Config:
             for name, s in config.mcp.servers.items()
         }
         update["mcp"] = config.mcp.model_copy(update={"servers": servers})
+    if config.runner.runtime_env:
+        update["runner"] = config.runner.model_copy(
+            update={"runtime_env": _runtime_env_relative_to(path.parent, config.runner.runtime_env)}
+        )
     return config.model_copy(update=update)
 
 
@@ -277,6 +336,21 @@ def _relative_to(folder: Path, spec: str, *, suffixes: tuple[str, ...] = (".py",
     if spec.endswith(suffixes) and not Path(spec).is_absolute():
         return str(folder / spec)
     return spec
+
+
+def _runtime_env_relative_to(folder: Path, env: dict[str, Any]) -> dict[str, Any]:
+    # Ray reads a relative working_dir or py_modules path from the driver's folder: make it the config file's neighbour
+    out = dict(env)
+    if _local_path(out.get("working_dir")):
+        out["working_dir"] = str(folder / out["working_dir"])
+    if isinstance(out.get("py_modules"), list):
+        out["py_modules"] = [str(folder / p) if _local_path(p) else p for p in out["py_modules"]]
+    return out
+
+
+def _local_path(value: object) -> bool:
+    """A relative path on this machine (a URI such as s3://... is Ray's to fetch)."""
+    return isinstance(value, str) and "://" not in value and not Path(value).is_absolute()
 
 
 def _store_relative_to(folder: Path, spec: str) -> str:

@@ -7,7 +7,8 @@ has no import cycle. Owns the exit codes and
 `UsageError` (one message, exit 2), the consoles, reading planexec.toml,
 plan files and tools modules, the policies and the terminal review,
 choosing and opening the run store, the registry a plan file runs on
-(`plan_registry`), the step approver at a terminal, and `watch` (a run fed
+(`plan_registry`), where steps run (``--runner``, ``--ray-address``,
+`runner_settings`, `step_runner`), the step approver at a terminal, and `watch` (a run fed
 to a display, Ctrl-C turned into a recorded cancel). Reading planexec.toml
 switches traces on when its ``[planexec.telemetry]`` (or ``OTEL_*``) asks
 (`planexec.telemetry`), and every run a command watches is traced.
@@ -37,10 +38,11 @@ from rich.console import Console
 from rich.prompt import Confirm
 
 from planexec.cli.progress import EventLog, LiveProgress
-from planexec.config import Config, load_config
+from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.approval import Approver
 from planexec.engine.calls import approve_calls, person
 from planexec.engine.results import RunResult, RunStatus, StepState
+from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.governance.policies import PolicyContext
 from planexec.governance.policy_sets import PolicySet, load_policies
@@ -48,6 +50,7 @@ from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
 from planexec.models.pricing import PriceTable
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
+from planexec.scale import RayRunner, runner_for
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
 from planexec.team.team import Team
@@ -362,6 +365,54 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", metavar="STORE", help=STORE_HELP)
     p.add_argument("--no-store", action="store_true", help="do not record the run (it cannot be resumed or shown later)")
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
+
+
+def add_runner_options(p: argparse.ArgumentParser) -> None:
+    """``--runner`` and ``--ray-address``: where the steps run (planexec.toml's ``[planexec.runner]`` otherwise)."""
+    p.add_argument(
+        "--runner",
+        choices=("local", "ray"),
+        help="where steps run: local (this process, the default) or ray (function-tool steps on a Ray cluster; pip install 'planexec[ray]')",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster: its head's host:port or ray://host:port (implies --runner ray; default: RAY_ADDRESS)",
+    )
+
+
+def runner_settings(args: argparse.Namespace, config: Config, recorded: dict[str, Any] | None = None) -> RunnerConfig:
+    """Where the steps run: ``--runner``/``--ray-address``, over planexec.toml's ``[planexec.runner]``, over what the run `recorded`."""
+    settings = config.runner
+    if settings.kind is None and recorded:  # a resumed run goes on where it was started, unless told otherwise
+        settings = settings.model_copy(update={k: v for k, v in recorded.items() if k in ("kind", "address", "namespace", "spread")})
+    kind, address = getattr(args, "runner", None), getattr(args, "ray_address", None)
+    if kind == "local" and address:
+        raise UsageError("--ray-address is for --runner ray")
+    update: dict[str, Any] = {}
+    if kind or address:
+        update["kind"] = kind or "ray"
+    if address:
+        update["address"] = address
+    return settings.model_copy(update=update) if update else settings
+
+
+def step_runner(settings: RunnerConfig, registry: Registry) -> Runner | None:
+    """The runner `settings` ask for, connected now (None: the engine's local one); a `UsageError` when Ray is missing or unreachable."""
+    try:
+        return runner_for(settings, registry, connect=True)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def connect_runner(team: Team) -> None:
+    """Connect the team's runner now, so a cluster that cannot be reached is a `UsageError` before any planning."""
+    try:
+        runner = team.runner_for(team.registry)
+        if isinstance(runner, RayRunner):
+            runner.connect()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 _OPENED: list[RunStore] = []  # the stores this command opened: `close_stores` closes them when it ends

@@ -108,6 +108,7 @@ def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = Non
             store=store,
             policies=policies,
             reuse=False if getattr(args, "no_reuse", False) else None,
+            runner=common.runner_settings(args, config),
         )
     except (ConfigError, RegistryError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None
@@ -197,6 +198,7 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
         raise common.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
     store = common.run_store(args, config)
     team = team_from_args(args, config, store=store, policies=list(policies))
+    common.connect_runner(team)  # a Ray cluster that cannot be reached stops the command before any planning
     _announce(team)
     overhead: dict[str, Usage] = {}
     routed = mode == "auto"

@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_mode_option(p)
     add_goal_options(p)
     common.add_store_options(p)
+    common.add_runner_options(p)
     p.set_defaults(command=cmd_run)
 
     p = sub.add_parser("eval", help="run evaluation suites in each mode; print a table, write a PNG chart and a JSON report")

@@ -73,7 +73,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
         )
     )
-    setup = {"tools": list(dict.fromkeys([*config.tools, *args.tools]))}  # what `planexec resume RUN_ID` loads again
+    setup: dict[str, Any] = {"tools": list(dict.fromkeys([*config.tools, *args.tools]))}  # what `planexec resume RUN_ID` loads again
+    where = common.runner_settings(args, config)
+    runner = common.step_runner(where, registry)
+    if runner is not None:  # a Ray cluster's: the run records it, and resume goes on there
+        options["runner"] = runner
+        setup["runner"] = where.recorded()
     result = run_to_end(_execute(Engine(registry, **options), plan, display, run_id=args.run_id, setup=setup))
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))

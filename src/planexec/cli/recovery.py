@@ -3,7 +3,8 @@
 Owns continuing a run that stopped (a crash, kill -9, Ctrl-C, a decision)
 with the engine (`Engine.resume`) on the tools modules it was started with
 (`stored_tools`, read from its `RunStarted.setup`; an explicit ``--tools``
-wins), and recording a person's decision about a step held after a crash
+wins) and where it ran (a Ray cluster it recorded, unless ``--runner`` or
+planexec.toml say otherwise), and recording a person's decision about a step held after a crash
 (`resume.resolve_step`). A store, run or step that is not there, and a run
 that cannot be resumed, are usage errors (exit 2) that change nothing. With
 telemetry on, the resumed run's span is current in all its tasks and links
@@ -43,6 +44,7 @@ def add_recovery_commands(sub: Any) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="approve every step that requires approval")
     p.add_argument("--json", action="store_true", help="no live display; print the run result as JSON")
     p.add_argument("--workspace", metavar="DIR", help="folder the file and code tools work in (default ./workspace)")
+    common.add_runner_options(p)  # default: planexec.toml, else where the run was started
     p.set_defaults(command=cmd_resume)
 
     p = sub.add_parser("resolve", help="decide about a step that was running when its run stopped: retry, skip or mark done")
@@ -59,10 +61,15 @@ def add_recovery_commands(sub: Any) -> None:
 
 def stored_tools(store: RunStore, run_id: str) -> list[str]:
     """The tools modules a run was set up with, as its `RunStarted` recorded them (none for runs recorded before that)."""
+    return [str(t) for t in _stored_setup(store, run_id).get("tools", [])]
+
+
+def _stored_setup(store: RunStore, run_id: str) -> dict[str, Any]:
+    """The run's `RunStarted.setup` (empty for a run recorded before there was one)."""
     for event in store.events(run_id, limit=1):
         if isinstance(event, RunStarted):
-            return [str(t) for t in event.setup.get("tools", [])]
-    return []
+            return dict(event.setup)
+    return {}
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -87,6 +94,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
         options["default_timeout"] = config.default_timeout
     if config.max_output_bytes is not None:  # 0 says: no limit
         options["max_output_bytes"] = config.max_output_bytes
+    recorded = _stored_setup(store, args.run_id).get("runner")
+    runner = common.step_runner(common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None), registry)
+    if runner is not None:  # a Ray cluster's: the run goes on there (flags, then planexec.toml, then where it was started)
+        options["runner"] = runner
     options.update(
         resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store)
     )

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from planexec.config import Config, load_config
+from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.engine import Engine, Run, new_run_id
@@ -30,6 +30,7 @@ from planexec.engine.join import Joiner
 from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
 from planexec.engine.results import RunResult
+from planexec.engine.runner import Runner
 from planexec.errors import PlanRejectedError
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import NO_ONE, ReviewOutcome
@@ -44,6 +45,7 @@ from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.planning.router import Route, route
 from planexec.planning.stream import PlanStream
+from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
@@ -75,7 +77,10 @@ class Team:
     ``--tools``. The built-in roles join with `roles` (True, or names) and
     the workspace toolkit with `workspace`. The tools of the MCP servers in
     `config` (``[planexec.mcp.servers.NAME]``, see `planexec.mcp`) join too;
-    a server stays open while a run uses it. `mode` is how goals are worked:
+    a server stays open while a run uses it. `runner` (default: `config`'s
+    ``[planexec.runner]``) says where a plan's steps run: here, or the
+    function-tool steps on a Ray cluster (`planexec.scale`; a single
+    agent's run stays here). `mode` is how goals are worked:
     ``auto`` (a router call decides), ``single`` (one agent with every
     tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
     start while the plan is written; nothing can be reviewed first).
@@ -146,6 +151,7 @@ class Team:
         env: Mapping[str, str] | None = None,
         reuse: bool | Iterable[str] | None = None,
         plan_format: Literal["json", "compact"] | None = None,
+        runner: RunnerConfig | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -202,6 +208,8 @@ class Team:
         self.default_timeout = default_timeout or self.config.default_timeout
         self.on_event = on_event
         self.reuse = matchers_of(reuse if reuse is not None else self.config.reuse)  # the plan library's matchers; () is off
+        self.runner: RunnerConfig = runner if runner is not None else self.config.runner
+        self._runners: dict[Registry, Runner | None] = {}  # one per registry: a Ray runner's actors serve every run
 
     @classmethod
     def from_config(cls, folder: str | Path = ".", **overrides: Any) -> Team:
@@ -243,7 +251,17 @@ class Team:
         """An engine over the team's registry with its settings; `overrides` win (a face's approvers, a display)."""
         options = self.engine_options(monitored=monitored, **overrides)
         registry = options.pop("registry", self.registry)
+        if "runner" not in options:
+            runner = self.runner_for(registry)
+            if runner is not None:  # None: the engine's local runner
+                options["runner"] = runner
         return Engine(registry, **options)
+
+    def runner_for(self, registry: Registry) -> Runner | None:
+        """The runner `runner` asks for on `registry` (None: the local one), one per registry; `ConfigError` when Ray is missing."""
+        if registry not in self._runners:
+            self._runners[registry] = runner_for(self.runner, registry)
+        return self._runners[registry]
 
     def engine_options(self, *, monitored: bool = True, **overrides: Any) -> dict[str, Any]:
         """The engine settings of the team's runs; a single agent's (`monitored` False) have no replanner or joiner."""
@@ -399,6 +417,8 @@ class Team:
     def setup(self, planning: Planning | None = None) -> dict[str, Any]:
         """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
         setup: dict[str, Any] = {"tools": list(self.tools_modules)}
+        if self.runner.kind == "ray":
+            setup["runner"] = self.runner.recorded()
         if isinstance(planning, ReusePlanning):
             setup["reuse"] = planning.reuse.to_dict()
         return setup

@@ -135,7 +135,9 @@ class Tool:
     cancellation is stopped for sure (SIGTERM, then SIGKILL after the
     cancel grace), and one that dies fails only its step. Its function
     must be a ``def`` at the top level of a module, and it takes no
-    injected parameter.
+    injected parameter. `resources` (``num_cpus``, ``num_gpus``, ``memory``
+    in bytes, custom ``resources``) is what one step of it takes where a
+    distributed runner runs it (`planexec.scale`).
 
     `idempotent`, `requires_approval`, `read_only`, `sensitive` and
     `untrusted_output` are declarations the engine and policies read: a step
@@ -165,6 +167,7 @@ class Tool:
         input_schema: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
         isolated: bool = False,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -199,6 +202,8 @@ class Tool:
         self._untyped = self._output_validator is None and self.output_type is Any
         # where a child process finds the function, for a tool that runs in one per call (see `workers.isolated`)
         self.isolated: FunctionRef | None = self._isolation(by_schema) if isolated else None
+        # what a step takes where a distributed runner runs it (`planexec.scale`); the local runner ignores it
+        self.resources: dict[str, Any] = _resources(self.name, resources)
 
     def _isolation(self, by_schema: bool) -> FunctionRef:
         """Where a child finds the function; `RegistryError` naming the tool when none could, or it takes what cannot cross."""
@@ -433,6 +438,20 @@ class Tool:
             ) from None
 
 
+_RESOURCE_KEYS = frozenset({"num_cpus", "num_gpus", "memory", "resources"})
+
+
+def _resources(name: str, resources: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A tool's declared resources; `RegistryError` naming the tool for a key no runner reads."""
+    declared = dict(resources or {})
+    unknown = sorted(set(declared) - _RESOURCE_KEYS)
+    if unknown:
+        raise RegistryError(
+            f"tool {name!r}: resources takes {', '.join(sorted(_RESOURCE_KEYS))}; not {', '.join(map(repr, unknown))}", name=name
+        )
+    return declared
+
+
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
@@ -450,6 +469,7 @@ def tool(
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
     isolated: bool = False,
+    resources: Mapping[str, Any] | None = None,
 ) -> Tool: ...
 
 
@@ -466,6 +486,7 @@ def tool(
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
     isolated: bool = False,
+    resources: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -481,6 +502,7 @@ def tool(
     sensitive: Iterable[str] = (),
     untrusted_output: bool = True,
     isolated: bool = False,
+    resources: Mapping[str, Any] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``).
 
@@ -500,6 +522,7 @@ def tool(
             sensitive=sensitive,
             untrusted_output=untrusted_output,
             isolated=isolated,
+            resources=resources,
         )
 
     return wrap(fn) if fn is not None else wrap
