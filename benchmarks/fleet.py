@@ -15,9 +15,13 @@ on SQLite for comparison:
 * **claims**: the claim transaction alone: `--claim-runs` queued runs
   claimed, settled and let go by 1 and by 4 threads, each with its own
   connection: claims/s.
-* **heartbeat**: what one lease renewal costs (the heartbeat renews every
-  held lease every TTL/3): µs per renewal, and the renewals/s a fleet
-  holding N runs makes at the default 30 s TTL.
+* **heartbeat**: what one lease renewal costs alone, and one beat of a
+  worker holding 1,000 runs (the heartbeat renews every held lease every
+  TTL/3, in one transaction).
+* **held**: `--held` runs at once on 2 workers (half each), each run a
+  chain of `--held-steps` steps that wait `--step-seconds` (as a model call
+  makes a run wait): drain time against the ideal (the chain's length), and
+  the store's commits/s while they are held.
 * **takeover**: a worker is frozen (SIGSTOP: it lives, but its heartbeat
   stops, as a worker on a lost machine) in the middle of a run; how long
   until another worker resumes the run, for each ``--ttl`` (and for a
@@ -47,14 +51,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from layered import build_plan, layered_dag, machine  # noqa: E402
+from layered import build_plan, layered_dag, machine
 
-from planexec import Plan  # noqa: E402
-from planexec.store import open_store  # noqa: E402
-from planexec.store.leases import Holder  # noqa: E402
-from planexec.store.pgserver import TempPostgres  # noqa: E402
-from planexec.store.queue import QueueState  # noqa: E402
-from planexec.team.fleet import submit_plan  # noqa: E402
+from planexec import Plan
+from planexec.store import open_store
+from planexec.store.leases import Holder
+from planexec.store.pgserver import TempPostgres
+from planexec.store.queue import QueueState
+from planexec.team.fleet import submit_plan
 
 TOOLS = '''
 import asyncio
@@ -76,6 +80,20 @@ _TABLES = ("events", "plans", "runs", "audit_heads", "approvals", "run_queue", "
 
 def _plan(steps: int, width: int) -> Plan:
     return build_plan(layered_dag(max(1, steps // width), width), "bench_noop")
+
+
+def _waiting_plan(steps: int, seconds: float) -> Plan:
+    """A chain of `steps` steps that each wait `seconds`: a run that holds its worker's slot without using its CPU."""
+    return Plan.from_data(
+        {
+            "plan_id": "waits",
+            "goal": "wait, as for a model",
+            "steps": [
+                {"id": f"w{i}", "action": "bench_wait", "parameters": {"seconds": seconds}, "depends_on": [f"w{i - 1}"] if i else []}
+                for i in range(steps)
+            ],
+        }
+    )
 
 
 def _schema_url(base: str) -> str:
@@ -109,10 +127,12 @@ def _pg_counters(store: Any) -> dict[str, int]:
 
 
 def _store_bytes(store: Any, url: str) -> int:
-    if store.dialect == "sqlite":
-        path = Path(url)
-        return sum(p.stat().st_size for p in (path, Path(f"{url}-wal")) if p.exists())
     with store._tx(write=False) as cur:
+        if store.dialect == "sqlite":  # the database's pages, wherever they are now (the file or its WAL)
+            cur.execute("PRAGMA page_count")
+            pages = int(cur.fetchone()[0])
+            cur.execute("PRAGMA page_size")
+            return pages * int(cur.fetchone()[0])
         total = 0
         for table in _TABLES:
             cur.execute("SELECT pg_total_relation_size(%s)", (f'"{store.schema}".{table}',))
@@ -129,9 +149,8 @@ def _events(store: Any) -> tuple[int, int]:
     return int(count), int(size)
 
 
-def drain(url: str, folder: Path, *, runs: int, steps: int, width: int, workers: int, concurrency: int) -> dict[str, Any]:
-    """Queue the runs, start the workers, wait until the queue is drained; the figures."""
-    plan = _plan(steps, width)
+def drain(url: str, folder: Path, plan: Plan, *, runs: int, workers: int, concurrency: int) -> dict[str, Any]:
+    """Queue `runs` runs of `plan`, start the workers, wait until the queue is drained; the figures."""
     tools = str(folder / "tools.py")
     store = open_store(url)
     try:
@@ -206,11 +225,17 @@ def claims(url: str, folder: Path, *, runs: int, threads: int) -> dict[str, Any]
     for t in pool:
         t.join()
     wall = time.perf_counter() - t0
-    return {"store": dialect, "threads": threads, "claimed": sum(taken), "claims_per_s": round(sum(taken) / wall), "ms_per_claim": round(wall * 1000 / sum(taken), 2)}
+    return {
+        "store": dialect,
+        "threads": threads,
+        "claimed": sum(taken),
+        "claims_per_s": round(sum(taken) / wall),
+        "ms_per_claim": round(wall * 1000 / sum(taken), 2),
+    }
 
 
-def heartbeat(url: str, *, renewals: int) -> dict[str, Any]:
-    """The cost of one lease renewal (one UPDATE in its own transaction)."""
+def heartbeat(url: str, *, renewals: int, held: int) -> dict[str, Any]:
+    """The cost of one lease renewal (one UPDATE in its own transaction), and of one beat of a worker holding `held` runs."""
     with open_store(url) as store:
         holder = Holder.me()
         store.acquire_lease("hb", holder)
@@ -219,7 +244,20 @@ def heartbeat(url: str, *, renewals: int) -> dict[str, Any]:
             store.renew_lease("hb", holder)
         wall = time.perf_counter() - t0
         store.release_lease("hb", holder)
-        return {"store": store.dialect, "us_per_renewal": round(wall * 1e6 / renewals), "renewals_per_s_one_connection": round(renewals / wall)}
+        for i in range(held):
+            store.hold(f"held-{i:05d}")
+        beats = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            store._beat()  # what the heartbeat thread does every TTL/3: every held lease in one transaction
+            beats.append(time.perf_counter() - t0)
+        return {
+            "store": store.dialect,
+            "us_per_renewal": round(wall * 1e6 / renewals),
+            "renewals_per_s_one_connection": round(renewals / wall),
+            "held": held,
+            "ms_per_beat": round(sorted(beats)[2] * 1000, 1),
+        }
 
 
 def takeover(url: str, folder: Path, *, ttl: float, how: str) -> dict[str, Any]:
@@ -276,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="runs at once in each worker (default 4)")
     parser.add_argument("--claim-runs", type=int, default=1000, help="runs claimed in the claim measurement (default 1000)")
     parser.add_argument("--ttl", default="2,5", help="lease TTLs for the takeover measurement, comma-separated (default 2,5)")
+    parser.add_argument(
+        "--held", type=int, default=1000, help="runs held at once by 2 workers, each waiting on slow steps (default 1000; 0: skip)"
+    )
+    parser.add_argument("--held-steps", type=int, default=4, help="steps of each held run, in a chain (default 4)")
+    parser.add_argument("--step-seconds", type=float, default=2.0, help="how long each held run's step waits (default 2)")
     parser.add_argument("--sqlite", action=argparse.BooleanOptionalAction, default=True, help="measure SQLite too (default: yes)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     args = parser.parse_args(argv)
@@ -289,14 +332,19 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "sqlite" and workers > 2:
                     continue  # one machine, one writer at a time: more processes only wait for the lock
                 url = _schema_url(base) if base else str(folder / f"drain-{uuid.uuid4().hex[:6]}.db")
-                result["drain"].append(
-                    drain(url, folder, runs=args.runs, steps=args.steps, width=args.width, workers=workers, concurrency=args.concurrency)
-                )
+                plan = _plan(args.steps, args.width)
+                result["drain"].append(drain(url, folder, plan, runs=args.runs, workers=workers, concurrency=args.concurrency))
             for threads in (1, 4):
                 url = _schema_url(base) if base else str(folder / f"claims-{threads}.db")
                 result["claims"].append(claims(url, folder, runs=args.claim_runs, threads=threads))
             url = _schema_url(base) if base else str(folder / "heartbeat.db")
-            result["heartbeat"].append(heartbeat(url, renewals=2000))
+            result["heartbeat"].append(heartbeat(url, renewals=2000, held=1000))
+        if args.held:  # many runs at once, each waiting on slow steps (as a model call makes it wait)
+            waits = _waiting_plan(args.held_steps, args.step_seconds)
+            workers, per_worker = 2, -(-args.held // 2)
+            row = drain(_schema_url(pg), folder, waits, runs=args.held, workers=workers, concurrency=per_worker)
+            row["ideal_drain_s"] = round(args.held_steps * args.step_seconds, 2)
+            result["held"] = row
         for ttl in [float(t) for t in args.ttl.split(",") if t]:
             result["takeover"].append(takeover(_schema_url(pg), folder, ttl=ttl, how="sigstop"))
         result["takeover"].append(takeover(_schema_url(pg), folder, ttl=30.0, how="sigkill"))
@@ -311,10 +359,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.get('commits_per_s', '-'):>9} {r.get('rows_inserted_per_s', '-'):>7} {r['events_per_step']:>6} "
             f"{r['event_json_bytes_per_step']:>6} {r['store_bytes_per_step']:>6}  ({r['done']}/{r['runs']} done, {r['statuses']})"
         )
+    held = result.get("held")
+    if held:
+        print(
+            f"held: {held['runs']} runs at once on 2 workers, {held['steps_per_run']} steps waiting each: drained in {held['drain_s']}s "
+            f"(ideal {held['ideal_drain_s']}s), {held.get('commits_per_s', '-')} commits/s ({held['statuses']})"
+        )
     for r in result["claims"]:
         print(f"claims: {r['store']:<8} {r['threads']} thread(s): {r['claims_per_s']} claims/s ({r['ms_per_claim']} ms each)")
     for r in result["heartbeat"]:
-        print(f"heartbeat: {r['store']:<8} {r['us_per_renewal']} µs per renewal")
+        print(
+            f"heartbeat: {r['store']:<8} {r['us_per_renewal']} µs per renewal alone; {r['held']} held leases renewed in {r['ms_per_beat']} ms"
+        )
     for r in result["takeover"]:
         print(f"takeover: {r['how']:<8} TTL {r['ttl_s']:g}s: run resumed by another worker after {r['takeover_s']}s")
     return 0

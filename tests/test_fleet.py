@@ -394,6 +394,23 @@ def test_a_run_left_by_a_live_worker_is_taken_once_its_lease_expires_and_not_for
         assert refused.state is QueueState.REFUSED and "taken over 3 times" in refused.reason
 
 
+def test_one_beat_renews_every_held_lease_in_one_transaction_and_reports_only_the_lost_one(stores):
+    store = stores()
+    lost: list[str] = []
+    for i in range(250):
+        store.hold(f"h{i:03d}", on_lost=lambda exc, i=i: lost.append(f"h{i:03d}"))
+    before = {run_id: lease.expires_at for run_id, lease in store.leases().items()}
+    other = open_store(stores.url(store))
+    store.renew_lease("h007", store._held["h007"], ttl=0.1)  # as if this process had stopped beating: another takes it
+    time.sleep(0.3)
+    other.acquire_lease("h007")
+    store._beat()
+    after = store.leases()
+    assert lost == ["h007"] and "h007" not in store.holding()
+    assert all(after[r].expires_at > before[r] for r in before if r != "h007")
+    other.close()
+
+
 def test_a_worker_in_python_drains_the_queue_and_releases_a_run_when_stopped(folder):
     store = open_store(folder / "runs.db")
     tools = str(folder / "tools.py")
