@@ -33,6 +33,7 @@ import pytest
 
 from planexec import Plan
 from planexec.engine.events import RunFinished, RunResumed
+from planexec.errors import StoreError
 from planexec.store import open_store
 from planexec.store.leases import Holder
 from planexec.store.queue import QUEUED_REASON, QueueState
@@ -438,7 +439,21 @@ def test_a_worker_in_python_drains_the_queue_and_releases_a_run_when_stopped(fol
     store.close()
 
 
+def test_a_worker_whose_store_keeps_failing_stops_saying_why(folder, monkeypatch):
+    store = open_store(folder / "runs.db")
+
+    def down(**_: object) -> None:
+        raise StoreError("lost the connection to the PostgreSQL run store at db:5432: the connection is lost")
+
+    monkeypatch.setattr(store, "claim_run", down)
+    notes: list[str] = []
+    report = asyncio.run(QueueWorker(store, poll=0.01, give_up_after=0.3, on_note=notes.append).serve())
+    assert report.store_failed is not None and "the connection is lost" in report.store_failed
+    assert report.stopped.startswith("the store failed for 0.3s") and any("cannot claim a run" in n for n in notes)
+    store.close()
+
+
 def _reads_back(text: str) -> bool:
     """The report's JSON form reads back as what it says."""
     data = json.loads(text)
-    return set(data) == {"worker", "store", "runs", "stopped"} and all("outcome" in r for r in data["runs"])
+    return set(data) == {"worker", "store", "runs", "stopped", "store_failed"} and all("outcome" in r for r in data["runs"])

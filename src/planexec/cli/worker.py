@@ -3,14 +3,16 @@
 Owns the faces of `team.fleet`: ``submit`` reads a plan file (or a saved
 template), checks it against its tools, has the policies and a person
 review it (``--yes``, the terminal, or later ``planexec approve RUN_ID``)
-and queues it with `submit_plan`; ``worker`` opens the store (which must
-exist), builds a `QueueWorker` whose runs get the registry a plan file
-gets (`_common.plan_registry`) and planexec.toml's limits, and serves
-until SIGTERM or Ctrl-C (runs released at their next step boundary; the
-second signal: at once), ``--idle-exit`` or ``--once``; ``queue`` prints
-the queue. Bad input (an unknown store, ``--concurrency 0``) is a
-`common.UsageError` (exit 2). Imports `cli._common`, `cli.plans` and the
-fleet's public API.
+and queues it with `submit_plan`; ``worker`` opens the store (a SQLite
+file must exist; a database server's store is made on first use, so the
+workers may start first), builds a `QueueWorker` whose runs get the
+registry a plan file gets (`_common.plan_registry`) and planexec.toml's
+limits, and serves until SIGTERM or Ctrl-C (runs released at their next
+step boundary; the second signal: at once), ``--idle-exit`` or
+``--once``, or until the store has failed for a minute (exit 3);
+``queue`` prints the queue. Bad input (an unknown store, ``--concurrency
+0``) is a `common.UsageError` (exit 2). Imports `cli._common`,
+`cli.plans`, the store's location and queue, and `team.fleet`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from planexec.engine.loop import run_to_end
 from planexec.errors import StoreError
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
+from planexec.store.location import sqlite_path, store_target
 from planexec.store.queue import QueueState
 from planexec.store.sql import SqlRunStore
 from planexec.team.fleet import QueueWorker, WorkerReport, submit_plan
@@ -139,9 +142,13 @@ def _queue_store(store: Any) -> SqlRunStore:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """``planexec worker``: take queued runs and run them until stopped; exit 0 (130 after Ctrl-C)."""
+    """``planexec worker``: take queued runs and run them until stopped; exit 0 (130 after Ctrl-C, 3 when the store failed)."""
     config = common.config()
-    store = _queue_store(common.open_run_store(args.store, config, create=False))
+    try:  # a database server's store is made on first use, so workers may start before anything is submitted;
+        on_server = sqlite_path(store_target(args.store, config.store)) is None  # a file must exist: a typo waits for nothing
+    except StoreError as exc:
+        raise common.UsageError(str(exc)) from None
+    store = _queue_store(common.open_run_store(args.store, config, create=on_server))
 
     def registry_for(plan: Plan, setup: Any) -> Any:
         return common.plan_registry(plan, [str(t) for t in setup.get("tools", [])], config, workspace=args.workspace)
@@ -167,6 +174,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             outcomes[done.outcome] = outcomes.get(done.outcome, 0) + 1
         counted = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items())) or "none"
         common.say(f"planexec worker: stopped ({report.stopped}); runs: {counted}", stderr=True)
+    if report.store_failed is not None:
+        return common.EXIT_STORE_FAILED
     return common.EXIT_INTERRUPTED if report.stopped == "SIGINT" else common.EXIT_OK
 
 

@@ -134,12 +134,13 @@ class WorkerRun(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerReport(Record):
-    """What a worker did until it stopped: the runs it took, in the order they ended, and why it stopped."""
+    """What a worker did until it stopped: the runs it took, in the order they ended, why it stopped (`store_failed`: the store's error)."""
 
     worker: str
     store: str
     runs: list[WorkerRun] = field(default_factory=list)
     stopped: str = ""
+    store_failed: str | None = None
 
 
 class QueueWorker:
@@ -148,7 +149,9 @@ class QueueWorker:
     `idle_exit` (seconds): stop once nothing ran and nothing could be
     taken for that long. `once`: take the runs waiting now (at most
     `concurrency`), run them, stop. `grace` (seconds): how long a run being
-    released may finish its running steps. `engine_options` are given to
+    released may finish its running steps. `give_up_after` (seconds): stop
+    when claiming has failed that long (the store is down; an orchestrator
+    restarts the worker, and other workers take its runs over). `engine_options` are given to
     each run's `Engine` (limits, timeouts); `on_note` receives a line per
     thing worth saying (default: the ``planexec.fleet`` log).
     """
@@ -165,6 +168,7 @@ class QueueWorker:
         once: bool = False,
         grace: float = 20.0,
         max_takeovers: int = MAX_TAKEOVERS,
+        give_up_after: float = 60.0,
         on_note: Callable[[str], None] | None = None,
     ) -> None:
         if concurrency < 1:
@@ -180,6 +184,7 @@ class QueueWorker:
         self.once = once
         self.grace = grace
         self.max_takeovers = max_takeovers
+        self.give_up_after = give_up_after
         self.note = on_note or log.info
         me = Holder.me()
         self.name = f"process {me.pid} on {me.host}"
@@ -191,6 +196,8 @@ class QueueWorker:
         self._why = ""
         self._wake: asyncio.Event | None = None
         self._failures = 0
+        self._failing_since = 0.0
+        self.failed: str | None = None  # why the store failed, when the worker stopped because of it
         self._registries: dict[str, Registry] = {}
 
     # --- the loop ----------------------------------------------------------------------
@@ -211,7 +218,9 @@ class QueueWorker:
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
-        return WorkerReport(worker=self.name, store=self.store.location, runs=list(self.done), stopped=self._why or "stopped")
+        return WorkerReport(
+            worker=self.name, store=self.store.location, runs=list(self.done), stopped=self._why or "stopped", store_failed=self.failed
+        )
 
     async def _loop(self) -> None:
         assert self._wake is not None
@@ -240,11 +249,16 @@ class QueueWorker:
         while len(self._tasks) < self.concurrency and not self._stopping:
             try:
                 claim = await asyncio.to_thread(self.store.claim_run, max_takeovers=self.max_takeovers)
-            except StoreError as exc:  # the store is down: try again later, with a growing pause
+            except StoreError as exc:  # the store is down: try again later, with a growing pause, then give up
                 self._failures += 1
-                self.note(f"cannot claim a run: {exc}")
+                self._failing_since = self._failing_since or time.monotonic()
+                if time.monotonic() - self._failing_since >= self.give_up_after:
+                    self.failed = str(exc)
+                    self.stop(why=f"the store failed for {self.give_up_after:g}s: {exc}")
+                else:
+                    self.note(f"cannot claim a run: {exc}")
                 return took
-            self._failures = 0
+            self._failures, self._failing_since = 0, 0.0
             if claim is None:
                 return took
             took = True
