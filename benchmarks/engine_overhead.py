@@ -21,9 +21,13 @@ before (seeded, so every run builds the same DAG):
 * peak memory: tracemalloc's peak during one extra (slower, traced) execution,
   and the process's peak RSS.
 
-Each timing is repeated `--repeats` times, each in a fresh event loop; the
-median is reported with min and max. The last line compares the async median
-to the target: engine overhead under 100 us per step.
+Each timing is repeated `--repeats` times, each in a fresh event loop and
+after a full garbage collection (as `store_overhead.py` does), so no run
+pays for collecting what the runs before it left: without it the bare
+reference took 9.5 or 15 us/step depending on whether a full collection
+owed by the engine's runs fell inside it. The median is reported with min
+and max. The last line compares the async median to the target: engine
+overhead under 100 us per step.
 
 Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
 
@@ -142,6 +146,7 @@ def time_execution(registry: Registry, plan: Plan, max_concurrency: int, repeats
     try:
         for _ in range(repeats):
             clock.seconds = 0.0
+            gc.collect()  # each run from the same start: none collects what an earlier one left
             wall, cpu, engine_wall = execute(registry, plan, max_concurrency, clock)
             walls.append(wall)
             cpus.append(cpu)
@@ -195,7 +200,10 @@ def time_bare(dag: list[list[LayeredStep]], registry: Registry, limit: int, repe
     a semaphore, asyncio.timeout): a reference floor for what the engine's own bookkeeping costs."""
     graph = {s.step_id: s.depends_on for row in dag for s in row}
     fn = registry.tools["noop_async"].fn
-    runs = [asyncio.run(_bare(graph, fn, limit)) for _ in range(repeats)]
+    runs = []
+    for _ in range(repeats):
+        gc.collect()
+        runs.append(asyncio.run(_bare(graph, fn, limit)))
     n = len(graph)
     return {
         "wall_s": spread([w for w, _ in runs]),
@@ -209,6 +217,7 @@ def time_run_sync(registry: Registry, plan: Plan, max_concurrency: int, repeats:
     walls, engine_walls = [], []
     for _ in range(repeats):
         engine = Engine(registry, max_concurrency=max_concurrency, seed=0)
+        gc.collect()
         t0 = time.perf_counter()
         result = engine.run_sync(plan)
         walls.append(time.perf_counter() - t0)
