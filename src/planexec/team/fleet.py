@@ -122,7 +122,7 @@ def tools_registry(plan: Plan, setup: Mapping[str, Any]) -> Registry:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerRun(Record):
-    """One run a worker took: `how` it took it (``started``, ``resumed``), its `outcome` (the run's status, or ``released``, ``refused``, ``error``)."""
+    """One run a worker took: `how` (``started``, ``resumed``), its `outcome` (the run's status, or ``released``, ``refused``, ``handed back``, ``error``)."""
 
     run_id: str
     how: str
@@ -286,12 +286,15 @@ class QueueWorker:
         self.note(f"{what}: {'starting' if claim.fresh else 'resuming'} it")
         try:
             run = await self._begin(claim)
-        except Exception as exc:  # the run cannot be set up here: refused (a finished one is done), never run
-            state = QueueState.DONE if isinstance(exc, ResumeError) else QueueState.REFUSED
+        except Exception as exc:  # it cannot be set up here: refused, never run (a finished one is done; a store that failed: handed back)
+            if isinstance(exc, ResumeError):
+                state = QueueState.DONE
+            else:
+                state = QueueState.QUEUED if isinstance(exc, StoreError) else QueueState.REFUSED
             reason = f"{self.name} could not {'start' if claim.fresh else 'resume'} it: {type(exc).__name__}: {exc}"
             await self._settle(claim, state, reason)
             self.store.let_go(run_id)
-            self._ended(claim, how, state.value, reason, t0)
+            self._ended(claim, how, "handed back" if state is QueueState.QUEUED else state.value, reason, t0)
             return
         self._runs[run_id] = run
         if self._stopping:
@@ -304,16 +307,16 @@ class QueueWorker:
             return
         finally:
             self._runs.pop(run_id, None)
-        handed_back = result.status is RunStatus.CANCELLED
+        handed_back = result.status is RunStatus.CANCELLED  # released, or its store failed: the next claim resumes it
         await self._settle(claim, QueueState.QUEUED if handed_back else QueueState.DONE, result.reason)
         self.store.let_go(run_id)  # given back once its RunFinished was stored; not when the store failed
-        self._ended(claim, how, "released" if handed_back else result.status.value, result.reason, t0)
+        self._ended(claim, how, "released" if result.reason == RELEASED else result.status.value, result.reason, t0)
 
     async def _begin(self, claim: Claim) -> Run:
         """The claimed run, going on from where it stopped (its first step, for a queued run) on an engine of its own."""
         versions = await asyncio.to_thread(self.store.plan_versions, claim.run_id)
         if not versions:
-            raise StoreError(f"run {claim.run_id!r} has no stored plan", location=self.store.location)
+            raise ValueError(f"run {claim.run_id!r} has no stored plan")
         engine = Engine(
             self._registry(versions[-1].plan, claim.run.setup), store=self.store, **self._approvers(claim.run), **self.engine_options
         )
