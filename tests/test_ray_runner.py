@@ -1,8 +1,8 @@
 """The Ray runner (issue 16, parts 1 and 2) on a real two-node Ray cluster on loopback.
 
-A module-scoped fixture starts the cluster with ``ray start`` (the head at
-127.0.0.2, a second node at 127.0.0.3 with a custom resource ``second``),
-token authentication on (``RAY_AUTH_MODE=token`` and the token's file on
+A module-scoped fixture starts the cluster with ``ray start``
+(`planexec.scale.cluster`: the head at 127.0.0.2, a second node at
+127.0.0.3 with a custom resource ``second``), token authentication on (``RAY_AUTH_MODE=token`` and the token's file on
 every process, this one included), and stops it at the end by killing
 every process of the sessions it started (never by name: other Ray
 processes on the machine are not ours). Marked ``ray``: ``pytest -m ray``
@@ -23,16 +23,12 @@ clean JSON on stdout; and, without a cluster, the settings and the routing.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from argparse import Namespace
@@ -42,12 +38,14 @@ from pathlib import Path
 
 import pytest
 
-from planexec import Engine, Plan, Registry, tool
+from planexec import Engine, Plan, Registry, Team, tool
 from planexec.cli._common import UsageError, runner_settings
 from planexec.config import Config, RunnerConfig, load_config
 from planexec.errors import RegistryError
 from planexec.scale import RayRunner, remote_ref
+from planexec.scale.cluster import RayNode, RayUnavailable, TempRayCluster
 from planexec.store import SqliteRunStore
+from planexec.testing import ScriptedModel
 from planexec.workers.context import ToolContext
 from planexec.workers.io import StepCall
 
@@ -179,90 +177,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _session_pids(sids: set[int]) -> list[int]:
-    """Every live process in one of the sessions `sids` (the ``ray start`` calls ran each in a new session)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "; the 4th field is the session id
-        if int(fields[3]) in sids and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
-def _ray_start(args: list[str], env: dict[str, str], log: Path, sids: set[int]) -> None:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--disable-usage-stats"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its daemons keep this session: the teardown finds them by it
-        )
-        sids.add(proc.pid)
-        if proc.wait(timeout=120) != 0:
-            raise RuntimeError(f"ray start {' '.join(args)} failed: {log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """A two-node Ray cluster on loopback with token authentication, for this module; every process of it stopped after."""
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("the Ray runner's tests need Ray: pip install 'planexec[ray]'")
-    folder = Path(tempfile.mkdtemp(prefix="pxray-", dir="/tmp"))  # short: Ray's socket paths live under it
-    token = folder / "token"
-    token.write_text(secrets.token_hex(32))
-    token.chmod(0o600)
+    try:
+        temp = TempRayCluster([RayNode("127.0.0.2"), RayNode("127.0.0.3", resources={"second": 1})], pythonpath=str(ROOT / "src"))
+    except RayUnavailable as exc:
+        pytest.skip(f"the Ray runner's tests need Ray: {exc}")
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
     # this process drives runs too: it needs the token like any other, set before Ray is imported (Ray reads it then)
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+    os.environ.update({k: temp.env[k] for k in saved})
     import ray
 
-    src = str(ROOT / "src")
-    env = {
-        **os.environ,
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": str(token),
-        "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
-    }
-    port = _free_port()
-    address = f"127.0.0.2:{port}"
-    sids: set[int] = set()
     try:
-        common = ["--num-cpus=1", "--object-store-memory=100000000", f"--dashboard-agent-listen-port={_free_port()}"]
-        _ray_start(
-            ["--head", "--node-ip-address=127.0.0.2", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={_free_port()}",
-             f"--ray-client-server-port={_free_port()}", f"--temp-dir={folder / 'ray'}", *common],
-            env, folder / "head.log", sids,
-        )  # fmt: skip
-        common[-1] = f"--dashboard-agent-listen-port={_free_port()}"
-        _ray_start(
-            [f"--address={address}", "--node-ip-address=127.0.0.3", '--resources={"second": 1}', *common], env, folder / "node.log", sids
-        )
-        (folder / "raytools.py").write_text(TOOLS)
-        yield Cluster(address=address, env=env, folder=folder)
+        with temp:
+            (temp.folder / "raytools.py").write_text(TOOLS)
+            try:
+                yield Cluster(address=temp.address, env=temp.env, folder=temp.folder)
+            finally:
+                if ray.is_initialized():
+                    ray.shutdown()  # this process's driver first, then the cluster's processes
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        for pid in _session_pids(sids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while _session_pids(sids) and time.monotonic() < deadline:
-            time.sleep(0.1)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -388,6 +328,21 @@ def test_a_killed_worker_fails_its_step_and_its_failure_action_applies(runner: R
     assert died.error.message.startswith("step 'die': the Ray worker running it died (WorkerCrashedError")
     assert result.steps["next"].state.value == "succeeded"  # skip: the run went on
     assert result.status.value == "partial"
+
+
+def test_a_team_runs_its_plans_tool_steps_where_its_runner_says(cluster: Cluster, runner: RayRunner):
+    plan = {"steps": [{"id": "s1", "worker": "tool", "action": "quick", "instruction": "where", "parameters": {"name": "s1"}}]}
+    team = Team(
+        ScriptedModel([json.dumps(plan)], name="script:planner"),
+        tools_modules=[str(cluster.folder / "raytools.py")],
+        mode="plan",
+        runner=RunnerConfig(kind="ray", address=cluster.address),
+    )
+    result = team.run_sync("where does it run?")
+    assert result.status.value == "succeeded"
+    assert result.answer["pid"] != os.getpid() and result.answer["ip"] in ("127.0.0.2", "127.0.0.3")
+    assert team.setup()["runner"] == {"kind": "ray", "address": cluster.address, "namespace": None, "spread": True}
+    assert Team(ScriptedModel([], name="script:p")).engine().runner.__class__.__name__ == "LocalRunner"  # the default
 
 
 # --- the command line: --runner ray, planexec.toml, a driver killed then resumed ------------------------------------------------

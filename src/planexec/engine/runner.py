@@ -4,7 +4,11 @@ Owns the `Runner` protocol (one method: run a `StepCall`, return a
 `WorkResult`) and `LocalRunner`, which performs the call in this process on
 the registry's worker. The engine decides *what* runs and *when*; a runner
 only decides *where*, so a distributed backend can replace `LocalRunner`
-without touching the engine. Imports `calls` and `registry`.
+without touching the engine (`planexec.scale.RayRunner` runs function-tool
+steps on a Ray cluster and hands the others to a `LocalRunner`). A runner
+is awaited inside the step's deadline: a timeout or a cancel reaches it as
+`CancelledError`, which it must pass on to wherever the step runs.
+Imports `calls` and `registry`.
 """
 
 from __future__ import annotations

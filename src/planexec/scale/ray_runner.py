@@ -24,7 +24,9 @@ Resources and placement. A task takes the resources its tool declares
 by ``[planexec.runner.resources]``; with `spread` (the default) tasks are
 spread over the nodes, where Ray's default packs them on the first node
 with room. An async actor takes no CPU (its calls wait on I/O) and is
-pinned to its node.
+pinned to its node; an async tool's resources are not applied (a warning
+says so): a CPU-bound tool is a sync one. A step's timeout counts its wait
+for room on the cluster.
 
 Timeouts and failures. When a step times out or is cancelled, its task is
 cancelled with ``force=True``, which ends the worker process (a Python
@@ -178,6 +180,10 @@ class RayRunner:
             return None  # the local worker says it has no such tool
         if tool not in self._refs:
             self._refs[tool] = remote_ref(tool)
+            if self._refs[tool] is not None and tool.is_async and (tool.resources or tool.name in self.resources):
+                log.warning(
+                    "tool %r is async: it runs on the async actors, which hold no resources; its resources are not applied", tool.name
+                )
         ref = self._refs[tool]
         return (worker, tool, ref) if ref is not None else None
 
