@@ -105,6 +105,15 @@ def _flip(path: Path, offset: int, length: int = 512) -> None:
     path.write_bytes(bytes(data))
 
 
+def _middle(path: Path) -> int:
+    """Where the middle page of the file starts: 512 bytes flipped there hit its b-tree header and cell pointers, which
+    SQLite reads, wherever the schema puts its tables (bytes in the middle of a record's text are invisible to SQLite's
+    checks: `store check`'s audit chain finds those, see below)."""
+    data = path.read_bytes()
+    page = int.from_bytes(data[16:18], "big") or 65536
+    return (len(data) // page // 2) * page
+
+
 def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file in the folder: its bytes and mtime (a -wal or -shm appearing or changing shows too)."""
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir()) if p.is_file()}
@@ -141,7 +150,7 @@ def _project(tmp_path: Path) -> tuple[Path, Path]:
 def test_512_flipped_bytes_in_the_middle_refuse_a_run_and_leave_the_store_as_it_was(store_path, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan, tools = _project(tmp_path)
-    _flip(store_path, store_path.stat().st_size // 2)
+    _flip(store_path, _middle(store_path))
     assert _quick_check(store_path) != ["ok"]  # the damage is real: SQLite itself says so
     before = _snapshot(tmp_path)
     code = main(["run", "--plan", str(plan), "--tools", str(tools), "--yes", "--json", "--store", str(store_path)])
@@ -154,7 +163,7 @@ def test_512_flipped_bytes_in_the_middle_refuse_a_run_and_leave_the_store_as_it_
 
 def test_the_issue_in_a_real_process(store_path, tmp_path):
     plan, tools = _project(tmp_path)
-    _flip(store_path, store_path.stat().st_size // 2)
+    _flip(store_path, _middle(store_path))
     before = _snapshot(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "planexec", "run", "--plan", str(plan), "--tools", str(tools), "--yes", "--store", str(store_path)],
@@ -167,7 +176,7 @@ def test_the_issue_in_a_real_process(store_path, tmp_path):
 
 @pytest.mark.parametrize("command", [["runs"], ["show", "run-03"], ["logs", "run-03"], ["resume", "run-03"], ["audit", "verify", "run-03"]])
 def test_every_command_refuses_the_damaged_store_naming_it_damaged(store_path, capsys, command):
-    _flip(store_path, store_path.stat().st_size // 2)
+    _flip(store_path, _middle(store_path))
     before = _snapshot(store_path.parent)
     assert main([*command, "--store", str(store_path)]) == 2
     out = _out(capsys)
@@ -383,7 +392,7 @@ def test_store_check_on_a_healthy_store(store_path, capsys):
 
 
 def test_store_check_on_the_damaged_store(store_path, capsys):
-    _flip(store_path, store_path.stat().st_size // 2)
+    _flip(store_path, _middle(store_path))
     before = _snapshot(store_path.parent)
     out, report = _check(capsys, store_path, 2)
     assert "DAMAGED" in out and ".recover" in out and "not checked" in out
