@@ -394,6 +394,11 @@ def test_a_killed_driver_leaves_nothing_running_and_resume_goes_on_on_the_cluste
     # the driver's job ends with it: Ray stops its tasks, so nothing of the dead run goes on behind resume's back
     assert _wait_dead(running, 15) == [], "a task of the killed driver is still running"
     release.write_text("go")
+    elsewhere = subprocess.run(  # a cluster out of reach: said before anything changes, with the way out
+        [sys.executable, "-m", "planexec", "resume", "crash-1", "--ray-address", f"127.0.0.1:{_free_port()}"],
+        cwd=tmp_path, env={**cluster.env, **env}, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert elsewhere.returncode == 2 and "--runner local resumes the run in this process" in elsewhere.stderr.decode()
 
     resumed = _cli(["resume", "crash-1", "--yes", "--json"], cluster, tmp_path, **env)  # the recorded runner: the same cluster
     out, err = resumed.communicate(timeout=120)

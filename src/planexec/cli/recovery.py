@@ -95,7 +95,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if config.max_output_bytes is not None:  # 0 says: no limit
         options["max_output_bytes"] = config.max_output_bytes
     recorded = _stored_setup(store, args.run_id).get("runner")
-    runner = common.step_runner(common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None), registry)
+    where = common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None)
+    try:
+        runner = common.step_runner(where, registry)
+    except common.UsageError as exc:  # the cluster it ran on is gone, or out of reach from here
+        raise common.UsageError(f"{exc} (--runner local resumes the run in this process)") from None
     if runner is not None:  # a Ray cluster's: the run goes on there (flags, then planexec.toml, then where it was started)
         options["runner"] = runner
     options.update(
