@@ -38,11 +38,12 @@ from pathlib import Path
 
 import pytest
 
-from planexec import Engine, Plan, Registry, Team, tool
+from planexec import Engine, Plan, Registry, Team, scale, tool
 from planexec.cli._common import UsageError, runner_settings
 from planexec.config import Config, RunnerConfig, load_config
 from planexec.errors import RegistryError
 from planexec.scale import RayRunner, remote_ref
+from planexec.scale import cluster as cluster_module
 from planexec.scale.cluster import RayNode, RayUnavailable, TempRayCluster
 from planexec.store import SqliteRunStore
 from planexec.testing import ScriptedModel
@@ -537,3 +538,11 @@ def test_which_tools_go_to_the_cluster():
     with pytest.raises(RegistryError, match="resources takes"):
         tool(_crunch, resources={"cpus": 2})
     assert tool(_crunch, resources={"num_cpus": 2}).resources == {"num_cpus": 2}
+
+
+def test_the_scale_package_exports_what_its_docstring_names_and_imports_no_ray():
+    assert scale.__all__ == ["INSTALL_HINT", "RayRunner", "remote_ref", "runner_for"]
+    assert cluster_module.__all__ == ["RayNode", "RayUnavailable", "TempRayCluster"]
+    code = "import sys, planexec.scale, planexec.scale.cluster, planexec.cli.main; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.strip() == "False", out.stderr  # Ray is imported when a runner connects, not before
