@@ -23,6 +23,7 @@ clean JSON on stdout; and, without a cluster, the settings and the routing.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -186,6 +187,9 @@ def cluster() -> Iterator[Cluster]:
     except RayUnavailable as exc:
         pytest.skip(f"the Ray runner's tests need Ray: {exc}")
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")}
+    if "ray" in sys.modules and saved["RAY_AUTH_MODE"] != "token":
+        temp.stop()
+        pytest.fail("Ray was imported in this process before the cluster's token was set: it would never authenticate")
     # this process drives runs too: it needs the token like any other, set before Ray is imported (Ray reads it then)
     os.environ.update({k: temp.env[k] for k in saved})
     import ray
@@ -458,7 +462,8 @@ def test_planexec_toml_runner_and_clean_json_when_a_worker_dies(cluster: Cluster
 
 
 def test_a_cluster_that_does_not_answer_is_a_usage_error_before_anything_runs(tmp_path: Path):
-    pytest.importorskip("ray", reason="the Ray runner's tests need Ray: pip install 'planexec[ray]'")
+    if importlib.util.find_spec("ray") is None:  # not imported here: the cluster's fixture must import it after the token is set
+        pytest.skip("the Ray runner's tests need Ray: pip install 'planexec[ray]'")
     (tmp_path / "plan.json").write_text(json.dumps({"plan_id": "p", "goal": "g", "steps": [{"id": "a", "action": "noop"}]}))
     closed = _free_port()  # nothing listens there
     t0 = time.monotonic()
