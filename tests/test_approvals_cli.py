@@ -28,7 +28,7 @@ from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.governance.policies import PolicyContext, policy
 from planexec.governance.review import ReviewTerminal
 from planexec.planning.replanner import FunctionReplanner
-from planexec.store import RunNotFoundError, SqliteRunStore, open_store
+from planexec.store import RunNotFoundError, SqliteRunStore, open_store, verify_run
 
 TOOLS = textwrap.dedent(
     '''
@@ -407,6 +407,46 @@ def test_a_revision_with_no_one_to_ask_waits_for_planexec_approve(reg, project, 
     err += capsys.readouterr().err
     assert "plan v2 of run r1 waits for approval: planexec approve r1" in err and "+ c" in err
     assert [a.by for a in store.approvals("r1") if a.step_id is None] == ["person", "ada"]
+
+
+def test_a_version_decided_here_is_never_pending_for_planexec_approve(reg, project, capsys, monkeypatch):
+    """The reviewed v1 is asked for and approved at once: a ``planexec approve`` right after the request finds nothing of it pending.
+
+    Were it stored pending and decided a moment later, that approve (meant
+    for v2, which waits for it) would approve v1 instead, and v2 would wait
+    for nobody: the interleaving is injected right after the request is stored.
+    """
+    store = open_store(os.environ["PLANEXEC_STORE"])
+    plan = Plan.model_validate(REPLANNED)
+    approver = ReviewingPlanApprover(store, reviewed=plan.content_hash, poll=0.01)
+    in_window: list[int] = []
+    request_approval = store.request_approval
+
+    def then_another_process_approves(run_id, content_hash, **kwargs):
+        stored = request_approval(run_id, content_hash, **kwargs)
+        if content_hash == plan.content_hash and not in_window:
+            in_window.append(main(["approve", run_id, "--by", "eve"]))
+        return stored
+
+    monkeypatch.setattr(store, "request_approval", then_another_process_approves)
+
+    def v2_pending() -> bool:
+        return any(a.content_hash != plan.content_hash for a in store.approvals("r1", pending_only=True))
+
+    async def go():
+        run = replanning_engine(reg, store, approver).start(plan, run_id="r1")
+        while not (store_has_pending(store, "r1") and v2_pending()):
+            await asyncio.sleep(0.01)
+        assert main(["approve", "r1", "--by", "ada"]) == 0
+        return await asyncio.wait_for(run.result(), WAIT)
+
+    result = asyncio.run(go())
+    assert in_window == [2]  # v1 was never pending: nothing for eve to approve
+    assert "is not pending approval" in capsys.readouterr().err
+    assert result.status is RunStatus.SUCCEEDED and result.plan.version == 2
+    assert [a.by for a in store.approvals("r1") if a.step_id is None] == ["person", "ada"]
+    report = verify_run(store, "r1")  # asked and decided in one transaction: both records chained
+    assert report.ok, report.problems
 
 
 def test_step_approver_with_a_store_keeps_every_decision(tmp_path):

@@ -25,7 +25,6 @@ that change nothing. Thin: the store, `approval` and `policies` do the work.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
@@ -39,7 +38,7 @@ from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.engine.approval import Approver, PlanApprover, PlanEdit, StoreApprover, step_hash
 from planexec.engine.recording import RunLog
-from planexec.errors import ApprovalError, PlanParseError, PolicyError, StoreError
+from planexec.errors import PlanParseError, PolicyError, StoreError
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.governance.policy_sets import PolicySet, load_policies
 from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
@@ -398,17 +397,17 @@ class ReviewingPlanApprover(PlanApprover):
 
     async def approve_plan(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> bool | PlanEdit:
         """True once this version is approved (here, or by another process), a `PlanEdit` once a person edited it; see the class docstring."""
-        request = await in_thread(self.store.request_approval, run_id, plan.content_hash)
-        if request.state is ApprovalState.PENDING:
+        stored = await in_thread(_request, self.store, run_id, plan.content_hash)
+        if stored is None or stored.state is ApprovalState.PENDING:
             verdict = await self._verdict(run_id, plan, diff)
             if verdict is None:
+                await in_thread(self.store.request_approval, run_id, plan.content_hash)
                 self._waiting(run_id, plan, diff)
             else:
+                # asked and decided in one transaction (a decision another process stored meanwhile stands): never
+                # pending, so a `planexec approve RUN_ID` meant for the version that waits next cannot decide this one
                 approved, by, reason = verdict
-                with contextlib.suppress(ApprovalError):  # another process decided meanwhile: its decision stands
-                    await in_thread(
-                        self.store.decide_approval, run_id, approved=approved, by=by, reason=reason, content_hash=plan.content_hash
-                    )  # fmt: skip
+                await in_thread(self.store.request_approval, run_id, plan.content_hash, approved=approved, by=by, reason=reason)
         return await super().approve_plan(run_id, plan, diff)  # the stored decision, or wait for one
 
     async def _verdict(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> tuple[bool, str, str | None] | None:
@@ -431,6 +430,7 @@ class ReviewingPlanApprover(PlanApprover):
     async def _ask_person(self, run_id: str, plan: Plan, diff: PlanDiff | None, review: Review) -> tuple[bool, str, str | None]:
         terminal, by = self.terminal, common.user()
         assert terminal is not None
+        await in_thread(self.store.request_approval, run_id, plan.content_hash)  # pending while asked: another process may decide it
 
         def ask() -> tuple[bool, str, str | None]:
             if diff is not None:
@@ -468,6 +468,12 @@ class ReviewingPlanApprover(PlanApprover):
     def _waiting(self, run_id: str, plan: Plan, diff: PlanDiff | None) -> None:
         line = f"plan v{plan.version} of run {run_id} waits for approval: planexec approve {run_id}{_store_flag(self.store_option)}"
         _say(self.display, line + (f"\n{diff.render()}" if diff is not None else f" ({len(plan.steps)} steps)"))
+
+
+def _request(store: RunStore, run_id: str, content_hash: str) -> Approval | None:
+    """The stored request for the plan version `content_hash` (decided or pending), or None when it was never asked for."""
+    found = [a for a in store.approvals(run_id) if a.step_id is None and a.content_hash == content_hash]
+    return found[-1] if found else None
 
 
 def _previous(store: RunStore, run_id: str, plan: Plan) -> Plan | None:

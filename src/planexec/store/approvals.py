@@ -57,28 +57,52 @@ class Approvals:
     _insert_plan: Any
     location: str
 
-    def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
-        """Ask for approval of the plan (`step_id` None) or a step; the same request again returns the stored one."""
+    def request_approval(
+        self,
+        run_id: str,
+        content_hash: str,
+        *,
+        step_id: str | None = None,
+        approved: bool | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Ask for approval of the plan (`step_id` None) or a step; the same request again returns the stored one.
+
+        With `approved` (and `by`, `reason`) the request is decided in the
+        same transaction, so no other process ever finds it pending (a
+        ``planexec approve RUN_ID`` there would decide it instead of the
+        version that waits); a decision stored before stands.
+        """
         if not content_hash:
             raise ValueError("an approval needs the content hash of what is approved")
+        if approved is not None and not by:
+            raise ValueError("a decision needs who made it (`by`)")
         key = (run_id, step_id or "", content_hash)
         where = "run_id = ? AND step_id = ? AND content_hash = ?"
+        pending = ApprovalState.PENDING.value
         with self._tx(write=True) as cur:
             self._require_run(cur, run_id)
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-            if row is None:
-                chain = self._chain(cur, run_id)
-                requested_at = now()
-                link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
-                cur.execute(
-                    self._q(
-                        "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                    ),
-                    (*key, ApprovalState.PENDING.value, requested_at, *link),
-                )
-                self._save_chain(cur, chain)
+            if row is None or (approved is not None and row[4] == pending):
+                chain = self._chain(cur, run_id)  # the run's head, locked first: a decision elsewhere takes turns with this one
                 row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+                if row is None:
+                    requested_at = now()
+                    link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
+                    cur.execute(
+                        self._q(
+                            "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                        ),
+                        (*key, pending, requested_at, *link),
+                    )
+                    row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+                if approved is not None and row[4] == pending:  # still pending: decided before anyone else sees it
+                    state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
+                    self._write_decision(cur, chain, _approval(row), state, str(by), reason)
+                    row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+                self._save_chain(cur, chain)
         return _approval(row)
 
     def decide_approval(

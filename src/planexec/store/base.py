@@ -158,8 +158,21 @@ class RunStore(Protocol):
         """Every stored version of the run's plan, the first first; `RunNotFoundError` for an unknown run."""
         ...
 
-    def request_approval(self, run_id: str, content_hash: str, *, step_id: str | None = None) -> Approval:
-        """Ask for approval of the plan (`step_id` None) or a step; asking again for the same hash returns the same request."""
+    def request_approval(
+        self,
+        run_id: str,
+        content_hash: str,
+        *,
+        step_id: str | None = None,
+        approved: bool | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Ask for approval of the plan (`step_id` None) or a step; asking again for the same hash returns the same request.
+
+        With `approved` (and `by`, `reason`) it is decided in the same
+        transaction, never seen pending elsewhere; a decision stored before stands.
+        """
         ...
 
     def decide_approval(
