@@ -276,6 +276,26 @@ def test_steps_land_on_both_nodes_sync_as_tasks_async_on_actors(runner: RayRunne
     assert runner.remote(_call(registry, "echo")) is None and runner.remote(_call(registry, "where")) is not None
 
 
+def test_a_steps_own_resources_place_it(runner: RayRunner, registry: Registry):
+    """`Step.resources` over the tool's: a plain tool's step asking for 'second' runs on the node that has it, every time."""
+    steps = [{"id": f"p{i}", "action": "where", "parameters": {"i": i}, "resources": {"resources": {"second": 0.1}}} for i in range(4)]
+    plan = _plan(steps)
+    assert plan.steps[0].resources is not None and plan.steps[0].resources.resources == {"second": 0.1}
+    result = Engine(registry, runner=runner).run_sync(plan)
+    assert result.status.value == "succeeded", {s: r.error for s, r in result.steps.items() if r.error}
+    assert {rec.output.value["ip"] for rec in result.steps.values()} == {"127.0.0.3"}
+
+
+def test_a_step_without_resources_keeps_its_plans_hash_and_json():
+    """Plans written before `Step.resources` keep their content hash: the field is left out of the JSON unless given."""
+    plain = _plan([{"id": "x", "action": "where", "parameters": {"i": 1}}])
+    assert "resources" not in plain.model_dump(mode="json")["steps"][0]
+    placed = _plan([{"id": "x", "action": "where", "parameters": {"i": 1}, "resources": {"num_cpus": 2}}])
+    assert placed.content_hash != plain.content_hash and placed.model_dump(mode="json")["steps"][0]["resources"]["num_cpus"] == 2
+    with pytest.raises(ValueError, match="cpus"):
+        _plan([{"id": "x", "action": "where", "resources": {"cpus": 2}}])
+
+
 def _call(registry: Registry, action: str) -> StepCall:
     step = _plan([{"id": "x", "action": action}]).steps[0]
     return StepCall(run_id="r", plan_id="p", step=step, worker="tool")

@@ -231,6 +231,15 @@ def _parse_duration(value: Any) -> Any:
 _NO_REFERENCES: frozenset[str] = frozenset()  # most steps refer to nothing: one empty set for all
 
 
+class StepResources(_Record):
+    """What one step's task takes on a cluster runner (`planexec.scale`, Ray): over what its tool declares."""
+
+    num_cpus: float | None = Field(None, ge=0, description="CPUs the step holds while it runs")
+    num_gpus: float | None = Field(None, ge=0, description="GPUs the step holds")
+    memory: int | None = Field(None, ge=0, description="bytes of memory it is scheduled with (a reservation, not a limit)")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom resources by name, as the nodes declare them")
+
+
 class Step(_Record):
     """One unit of work: which worker performs which action with which parameters."""
 
@@ -248,6 +257,12 @@ class Step(_Record):
     timeout: float | None = Field(None, gt=0, description="seconds; the engine default when absent")
     requires_approval: bool = False
     accepts_failed_inputs: bool = Field(False, description="run even when a dependency failed or was skipped")
+    resources: StepResources | None = Field(
+        None,
+        # absent from the plan's JSON (and its content hash) unless given: plans written before it keep their hashes
+        exclude_if=lambda value: value is None,
+        description="what the step takes on a cluster runner (Ray), over its tool's declared resources; ignored when run locally",
+    )
     capabilities: list[Grant] | None = Field(
         None,
         description="the tools a role worker may call in this step, and within what; absent: all its tools, side effects asked per call",

@@ -21,7 +21,8 @@ contract and the tool's schema before anything is sent.
 
 Resources and placement. A task takes the resources its tool declares
 (``@tool(resources={"num_cpus": 2, "memory": 2**30})``), overridden per tool
-by ``[planexec.runner.resources]``; with `spread` (the default) tasks are
+by ``[planexec.runner.resources]`` and per step by the plan's
+``"resources"`` (`Step.resources`); with `spread` (the default) tasks are
 spread over the nodes, where Ray's default packs them on the first node
 with room. An async actor takes no CPU (its calls wait on I/O) and is
 pinned to its node; an async tool's resources are not applied (a warning
@@ -61,6 +62,7 @@ from pydantic import ValidationError
 from planexec.config import RunnerConfig, ToolResources
 from planexec.engine.runner import LocalRunner, Runner
 from planexec.errors import ConfigError, RegistryError
+from planexec.plan.model import StepResources
 from planexec.scale.remote import AsyncTools, RemoteCall, RemoteToolError, call_tool
 from planexec.workers.gate import admit_direct
 from planexec.workers.io import Source, StepCall, WorkResult
@@ -162,6 +164,7 @@ class RayRunner:
         self.local = local if local is not None else LocalRunner(registry)
         self._refs: dict[Tool, FunctionRef | None] = {}
         self._tasks: dict[Tool, Any] = {}  # each tool's Ray remote function, with its options
+        self._base: Any = None  # the remote function a step with its own resources takes its options from
         self._actors = _ActorPool(self)
         self._connected = False
 
@@ -212,7 +215,8 @@ class RayRunner:
         if tool.is_async:
             output = await self._actors.call(request, call.step_id, bounds.cancel_grace)
         else:
-            output = await _settle(self._task(tool).remote(request), call.step_id, force=True, grace=bounds.cancel_grace)
+            task = self._task(tool) if call.step.resources is None else self._step_task(tool, call.step.resources)
+            output = await _settle(task.remote(request), call.step_id, force=True, grace=bounds.cancel_grace)
         source = Source(kind="tool", step_id=call.step_id, tool=tool.name, untrusted=tool.untrusted_output)
         return WorkResult(output=output, tools=[tool.name], sources=[source])
 
@@ -252,6 +256,23 @@ class RayRunner:
             }
             task = self._tasks[tool] = ray.remote(call_tool).options(**options)
         return task
+
+    def _step_task(self, tool: Tool, wanted: StepResources) -> Any:
+        """The tool's remote function with a step's own resources over the tool's (`Step.resources`)."""
+        ray = ray_module()
+        merged = {**self._resources_of(tool), **wanted.model_dump(exclude_none=True)}
+        if not merged.get("resources"):
+            merged.pop("resources", None)
+        options: dict[str, Any] = {
+            "name": f"planexec:{tool.name}",
+            "max_retries": 0,
+            "retry_exceptions": False,
+            "scheduling_strategy": "SPREAD" if self.spread else "DEFAULT",
+            **merged,
+        }
+        if self._base is None:
+            self._base = ray.remote(call_tool)
+        return self._base.options(**options)
 
     def _resources_of(self, tool: Tool) -> dict[str, Any]:
         """The tool's declared resources with `resources`' entry for it over them, as Ray's task options."""
