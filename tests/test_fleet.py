@@ -32,12 +32,15 @@ from pathlib import Path
 import pytest
 
 from planexec import Plan
+from planexec.config import RunnerConfig
 from planexec.engine.events import RunFinished, RunResumed
 from planexec.errors import StoreError
+from planexec.scale import RayRunner
 from planexec.store import open_store
 from planexec.store.leases import Holder
 from planexec.store.queue import QUEUED_REASON, QueueState
 from planexec.team.fleet import RELEASED, QueueWorker, submit_plan
+from planexec.workers.registry import Registry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and O_APPEND semantics of POSIX")
 
@@ -457,3 +460,21 @@ def _reads_back(text: str) -> bool:
     """The report's JSON form reads back as what it says."""
     data = json.loads(text)
     return set(data) == {"worker", "store", "runs", "stopped", "store_failed"} and all("outcome" in r for r in data["runs"])
+
+
+def test_a_worker_runs_each_run_where_it_was_started_unless_told_otherwise(tmp_path):
+    """A run started on a Ray cluster goes on there when a worker takes it (as `planexec resume` does); the worker's own
+    runner settings (``--runner``, planexec.toml) win; one runner serves every run of a registry and place."""
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        registry = Registry.default()
+        cluster = {"runner": {"kind": "ray", "address": "127.0.0.2:6379", "namespace": "jobs", "spread": True}}
+        worker = QueueWorker(store)
+        runner = worker._runner(registry, cluster)
+        assert isinstance(runner, RayRunner) and runner.address == "127.0.0.2:6379" and runner.namespace == "jobs"
+        assert worker._runner(registry, cluster) is runner  # not a new cluster connection per run
+        assert worker._runner(registry, {"tools": []}) is None  # a run started locally stays local
+        local = QueueWorker(store, runner=RunnerConfig(kind="local"))
+        assert local._runner(registry, cluster) is None  # the worker's --runner local wins
+    finally:
+        store.close()

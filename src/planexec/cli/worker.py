@@ -66,6 +66,7 @@ def add_fleet_commands(sub: Any) -> None:
         "--poll", type=common.positive(float), default=0.5, metavar="SECONDS", help="how often an idle worker looks (default 0.5)"
     )
     p.add_argument("--workspace", metavar="DIR", help="folder the file and code tools work in (default ./workspace)")
+    common.add_runner_options(p)  # default: planexec.toml, else where each run was started
     p.add_argument("--json", action="store_true", help="print what the worker did as JSON when it stops")
     p.set_defaults(command=cmd_worker)
 
@@ -163,6 +164,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = QueueWorker(
         store, concurrency=args.concurrency, registry_for=registry_for, engine_options=options, poll=args.poll,
         idle_exit=args.idle_exit, once=args.once, grace=args.grace, on_note=lambda line: common.say(f"planexec worker: {line}", stderr=True),
+        runner=common.runner_settings(args, config),
     )  # fmt: skip
     common.say(f"planexec worker: {worker.name} takes runs from {store.location}, {args.concurrency} at a time", stderr=True)
     report: WorkerReport = run_to_end(worker.serve(handle_signals=True))

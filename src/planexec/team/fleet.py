@@ -59,15 +59,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.engine import Engine, Run, new_run_id
 from planexec.engine.results import RunStatus, StepState
 from planexec.engine.resume import ResumeError
+from planexec.engine.runner import Runner
 from planexec.errors import StoreError
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.records import Record
+from planexec.scale import runner_for
 from planexec.store.leases import Holder
 from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState
 from planexec.store.sql import SqlRunStore
@@ -170,12 +173,16 @@ class QueueWorker:
         max_takeovers: int = MAX_TAKEOVERS,
         give_up_after: float = 60.0,
         on_note: Callable[[str], None] | None = None,
+        runner: RunnerConfig | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"a worker runs at least one run at a time, not {concurrency}")
         if poll <= 0 or grace < 0 or (idle_exit is not None and idle_exit < 0):
             raise ValueError("poll must be positive; grace and idle_exit cannot be negative")
         self.store = store
+        # where steps run: these settings when they name a runner, else where each run was started (its setup)
+        self.runner = runner or RunnerConfig()
+        self._runners: dict[tuple[int, str], Runner | None] = {}
         self.concurrency = concurrency
         self.registry_for = registry_for or tools_registry
         self.engine_options = dict(engine_options or {})
@@ -317,10 +324,24 @@ class QueueWorker:
         versions = await asyncio.to_thread(self.store.plan_versions, claim.run_id)
         if not versions:
             raise ValueError(f"run {claim.run_id!r} has no stored plan")
-        engine = Engine(
-            self._registry(versions[-1].plan, claim.run.setup), store=self.store, **self._approvers(claim.run), **self.engine_options
-        )
+        registry = self._registry(versions[-1].plan, claim.run.setup)
+        options = {**self._approvers(claim.run), **self.engine_options}
+        runner = self._runner(registry, claim.run.setup)
+        if runner is not None:
+            options["runner"] = runner
+        engine = Engine(registry, store=self.store, **options)
         return start_run(lambda: engine.resume(claim.run_id))
+
+    def _runner(self, registry: Registry, setup: Mapping[str, Any]) -> Runner | None:
+        """Where the run's steps go: the worker's runner settings, else the runner the run recorded (as `planexec resume`)."""
+        settings = self.runner
+        recorded = setup.get("runner")
+        if settings.kind is None and isinstance(recorded, dict):
+            settings = settings.model_copy(update={k: v for k, v in recorded.items() if k in ("kind", "address", "namespace", "spread")})
+        key = (id(registry), settings.model_dump_json())
+        if key not in self._runners:  # one per registry and place: a Ray runner keeps its actors for the next runs
+            self._runners[key] = runner_for(settings, registry)
+        return self._runners[key]
 
     def _registry(self, plan: Plan, setup: Mapping[str, Any]) -> Registry:
         """The registry of the last run with the same tools modules when the plan validates on it, else `registry_for`'s.
