@@ -367,6 +367,21 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
 
 
+def engine_limits(args: argparse.Namespace, config: Config) -> dict[str, Any]:
+    """The engine's limits a command sets: ``--max-concurrency`` and ``--timeout`` (where the command has them), else
+    planexec.toml's, and its max_output_bytes (0: no limit); the engine's defaults when none says."""
+    options: dict[str, Any] = {}
+    max_concurrency = getattr(args, "max_concurrency", None) or config.max_concurrency
+    if max_concurrency:
+        options["max_concurrency"] = max_concurrency
+    timeout = getattr(args, "timeout", None) or config.default_timeout
+    if timeout:
+        options["default_timeout"] = timeout
+    if config.max_output_bytes is not None:
+        options["max_output_bytes"] = config.max_output_bytes
+    return options
+
+
 def add_runner_options(p: argparse.ArgumentParser) -> None:
     """``--runner`` and ``--ray-address``: where the steps run (planexec.toml's ``[planexec.runner]`` otherwise)."""
     p.add_argument(

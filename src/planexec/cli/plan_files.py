@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = outcome.plan
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store, **_engine_limits(args, config)}
+    options: dict[str, Any] = {"store": store, **common.engine_limits(args, config)}
     options.update(
         run_approvers(
             store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
@@ -95,20 +95,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     indent = args.indent if args.indent > 0 else None
     common.emit(json.dumps(Plan.model_json_schema(), indent=indent, ensure_ascii=False))
     return common.EXIT_OK
-
-
-def _engine_limits(args: argparse.Namespace, config: Config) -> dict[str, Any]:
-    """``--max-concurrency`` and ``--timeout``, else planexec.toml's, and its max_output_bytes; the engine's defaults when none says."""
-    options: dict[str, Any] = {}
-    max_concurrency = args.max_concurrency or config.max_concurrency
-    if max_concurrency:
-        options["max_concurrency"] = max_concurrency
-    timeout = args.timeout or config.default_timeout
-    if timeout:
-        options["default_timeout"] = timeout
-    if config.max_output_bytes is not None:  # 0 says: no limit
-        options["max_output_bytes"] = config.max_output_bytes
-    return options
 
 
 async def _execute(

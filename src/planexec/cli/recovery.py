@@ -87,13 +87,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     registry = common.plan_registry(plan, tools, config, workspace=args.workspace)
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store}
-    if config.max_concurrency:
-        options["max_concurrency"] = config.max_concurrency
-    if config.default_timeout:
-        options["default_timeout"] = config.default_timeout
-    if config.max_output_bytes is not None:  # 0 says: no limit
-        options["max_output_bytes"] = config.max_output_bytes
+    options: dict[str, Any] = {"store": store, **common.engine_limits(args, config)}
     recorded = _stored_setup(store, args.run_id).get("runner")
     where = common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None)
     try:

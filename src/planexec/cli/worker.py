@@ -154,13 +154,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     def registry_for(plan: Plan, setup: Any) -> Any:
         return common.plan_registry(plan, [str(t) for t in setup.get("tools", [])], config, workspace=args.workspace)
 
-    options: dict[str, Any] = {}
-    if config.max_concurrency:
-        options["max_concurrency"] = config.max_concurrency
-    if config.default_timeout:
-        options["default_timeout"] = config.default_timeout
-    if config.max_output_bytes is not None:  # 0 says: no limit
-        options["max_output_bytes"] = config.max_output_bytes
+    options = common.engine_limits(args, config)
     worker = QueueWorker(
         store, concurrency=args.concurrency, registry_for=registry_for, engine_options=options, poll=args.poll,
         idle_exit=args.idle_exit, once=args.once, grace=args.grace, on_note=lambda line: common.say(f"planexec worker: {line}", stderr=True),
