@@ -7,7 +7,7 @@ before, each sleeping a seeded random 20-80 ms (the built-in ``sleep`` tool):
 * the critical-path lower bound: the longest path of sleep durations through
   the DAG; no scheduler can finish sooner;
 * the engine (dependency-driven, concurrency limit = the step count): wall
-  time, wall / lower bound (target under 1.05), the dispatch latency of
+  time, wall / lower bound (target at most 1.02), the dispatch latency of
   each step (its start minus the end of its last dependency), and where the
   wall time beyond the bound went along the critical path: before its first
   step started, between its steps, inside them beyond their sleep (tool
@@ -54,7 +54,7 @@ from layered import LayeredStep, add_dag_arguments, build_plan, layered_dag, mac
 from planexec import Engine, Registry, check_plan
 from planexec.workers.builtins import register as register_builtins
 
-TARGET_RATIO = 1.05
+TARGET_RATIO = 1.02  # at most (issue 13, part 5; it was under 1.05)
 MODES = ("engine", "sequential", "superstep", "floor")
 
 
@@ -236,7 +236,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         r["target"] = {
             "ratio_below": TARGET_RATIO,
             "measured_ratio": s["ratio_to_critical_path"],
-            "met": s["ratio_to_critical_path"] < TARGET_RATIO,
+            "met": s["ratio_to_critical_path"] <= TARGET_RATIO,
         }
     if "sequential" in args.modes:
         runs = [run_engine(registry, plan, 1, dag, path, seconds) for _ in range(args.repeats)]
@@ -317,7 +317,7 @@ def report(r: dict[str, Any]) -> str:
     if "target" in r:
         t = r["target"]
         verdict = "MET" if t["met"] else "MISSED"
-        lines.append(f"target: engine wall / critical path < {t['ratio_below']}: {verdict} at {t['measured_ratio']:.3f}")
+        lines.append(f"target: engine wall / critical path at most {t['ratio_below']}: {verdict} at {t['measured_ratio']:.3f}")
     return "\n".join(lines)
 
 

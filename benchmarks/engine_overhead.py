@@ -26,8 +26,8 @@ after a full garbage collection (as `store_overhead.py` does), so no run
 pays for collecting what the runs before it left: without it the bare
 reference took 9.5 or 15 us/step depending on whether a full collection
 owed by the engine's runs fell inside it. The median is reported with min
-and max. The last line compares the async median to the target: engine
-overhead under 100 us per step.
+and max. The last line compares the async median to the target (issue 13): engine
+overhead at most 40 us per step.
 
 Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
 
@@ -61,7 +61,7 @@ from layered import LayeredStep, add_dag_arguments, build_plan, layered_dag, mac
 
 from planexec import Engine, Plan, Registry, check_plan
 
-TARGET_US_PER_STEP = 100.0
+TARGET_US_PER_STEP = 40.0  # at most (issue 13, part 5; it was under 100)
 
 
 def make_registry() -> Registry:
@@ -337,7 +337,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result["max_rss_bytes"] = rss if sys.platform == "darwin" else rss * 1024
     us = result["async_tool"]["us_per_step"]["median"]
-    result["target"] = {"us_per_step_below": TARGET_US_PER_STEP, "measured_us_per_step": us, "met": us < TARGET_US_PER_STEP}
+    result["target"] = {"us_per_step_below": TARGET_US_PER_STEP, "measured_us_per_step": us, "met": us <= TARGET_US_PER_STEP}
     if args.profile:
         result["profile"] = profile(registry, plan_async, limit, args.profile)
     return result
@@ -393,7 +393,7 @@ def report(r: dict[str, Any]) -> str:
     t = r["target"]
     verdict = "MET" if t["met"] else "MISSED"
     lines.append(
-        f"target: engine overhead < {t['us_per_step_below']:.0f} us/step (async no-op, median): {verdict} "
+        f"target: engine overhead at most {t['us_per_step_below']:.0f} us/step (async no-op, median): {verdict} "
         f"at {t['measured_us_per_step']:.1f} us/step ({t['measured_us_per_step'] / t['us_per_step_below']:.2f}x the target)"
     )
     if "profile" in r:

@@ -21,7 +21,7 @@ process CPU time: steadier on a shared machine; it counts this process's
 threads, not the PostgreSQL server's), and how many transactions the
 recorder committed. After each recorded run the
 store is read back and checked: every event stored, in order. The last
-line compares the SQLite slowdown to the target: under 2x.
+line compares the SQLite slowdown to the target: at most 1.5x.
 
     python benchmarks/store_overhead.py                    # the table (~1-2 min)
     python benchmarks/store_overhead.py --json
@@ -58,7 +58,7 @@ from planexec.engine.runner import LocalRunner
 from planexec.store import PostgresRunStore, SqliteRunStore
 from planexec.store.pgserver import PostgresUnavailable, TempPostgres
 
-TARGET_SLOWDOWN = 2.0
+TARGET_SLOWDOWN = 1.5  # at most (issue 13, part 5; it was under 2)
 
 
 class CountingStore:
@@ -179,7 +179,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             figures["cpu_slowdown"] = figures["cpu_s"]["median"] / base["cpu_s"]["median"]
         if "sqlite" in result["stores"]:
             slow = result["stores"]["sqlite"]["slowdown"]
-            result["target"] = {"sqlite_slowdown_below": TARGET_SLOWDOWN, "measured": slow, "met": slow < TARGET_SLOWDOWN}
+            result["target"] = {"sqlite_slowdown_below": TARGET_SLOWDOWN, "measured": slow, "met": slow <= TARGET_SLOWDOWN}
     return result
 
 
@@ -209,7 +209,7 @@ def report(r: dict[str, Any]) -> str:
         t = r["target"]
         lines += [
             "",
-            f"target: SQLite store < {t['sqlite_slowdown_below']:.0f}x the in-memory run: {'MET' if t['met'] else 'MISSED'} at {t['measured']:.2f}x",
+            f"target: SQLite store at most {t['sqlite_slowdown_below']:.1f}x the in-memory run: {'MET' if t['met'] else 'MISSED'} at {t['measured']:.2f}x",
         ]
     return "\n".join(lines)
 
