@@ -532,10 +532,11 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
              and "Version 2 does not run until a person approves it" in driver.find_element("id", "review").text)  # fmt: skip
     [asked] = pending(project, "r3")
     assert asked.content_hash == _plan(project, "r3", 2).content_hash
-    diff = driver.find_element("css selector", "#version-2 table.diff").text
-    assert "tweet" in diff and "added" in diff and "v1 beside v2" in diff  # v2 beside v1, its changes marked
-    assert "edited by alice: tell the world too" in driver.find_element("id", "version-2").text
-    assert node_state(driver, "tweet") == "pending"
+    # read through wait_for: a live update may replace the panel between finding it and reading it
+    wait_for(driver, "v2 beside v1, its changes marked", lambda: all(
+        part in driver.find_element("css selector", "#version-2 table.diff").text for part in ("tweet", "added", "v1 beside v2")))  # fmt: skip
+    wait_for(driver, "who edited v2 and why", lambda: "edited by alice: tell the world too" in driver.find_element("id", "version-2").text)
+    wait_for(driver, "the new step pending", lambda: node_state(driver, "tweet") == "pending")
     shot(driver, "edit-version-2-waiting")
 
     driver.find_element("id", f"reason-{asked.approval_id}").send_keys("v2 it is")
