@@ -233,13 +233,14 @@ def test_printing_the_shipped_examples_and_an_llmcompiler_plan_round_trips(regis
 _TEXT = st.text(alphabet=st.sampled_from(list("ab $${}.1_-#\"'\\\n\u2028 x")), max_size=24)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)  # the same examples in every CI run
 @given(value=_TEXT, note=_TEXT, ref_at=st.integers(0, 24))
 def test_any_text_round_trips(value, note, ref_at):
     value = value[:ref_at] + "${s1}" + value[ref_at:]  # a reference somewhere in the text
     assume(not re.search(r"(?<!\$)\$\{\d", value + note))  # a reference to an id of digits only has no label (a ValueError)
     steps = [{"id": "s1", "action": "a"}, {"id": "s2", "action": "b", "instruction": note, "parameters": {"v": value, "w": [value]}}]
     plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": steps})
+    assume(plan.steps[1].references <= {"s1"})  # a reference to a step the plan lacks is refused when read, naming it
     back = parse_compact(print_compact(plan), goal="g", plan_id="p")
     assert back.content_hash == plan.content_hash
 
