@@ -422,6 +422,39 @@ def wait_for(d, what: str, check, timeout: float = WAIT) -> None:
         time.sleep(0.1)
 
 
+def click(d, by: str, value: str) -> None:
+    """Click an element of a live page, finding it again if an update replaced it under the click."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        try:
+            d.find_element(by, value).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    pytest.fail(f"{value} kept being replaced by live updates: it could not be clicked")
+
+
+def open_panel(d, step_id: str, *expected: str) -> str:
+    """Open step ``step_id``'s panel and return its text once it shows every ``expected`` piece.
+
+    A live update may replace the panel between finding it and clicking or reading it (the page
+    keeps a panel's open state across updates), so this looks again until the panel holds still.
+    """
+    seen: list[str] = []
+
+    def shown() -> bool:
+        panel = d.find_element("id", f"step-{step_id}")
+        if panel.get_attribute("open") is None:
+            panel.find_element("css selector", "summary").click()
+            return False
+        seen[:] = [panel.text]
+        return all(piece in seen[0] for piece in expected)
+
+    wait_for(d, f"step {step_id}'s panel open, showing {expected}", shown)
+    return seen[0]
+
+
 @browser
 @needs_chromium
 def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end(project, server, driver):
@@ -431,7 +464,7 @@ def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end
     assert "ship the app" in driver.find_element("id", "run-rows").text
     shot(driver, "runs")
 
-    driver.find_element("link text", "r1").click()
+    click(driver, "link text", "r1")
     assert "This plan waits for your approval" in driver.page_source
     assert [node_state(driver, s) for s in ("compile", "docs", "ship", "announce")] == ["pending"] * 4
     assert driver.find_element("id", "run-state").text == "running"
@@ -439,7 +472,7 @@ def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end
 
     [asked] = pending(project, "r1")
     driver.find_element("id", f"reason-{asked.approval_id}").send_keys("looks right")
-    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    click(driver, "id", f"approve-{asked.approval_id}")
     driver.execute_script("window.__same_page = true")  # a live update changes the page without reloading it
     wait_for(driver, "ship running or done", lambda: node_state(driver, "compile") in ("running", "succeeded"))
     wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
@@ -447,8 +480,7 @@ def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end
     assert [node_state(driver, s) for s in ("compile", "docs", "ship", "announce")] == ["succeeded"] * 4
     assert "state-succeeded" in driver.find_element("id", "node-announce").get_attribute("class")
     wait_for(driver, "the timeline", lambda: driver.find_element("css selector", "svg.gantt") is not None)
-    driver.find_element("css selector", "#step-ship summary").click()
-    assert "shipped app" in driver.find_element("id", "step-ship").text
+    open_panel(driver, "ship", "shipped app")
     shot(driver, "run-finished")
 
     out, _ = finish(run)
@@ -540,13 +572,19 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
     shot(driver, "edit-version-2-waiting")
 
     driver.find_element("id", f"reason-{asked.approval_id}").send_keys("v2 it is")
-    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    click(driver, "id", f"approve-{asked.approval_id}")
     wait_for(driver, "version 2 finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert node_state(driver, "tweet") == "succeeded"
     wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="tweet"]').text == "succeeded")
-    driver.find_element("css selector", "#step-tweet summary").click()
-    given = driver.find_element("css selector", '#step-tweet tr[data-input="name"]').text
-    assert "built news" in given and "the output of step announce, made by tool.build with build (attempt 1)" in given, given
+    provenance = "the output of step announce, made by tool.build with build (attempt 1)"
+    open_panel(driver, "tweet", "built news", provenance)
+    wait_for(
+        driver,
+        "the name input with its provenance",
+        lambda: all(
+            piece in driver.find_element("css selector", '#step-tweet tr[data-input="name"]').text for piece in ("built news", provenance)
+        ),
+    )
     shot(driver, "edit-version-2-finished")
 
     out, _ = finish(run)
@@ -711,13 +749,11 @@ def test_work_started_from_a_template_waits_for_review_in_the_page_then_runs(lib
     assert not (project / "ship.log").exists()  # nothing ran before a person approved
     shot(driver, "start-template-waiting")
     [asked] = pending(project, run_id)
-    driver.find_element("id", f"approve-{asked.approval_id}").click()
+    click(driver, "id", f"approve-{asked.approval_id}")
     wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert (project / "ship.log").read_text().split()[1] == "web"
     wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="ship"]').text == "succeeded")
-    driver.find_element("css selector", "#step-ship summary").click()
-    inputs = driver.find_element("id", "step-ship").text
-    assert "the reviewed plan" in inputs and "shipped web" in inputs
+    open_panel(driver, "ship", "the reviewed plan", "shipped web")
 
 
 def _runs(project: Path) -> set[str]:
