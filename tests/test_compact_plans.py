@@ -448,9 +448,9 @@ def test_the_oracle_writes_the_compact_form_when_asked_and_no_joiner_call_is_nee
     oracle = OracleModel(solution)
     planning = asyncio.run(Planner(oracle, registry, plan_format="compact").draft("greet"))
     assert planning.drafts[0].text == GOOD and planning.plan.answer_step == "s3"
-    json_planning = asyncio.run(Planner(OracleModel(solution), registry).draft("greet"))  # its own ids (a, b, c), no answer named
+    json_planning = asyncio.run(Planner(OracleModel(solution), registry).draft("greet"))  # its own ids (a, b, c)
     assert [s.action for s in json_planning.plan.steps] == [s.action for s in planning.plan.steps]
-    assert json_planning.plan.answer_step is None
+    assert json_planning.plan.answer_step == "c"  # the JSON draft names its answer too
     assert Engine(registry).run_sync(planning.plan).answer == "hello world"
 
 

@@ -357,3 +357,47 @@ def test_a_streamed_step_rejected_on_its_own_still_counts_its_model_call(registr
 
     result = asyncio.run(go())
     assert result.status is RunStatus.FAILED and result.planning_usage.model_calls == 1
+
+
+def test_a_json_draft_names_its_answer_step_and_the_team_needs_no_joiner_call(tmp_path):
+    """The JSON draft schema offers ``answer_step`` (any earlier id when positional), the prompt and its examples ask
+    for it, and a plan that names it is answered by that step's output: one model call, the planner's."""
+    from planexec import Team
+    from planexec.workers.toolkit import calculator
+
+    team = Team(ScriptedModel(["{}"], name="test:probe"), tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    registry = team.registry
+    positional = draft_schema(registry, positional=True, max_steps=3)
+    assert positional["properties"]["answer_step"] == {"enum": ["s1", "s2", "s3"]} and positional["required"] == ["steps"]
+    named = {"steps": [step("s1", "calculator", {"expression": "17 * 23"})], "answer_step": "s1"}
+    jsonschema.validate(named, positional)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**named, "answer_step": "s4"}, positional)  # a step the plan cannot have
+    jsonschema.validate(named, draft_schema(registry))  # the open shape takes any step id
+
+    planned = json.dumps(
+        {
+            "steps": [
+                step("s1", "calculator", {"expression": "17 * 23"}),
+                step("s2", "calculator", {"expression": "${s1} + 5"}, deps=["s1"]),
+            ],
+            "answer_step": "s2",
+        }
+    )
+    model = ScriptedModel([planned], name="test:json")
+    team = Team(model, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    result = team.run_sync("What is 17 times 23, plus 5?")
+    assert result.status is RunStatus.SUCCEEDED and result.answer == 396 and result.plan.answer_step == "s2"
+    assert len(model.requests) == 1  # the planner only: the named step's output is the answer
+    system = model.requests[0].messages[0].content
+    assert '"answer_step"' in system
+    shown = [m.content for m in model.requests[0].messages[1:-1] if m.role == "assistant"]
+    assert shown and all(json.loads(text)["answer_step"] == json.loads(text)["steps"][-1]["id"] for text in shown)
+
+    replies = [
+        json.dumps({"steps": [step("s1", "calculator", {"expression": "2 + 2"})]}),
+        json.dumps({"action": "finish", "answer": "four"}),
+    ]
+    unnamed = ScriptedModel(replies, name="test:json")
+    answered = Team(unnamed, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None).run_sync("What is 2 + 2?")
+    assert answered.answer == "four" and len(unnamed.requests) == 2  # no answer named: the joiner assembles it

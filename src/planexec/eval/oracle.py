@@ -134,8 +134,12 @@ class OracleModel(FunctionModel):
     def answer(self, request: ModelRequest) -> Any:
         """The reply to one request: a plan draft, a join decision, a tool call or the last result."""
         schema = request.output_schema or {}
-        if "steps" in (schema.get("properties") or {}):
-            return json.dumps(self.plan_draft(positional="step_1" in (schema.get("$defs") or {})))
+        properties = schema.get("properties") or {}
+        if "steps" in properties:
+            draft = self.plan_draft(positional="step_1" in (schema.get("$defs") or {}))
+            if "answer_step" in properties:  # the schema asks which step answers the goal: the last call
+                draft["answer_step"] = draft["steps"][-1]["id"]
+            return json.dumps(draft)
         if is_compact_request(request):
             return self.compact_plan()
         if {"template", "values"} <= set(schema.get("properties") or {}):

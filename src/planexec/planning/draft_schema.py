@@ -219,9 +219,11 @@ def draft_schema(
                 for n in range(1, max_steps + 1)
             ]
         }
+    # the step whose result answers the goal: named, the run's answer is its output and no joiner call assembles it
+    answer = {"enum": done + [f"s{j}" for j in range(first, first + max_steps)]} if positional else step_id
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": {"steps": steps},
+        "properties": {"steps": steps, "answer_step": answer},
         "required": ["steps"],
         "additionalProperties": False,
     }

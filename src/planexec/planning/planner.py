@@ -110,7 +110,10 @@ def _overlap(a: str, b: str) -> int:
 
 
 def _json_example(plan: dict[str, Any], goal: str) -> str:
-    return json.dumps(plan, ensure_ascii=False)
+    """A shipped example plan as the model writes it: naming its last step as the answer."""
+    steps = plan.get("steps") or []
+    named = {**plan, "answer_step": steps[-1]["id"]} if steps and "answer_step" not in plan else plan
+    return json.dumps(named, ensure_ascii=False)
 
 
 def _example_turns(
