@@ -435,6 +435,17 @@ def click(d, by: str, value: str) -> None:
     pytest.fail(f"{value} kept being replaced by live updates: it could not be clicked")
 
 
+def submit(d, by: str, value: str) -> None:
+    """Click a form's button and wait until the page it posts to has replaced this one (a form post reloads the page)."""
+    d.execute_script("window.__before_submit = true")
+    click(d, by, value)
+    wait_for(
+        d,
+        f"the page after {value} was posted",
+        lambda: d.execute_script("return window.__before_submit !== true && document.readyState === 'complete'"),
+    )
+
+
 def open_panel(d, step_id: str, *expected: str) -> str:
     """Open step ``step_id``'s panel and return its text once it shows every ``expected`` piece.
 
@@ -472,8 +483,8 @@ def test_a_waiting_plan_is_approved_in_the_page_which_follows_the_run_to_its_end
 
     [asked] = pending(project, "r1")
     driver.find_element("id", f"reason-{asked.approval_id}").send_keys("looks right")
-    click(driver, "id", f"approve-{asked.approval_id}")
-    driver.execute_script("window.__same_page = true")  # a live update changes the page without reloading it
+    submit(driver, "id", f"approve-{asked.approval_id}")
+    driver.execute_script("window.__same_page = true")  # from here, live updates change the page without reloading it
     wait_for(driver, "ship running or done", lambda: node_state(driver, "compile") in ("running", "succeeded"))
     wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert driver.execute_script("return window.__same_page === true")
@@ -572,7 +583,7 @@ def test_an_edit_with_mistakes_shows_them_by_step_and_the_fixed_edit_runs_as_ver
     shot(driver, "edit-version-2-waiting")
 
     driver.find_element("id", f"reason-{asked.approval_id}").send_keys("v2 it is")
-    click(driver, "id", f"approve-{asked.approval_id}")
+    submit(driver, "id", f"approve-{asked.approval_id}")
     wait_for(driver, "version 2 finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert node_state(driver, "tweet") == "succeeded"
     wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="tweet"]').text == "succeeded")
@@ -749,7 +760,7 @@ def test_work_started_from_a_template_waits_for_review_in_the_page_then_runs(lib
     assert not (project / "ship.log").exists()  # nothing ran before a person approved
     shot(driver, "start-template-waiting")
     [asked] = pending(project, run_id)
-    click(driver, "id", f"approve-{asked.approval_id}")
+    submit(driver, "id", f"approve-{asked.approval_id}")
     wait_for(driver, "the run finished", lambda: driver.find_element("id", "run-state").text == "succeeded")
     assert (project / "ship.log").read_text().split()[1] == "web"
     wait_for(driver, "the panels", lambda: driver.find_element("css selector", '[data-step-state="ship"]').text == "succeeded")
