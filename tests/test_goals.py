@@ -83,14 +83,28 @@ def test_plan_writes_a_validated_plan_file_and_names_the_model(scripted, tmp_pat
 
 
 def test_run_goal_plans_executes_and_reports_usage_per_role(scripted, capsys):
-    scripted.extend([ROUTE_PLAN, PLAN])  # --mode auto (the default): the router, then the planner
-    code = main(["run", "two sums joined", "--model", "script:planner", "--yes"])
+    scripted.extend([ROUTE_PLAN, PLAN])  # --routing router: the router's call, then the planner
+    code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--routing", "router"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
     assert "mode: plan (router: two sums, then a join)" in err
     assert "391 and 5" in out  # the deliverable
     assert "usage by role" in out and "planner" in out and "router" in out
     assert "plan draft 1 by script:planner" in out
+
+
+def test_by_default_the_planner_routes_a_goal_with_no_router_call(scripted, capsys):
+    scripted.append(PLAN)  # --mode auto (the default): the planner's one call; its plan of three steps goes to the team
+    code = main(["run", "two sums joined", "--model", "script:planner", "--yes", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    assert "mode: plan (planner: planned first: a plan of one step is worked directly, several by the team)" in err
+    result = json.loads(out)
+    assert result["answer"] == "391 and 5" and list(result["steps"]) == ["s1", "s2", "s3"]
+    assert result["overhead"] == {} and result["usage"]["model_calls"] == 1  # the planner's call only
+    with pytest.raises(SystemExit):
+        main(["run", "g", "--routing", "coin"])  # argparse names the choices
+    assert "invalid choice: 'coin'" in capsys.readouterr().err
 
 
 def test_run_goal_as_json_counts_the_planner_in_the_runs_usage(scripted, capsys):
@@ -192,7 +206,7 @@ def test_mode_single_runs_one_agent_with_the_teams_tools_and_no_planner(scripted
 
 def test_mode_auto_goes_to_a_single_agent_when_the_router_says_so(scripted, capsys):
     scripted.extend([ROUTE_SINGLE, tool_call("calculator", expression="17 * 23"), "391"])
-    code = main(["run", "multiply 17 by 23", "--model", "script:planner"])
+    code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--routing", "router"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
     assert "mode: single (router: one multiplication)" in err and "planning with" not in err
@@ -210,38 +224,38 @@ def test_mode_auto_runs_a_one_step_plan_directly_as_a_single_agent(scripted, cap
             ]
         }
     )
-    scripted.extend([ROUTE_PLAN, research, tool_call("calculator", expression="17 * 23"), "It is 391."])
+    scripted.extend([research, tool_call("calculator", expression="17 * 23"), "It is 391."])
     code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
-    assert "mode: plan (router: two sums, then a join)" in err
+    assert "mode: plan (planner: planned first" in err
     assert (
         "mode: single (the plan has one step, so one agent works the goal directly, "
         "with the tools of researcher: read_file, list_files, search_files, calculator)"
     ) in err
     result = json.loads(out)
     assert result["answer"] == "It is 391." and list(result["steps"]) == ["agent"]
-    # everything that was spent is counted: the router's call, the plan that was not run, the agent's two turns
-    assert result["overhead"]["router"]["model_calls"] == 1 and result["planning_usage"]["model_calls"] == 1
-    assert result["usage"]["model_calls"] == 4
+    # everything that was spent is counted: the plan that was not run, the agent's two turns; no router call was made
+    assert result["overhead"] == {} and result["planning_usage"]["model_calls"] == 1
+    assert result["usage"]["model_calls"] == 3
 
 
 def test_mode_auto_runs_a_one_step_tool_call_as_planned(scripted, capsys):
-    scripted.extend([ROUTE_PLAN, ONE_STEP])  # one calculator call: already direct, no model needed to make it
+    scripted.append(ONE_STEP)  # one calculator call: already direct, no model needed to make it
     code = main(["run", "multiply 17 by 23", "--model", "script:planner", "--yes", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err + out
     assert "mode: plan (its one step calls calculator directly: no agent needed)" in err
     result = json.loads(out)
     assert list(result["steps"]) == ["s1"] and result["answer"] == 391
-    assert result["overhead"]["router"]["model_calls"] == 1 and result["usage"]["model_calls"] == 2
+    assert result["overhead"] == {} and result["usage"]["model_calls"] == 1  # the planner's call, no router's
 
 
 def test_a_one_step_plan_for_a_role_runs_directly_with_that_roles_tools(scripted, capsys):
     writer_plan = json.dumps(
         {"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "a poem", "parameters": {}, "depends_on": []}]}
     )
-    scripts = {"planner": [ROUTE_PLAN, writer_plan], "worker": ["The sea is wide, the sea is deep."]}
+    scripts = {"planner": [writer_plan], "worker": ["The sea is wide, the sea is deep."]}
     made: dict[str, ScriptedModel] = {}
 
     def factory(model, options):

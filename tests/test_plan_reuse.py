@@ -250,9 +250,13 @@ def test_in_auto_mode_a_goal_a_rule_fits_skips_the_router(registry, store):
     assert result.status.value == "succeeded" and result.answer == "auth@2.1x3"
     assert silent.requests == [] and result.usage.model_calls == 0
     model = ScriptedModel(['{"decompose": true, "reason": "a backup"}', PLANNED])
-    routed = Team(model, registry=registry, store=store, auto_approve=True, reuse=["rules"])
+    routed = Team(model, registry=registry, store=store, auto_approve=True, reuse=["rules"], routing="router")
     result = routed.run_sync("Make a backup of every database we have", mode="auto")
     assert result.status.value == "succeeded" and result.usage_by_role()["router"].model_calls == 1
+    planner = ScriptedModel([PLANNED])  # the default routing: the planner's call, no router's
+    planned = Team(planner, registry=registry, store=store, auto_approve=True, reuse=["rules"])
+    result = planned.run_sync("Make a backup of every database we have", mode="auto")
+    assert result.status.value == "succeeded" and set(result.usage_by_role()) == {"planner"} and len(planner.requests) == 1
 
 
 def test_a_value_never_becomes_a_step_reference_or_a_placeholder(registry, store):

@@ -68,13 +68,26 @@ def test_the_first_program_runs_on_a_scripted_model(monkeypatch, tmp_path, capsy
 
 def test_run_reports_every_role_and_counts_routing_and_planning_in_its_time(script):
     script.extend([ROUTE_PLAN, ADD_PLAN])
-    team = Team("script:p", tools=[add])
+    team = Team("script:p", tools=[add], routing="router")
     result = team.run_sync("What is 17 plus 25?")
     assert result.status.value == "succeeded" and result.answer == 42
     roles = result.usage_by_role()
     assert roles["router"].model_calls == 1 and roles["planner"].model_calls == 1
     assert result.usage.model_calls == 2
     assert result.wall_time > 0
+
+
+def test_by_default_the_planner_does_the_routers_work_and_its_plan_decides(script, tmp_path):
+    """``auto`` mode with the default routing: no router call; the plan's size says team or one agent."""
+    script.extend([ADD_PLAN])
+    team = Team("script:p", tools=[add])
+    assert team.routing == "planner"
+    result = team.run_sync("What is 17 plus 25?")
+    assert result.answer == 42 and "router" not in result.usage_by_role() and result.usage.model_calls == 1
+    (tmp_path / "planexec.toml").write_text('[planexec]\nrouting = "router"\n')
+    assert Team.from_config(tmp_path, model="script:p", tools=[add]).routing == "router"
+    with pytest.raises(ValueError, match="routing must be 'planner' or 'router'"):
+        Team("script:p", routing="dice")  # type: ignore[arg-type]
 
 
 def test_single_mode_runs_one_agent_with_the_team_tools(script):

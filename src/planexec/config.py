@@ -24,6 +24,7 @@ only; must not import the engine, the registry or the CLI.
     joiner = true                          # after the steps, a model decides: finish, or replan
     reuse = true                           # a goal that fits a saved template reuses its plan (false; ["rules"]: no model call)
     plan_format = "compact"                # what the planner writes: "json" (default) or "compact", one line a step
+    routing = "router"                     # auto mode: "planner" (default: no router call) or "router" (one call first)
 
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
@@ -273,6 +274,11 @@ class Config(BaseModel):
     )
     plan_format: Literal["json", "compact"] | None = Field(
         None, description="what the planner model writes: the JSON draft, or the compact one-line-per-step language (default json)"
+    )
+    routing: Literal["planner", "router"] | None = Field(
+        None,
+        description="who decides in auto mode: the planner (no router call; a plan of one step is worked by one agent) "
+        "or the router's call first (default planner)",
     )
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")

@@ -2,8 +2,9 @@
 
 Owns turning options into a `Team` (`team_from_args`: the built-in roles
 and toolkit, the models, planexec.toml) and showing each of its stages to a
-person: which models and why, the mode (``--mode auto`` asks the router; a
-one-step plan for a role runs as a single agent), the plan as a table and a
+person: which models and why, the mode (``--mode auto``: the planner plans,
+or the router's call decides first with ``routing = "router"``; a one-step
+plan for a role runs as a single agent), the plan as a table and a
 DAG, the terminal review and approvals, live progress, and the closing
 report (the deliverable, the time from the command's start, usage and cost
 per role). Imports `team`, `cli._common`, `cli.approvals`, `cli.progress`.
@@ -31,6 +32,7 @@ from planexec.library.reuse import ReusePlanning
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
+from planexec.planning.router import ROUTINGS
 from planexec.team.agent import single_plan
 from planexec.team.team import Team
 from planexec.usage import Usage
@@ -54,13 +56,20 @@ def add_goal_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_mode_option(p: argparse.ArgumentParser) -> None:
-    """``--mode auto|single|plan``: how ``run GOAL`` works the goal (default auto: the router decides)."""
+    """``--mode auto|single|plan``: how ``run GOAL`` works the goal (default auto: see `Team.route_goal`)."""
     p.add_argument(
         "--mode",
         choices=MODES,
         default=None,
         help="single: one agent with every tool; plan: a team following a plan; "
-        "auto (default): the planner's model decides, and a one-step plan runs as a single agent",
+        "auto (default): see --routing, and a one-step plan runs as a single agent",
+    )
+    p.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default=None,
+        help="who decides in auto mode: planner (default: the goal is planned, no router call) "
+        "or router (one short call first; a goal it gives one agent is not planned)",
     )
     p.add_argument(
         "--max-replans",
@@ -109,6 +118,7 @@ def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = Non
             policies=policies,
             reuse=False if getattr(args, "no_reuse", False) else None,
             runner=common.runner_settings(args, config),
+            routing=getattr(args, "routing", None),
         )
     except (ConfigError, RegistryError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None
@@ -168,7 +178,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _requested_mode(args: argparse.Namespace) -> tuple[str, str]:
-    """The mode asked for and why (``auto`` is decided later by the router)."""
+    """The mode asked for and why (``auto`` is decided later: `Team.route_goal`)."""
     mode = args.mode or "auto"
     if args.stream:
         if mode == "single":
@@ -203,9 +213,11 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     overhead: dict[str, Usage] = {}
     routed = mode == "auto"
     if routed:
-        decision = run_to_end(team.route(args.goal))
-        overhead["router"] = decision.usage
-        mode, why = decision.mode, f"router: {decision.reason}"
+        decision = run_to_end(team.route_goal(args.goal))
+        if decision.by == "router":
+            overhead["router"] = decision.usage
+        routed = decision.by != "template"  # a saved plan runs as saved, even with one step
+        mode, why = decision.mode, f"{decision.by}: {decision.reason}"
     common.say(f"mode: {'plan' if mode == 'stream' else mode} ({why})", stderr=True)
     if mode == "single":
         return _run_single(args, team, overhead, t0)

@@ -1,7 +1,7 @@
 """Per-goal routing: does a goal need a team following a plan, or one agent alone?
 
-Owns `Route` (the decision: ``single`` or ``plan``, why, and what the call
-cost) and `route`, which asks a model (the planner's) with a short prompt,
+Owns `Route` (the decision: ``single`` or ``plan``, why, who decided, and
+what the call cost), `Routing` (who decides in ``auto`` mode) and `route`, which asks a model (the planner's) with a short prompt,
 ``prompts/router/system.md``, in structured output (`ROUTE_SCHEMA`) with
 temperature 0 and a seed. Routing never fails a run: a model error or an
 answer that cannot be read routes to ``plan`` (the team, today's default)
@@ -23,7 +23,12 @@ from planexec.records import Record
 from planexec.usage import Usage
 from planexec.workers.tool_calls import prompt_file
 
-__all__ = ["ROUTE_SCHEMA", "Route", "route", "route_request"]
+__all__ = ["ROUTE_SCHEMA", "ROUTINGS", "Route", "Routing", "route", "route_request"]
+
+# who decides in ``auto`` mode: "planner" (the default) plans every goal without a router call and gives a plan of one
+# step to one agent; "router" asks the router first, one short call, and plans only what it says needs a team
+Routing = Literal["planner", "router"]
+ROUTINGS: tuple[Routing, ...] = ("planner", "router")
 
 REASON_MAX = 200
 ROUTE_MAX_TOKENS = 128  # a boolean and one sentence of at most REASON_MAX characters
@@ -48,6 +53,8 @@ class Route(Record):
     mode: Literal["single", "plan"]
     reason: str
     usage: Usage = field(default_factory=Usage)
+    # who decided: the router's call; the planner (no call: a plan of one step is then worked by one agent); a saved plan
+    by: Literal["router", "planner", "template"] = "router"
 
 
 def route_request(goal: str) -> ModelRequest:

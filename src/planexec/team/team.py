@@ -43,7 +43,7 @@ from planexec.plan.validation import check_plan
 from planexec.planning.joiner import ModelJoiner, joiner_note
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.planning.router import Route, route
+from planexec.planning.router import ROUTINGS, Route, Routing, route
 from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
@@ -81,7 +81,9 @@ class Team:
     ``[planexec.runner]``) says where a plan's steps run: here, or the
     function-tool steps on a Ray cluster (`planexec.scale`; a single
     agent's run stays here). `mode` is how goals are worked:
-    ``auto`` (a router call decides), ``single`` (one agent with every
+    ``auto`` (`routing` decides: by default the planner plans every goal,
+    with no router call, and a plan of one step is worked by one agent;
+    ``"router"`` asks the router's short call first), ``single`` (one agent with every
     tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
     start while the plan is written; nothing can be reviewed first).
     `max_steps`, `planner_max_tokens` and `max_turns` (the single agent's)
@@ -152,6 +154,7 @@ class Team:
         reuse: bool | Iterable[str] | None = None,
         plan_format: Literal["json", "compact"] | None = None,
         runner: RunnerConfig | None = None,
+        routing: Routing | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -187,6 +190,9 @@ class Team:
         self.plan_format: Literal["json", "compact"] = plan_format or self.config.plan_format or "json"
         if self.plan_format not in ("json", "compact"):
             raise ValueError(f"plan_format must be 'json' or 'compact'; got {self.plan_format!r}")
+        self.routing: Routing = routing or self.config.routing or "planner"
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be 'planner' or 'router'; got {self.routing!r}")
         self.max_replans = (
             max_replans if max_replans is not None else (self.config.max_replans if self.config.max_replans is not None else 2)
         )
@@ -298,6 +304,20 @@ class Team:
         """One short call of the planner's model: does `goal` need a team (``plan``) or one agent (``single``)?"""
         with goal_scope(self, goal):  # traced: under the span the goal's run will take
             return await route(goal, self.models.planner)
+
+    async def route_goal(self, goal: str) -> Route:
+        """How ``auto`` mode works `goal`, with no model call where none is needed (see `Route.by`).
+
+        A saved plan that the reuse rules fit: ``plan``. With `routing`
+        ``"planner"``: ``plan``, and a plan of one step is then worked by one
+        agent (`single_agent_tools`); the planner's call does the router's work.
+        With ``"router"``: the router's call (`route`).
+        """
+        if self._fits_a_template(goal):
+            return Route(mode="plan", reason="a saved plan fits the goal word for word", by="template")
+        if self.routing == "planner":
+            return Route(mode="plan", reason="planned first: a plan of one step is worked directly, several by the team", by="planner")
+        return await self.route(goal)
 
     async def plan(self, goal: str) -> Planning:
         """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up.
@@ -455,18 +475,18 @@ class Team:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         overhead: dict[str, Usage] = {}
-        if mode == "auto" and self._fits_a_template(goal):
-            mode = "plan"  # a saved plan fits the goal word for word: no call is needed to know it takes a plan
+        routed: Route | None = None
         if mode == "auto":
-            decision = await self.route(goal)
-            overhead["router"] = decision.usage
-            mode = decision.mode
+            routed = await self.route_goal(goal)
+            if routed.by == "router":
+                overhead["router"] = routed.usage
+            mode = routed.mode
         if mode == "single":
             return self.start_single(goal, overhead=overhead, run_id=run_id)
         if mode == "stream":
             return self.start_streaming(goal, run_id=run_id)
         planning = await self.plan(goal)
-        if "router" in overhead and len(planning.plan.steps) == 1:  # nothing to coordinate
+        if routed is not None and routed.by != "template" and len(planning.plan.steps) == 1:  # nothing to coordinate
             own = self.single_agent_tools(planning.plan.steps[0])
             if own is not None:
                 return self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
