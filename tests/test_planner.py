@@ -374,6 +374,12 @@ def test_a_json_draft_names_its_answer_step_and_the_team_needs_no_joiner_call(tm
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**named, "answer_step": "s4"}, positional)  # a step the plan cannot have
     jsonschema.validate(named, draft_schema(registry))  # the open shape takes any step id
+    assert "answer_step" not in draft_schema(registry, positional=True, answer=False)["properties"]
+    # a small model under a grammar is not asked (SmolLM2 wrote longer plans when it was): its last step is the answer
+    small = Planner(ScriptedModel([], name="test:small"), registry, positional=True)
+    assert not small.name_answer and "answer_step" not in small.schema["properties"]
+    system = small.messages("g")[0].content
+    assert "answer_step" not in system and "The last step's result is the answer." in system
 
     planned = json.dumps(
         {

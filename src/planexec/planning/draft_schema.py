@@ -178,13 +178,15 @@ def draft_schema(
     done: list[str] | None = None,
     first: int = 1,
     grants: bool = True,
+    answer: bool = True,
 ) -> dict[str, Any]:
     """The JSON Schema of a plan draft over the registry's workers (or only `workers`).
 
     For a revision, `done` names the finished steps new ones may depend on and
     refer to, and `first` numbers the first new positional step (``s<first>``).
     With `grants` (open shape only) role steps may carry ``capabilities`` and
-    an ``output_schema``.
+    an ``output_schema``. With `answer` the draft may name its
+    ``answer_step`` (any step id; an earlier or new one when positional).
     """
     done = list(done or [])
     if max_steps < 1:
@@ -220,10 +222,12 @@ def draft_schema(
             ]
         }
     # the step whose result answers the goal: named, the run's answer is its output and no joiner call assembles it
-    answer = {"enum": done + [f"s{j}" for j in range(first, first + max_steps)]} if positional else step_id
+    properties: dict[str, Any] = {"steps": steps}
+    if answer:
+        properties["answer_step"] = {"enum": done + [f"s{j}" for j in range(first, first + max_steps)]} if positional else step_id
     schema: dict[str, Any] = {
         "type": "object",
-        "properties": {"steps": steps, "answer_step": answer},
+        "properties": properties,
         "required": ["steps"],
         "additionalProperties": False,
     }

@@ -129,6 +129,7 @@ class PlannerReplanner:
                 done=done,
                 first=first,
                 grants=self.planner.write_grants,
+                answer=False,  # a revision's answer is its last new step (see `engine.replan`)
             )
         )
         found: dict[str, list[Step]] = {}

@@ -381,7 +381,7 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
     def _insert_plan(
         self, cur: Any, run_id: str, plan: Plan, reason: str, diff: str | None, usage: Usage, at: datetime, chain: Chain
     ) -> None:
-        text = canonical(redact(json.loads(plan.model_dump_json(by_alias=True))))
+        text = _plan_text(plan)
         row = self._one(cur, "SELECT plan FROM plans WHERE run_id = ? AND version = ?", (run_id, plan.version))
         if row is not None:
             if json.loads(row[0]) != json.loads(text):
@@ -461,6 +461,15 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
                 records.append(ChainRecord(table="approval_decision", kind="approval_decision", ref=ref, content=content, **chained))
         chain_head = None if head is None else ChainHead(link=_int(head[0]), seq=_int(head[1]), hash=_maybe_text(head[2]))
         return AuditTrail(run_id=run_id, head=chain_head, records=records)
+
+
+def _plan_text(plan: Plan) -> str:
+    """A plan version as the store keeps it: its own compact JSON, read back and written canonically (redacted)
+    only when a secret may be in it (one substring search instead of a walk over a 10,000-step plan)."""
+    text = plan.model_dump_json(by_alias=True)
+    if not secrets.may_be_in(text):
+        return text
+    return canonical(redact(json.loads(text)))
 
 
 def _stored(ev: Any) -> tuple[Any, str]:

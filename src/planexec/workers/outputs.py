@@ -112,6 +112,9 @@ def encode_inline(
     Refusals found before the budget is spent (a generator, NaN, a long
     string) are raised at once, as `encode` raises them.
     """
+    kind = type(value)
+    if value is None or kind is bool or (kind is str and len(value) <= _SHORT_TEXT and (not max_bytes or max_bytes >= _SHORT_BYTES)):
+        return True, value  # JSON already, and within any limit: no walk (most tools' outputs on the engine's hot path)
     walker = _Walker(max_bytes or None, inline=True)
     try:
         return True, walker.walk(value, 0)
@@ -119,6 +122,10 @@ def encode_inline(
         return False, None
     except _Refused as refused:
         raise _error(refused, walker, step_id, tool, label, max_bytes) from None
+
+
+_SHORT_TEXT = 256  # characters: a text this short is stored as it is ...
+_SHORT_BYTES = 4 * _SHORT_TEXT + 2  # ... when the limit allows its longest UTF-8 form with its quotes
 
 
 class _Refused(Exception):

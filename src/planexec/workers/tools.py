@@ -190,6 +190,7 @@ class Tool:
         params = self._schema_parameters(hints, varargs=by_schema)
         # the function's own default objects, passed for arguments left out (pydantic would pass a copy)
         self.defaults: dict[str, Any] = {}
+        self._fields: dict[type, tuple[str, ...]] = {}  # an argument model's field names, by model (see `keywords`)
         self.input_model: type[BaseModel] | SchemaInput = (
             SchemaInput(input_schema, name=self.name) if input_schema is not None else self._signature_model(params, hints)
         )
@@ -328,7 +329,10 @@ class Tool:
             return dict(checked)
         given = checked.model_fields_set
         out = {}
-        for key in type(checked).model_fields:
+        fields = self._fields.get(type(checked))
+        if fields is None:  # the class's field names, read once: pydantic's `model_fields` is slow to reach
+            fields = self._fields[type(checked)] = tuple(type(checked).model_fields)
+        for key in fields:
             if key in given:
                 out[key] = getattr(checked, key)
             elif key in self.defaults:
