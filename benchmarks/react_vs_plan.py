@@ -43,11 +43,19 @@ about 5x fewer tokens than ReAct; LLMCompiler (Kim et al., 2024) up to 3.7x
 lower latency than ReAct. Takes about two and a half minutes with the
 defaults (``--goals N`` runs the first N goals of each suite).
 
+With ``--model PROVIDER:MODEL`` a real model plays every role instead
+(``local:smollm2``, the embedded model; or a provider's), with no latency
+model: tokens are the model's own counts, wall time is real, and success is
+the model's (the oracle never fails). On SmolLM2 use ``--plan-format json``:
+the local model decodes under the draft schema's grammar, and writes the
+compact form with none.
+
 Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
 
     python benchmarks/react_vs_plan.py
     python benchmarks/react_vs_plan.py --goals 3 --json
     python benchmarks/react_vs_plan.py --plan-format compact
+    python benchmarks/react_vs_plan.py --model local:smollm2 --plan-format json   # ~20-40 min on 2 CPUs
 
 Exit status 0 whatever the figures.
 """
@@ -64,10 +72,12 @@ from typing import Any
 
 from layered import machine
 
-from planexec.eval.harness import EvalOptions, EvalReport, run_suite, scripted_models
+from planexec.config import Config
+from planexec.eval.harness import EvalOptions, EvalReport, configured_models, run_suite, scripted_models
 from planexec.eval.oracle import LatencyModel
 from planexec.eval.report import ANCHORS
 from planexec.eval.suite import load_suite
+from planexec.models.settings import ModelSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = (ROOT / "examples" / "eval" / "parallel.yaml", ROOT / "examples" / "eval" / "multihop.yaml")
@@ -136,24 +146,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plan-format", choices=(*FORMATS, "both"), default="both", help="what the planner writes: json, compact or both (default)"
     )
+    parser.add_argument(
+        "--model", default=None, metavar="PROVIDER:MODEL", help="a real model plays every role (e.g. local:smollm2); default: the oracle"
+    )
     args = parser.parse_args(argv)
     formats = FORMATS if args.plan_format == "both" else (args.plan_format,)
     os.environ["PLANEXEC_EVAL_LATENCY"] = str(args.tool_latency)
 
     latency = {"overhead": args.overhead, "per_input_token": args.per_input_token, "per_output_token": args.per_output_token}
-    described = LatencyModel.describe_values(**latency)
+    if args.model is None:
+        described: str | None = LatencyModel.describe_values(**latency)
+        models, model_name, tokens = scripted_models(latency), "test:oracle", "planexec.testing.count_tokens: whitespace-separated words"
+    else:
+        settings = ModelSettings(Config(), planner=args.model, seed=0)
+        described, model_name, tokens = None, settings.planner.name, "the model's own counts"
+        models = configured_models(settings)
     result: dict[str, Any] = {
         "machine": machine(),
+        "model": model_name,
         "latency_model": described,
         "tool_latency_scale": args.tool_latency,
-        "tokens": "planexec.testing.count_tokens: whitespace-separated words of every message sent and every reply",
+        "tokens": tokens,
         "anchors": ANCHORS,
         "plan_formats": list(formats),
         "suites": {},
     }
     if not args.json:
-        print("# ReAct (single) against planexec (plan, stream): the oracle model plays every role")
-        print(f"latency model: {described}; lookups sleep 50-300 ms x {args.tool_latency:g}; tokens: whitespace-separated words")
+        player = "the oracle model" if args.model is None else model_name
+        print(f"# ReAct (single) against planexec (plan, stream): {player} plays every role")
+        timing = f"latency model: {described}" if described else "real model time"
+        print(f"{timing}; lookups sleep 50-300 ms x {args.tool_latency:g}; tokens: {tokens}")
     t0 = time.perf_counter()
     for path in SUITES:
         suite = load_suite(path)
@@ -164,10 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             report = run_suite(
                 suite,
                 run,
-                scripted_models(latency),
+                models,
                 goals=goals,
-                model_name="test:oracle",
-                scripted=True,
+                model_name=model_name,
+                scripted=args.model is None,
                 latency=described,
                 options=EvalOptions(plan_format=plan_format),
             )

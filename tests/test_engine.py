@@ -156,6 +156,26 @@ def test_a_hanging_tool_times_out_and_the_run_goes_on(reg):
     assert result.status is RunStatus.PARTIAL
 
 
+def test_step_ready_is_said_only_by_a_step_that_has_to_wait(reg):
+    """A step that starts at once has no StepReady; one held by the concurrency limit (or a person) has one, before it starts."""
+    plan = mkplan(
+        {"id": "a", "action": "work", "parameters": {"name": "a", "seconds": 0.05}},
+        {"id": "b", "action": "work", "parameters": {"name": "b", "seconds": 0.05}},
+        {"id": "c", "action": "work", "parameters": {"name": "c"}, "depends_on": ["a", "b"]},
+    )
+    r, result = run(Engine(reg, max_concurrency=1), plan)
+    assert result.ok
+    first, second = sorted(["a", "b"], key=lambda sid: result.steps[sid].started_at)
+    assert types(r.history, first) == ["step_started", "step_succeeded"]
+    assert types(r.history, second) == ["step_ready", "step_started", "step_succeeded"]  # it waited for the one slot
+    ready = next(e for e in r.history if e.type == "step_ready")
+    started = next(e for e in r.history if e.type == "step_started" and e.step_id == second)
+    assert ready.at < started.at and result.steps[second].started_at == started.at
+    assert types(r.history, "c") == ["step_started", "step_succeeded"]  # its inputs ended, the slot was free
+    r, result = run(Engine(reg), plan)  # no limit in the way: no step waits
+    assert result.ok and "step_ready" not in types(r.history)
+
+
 def test_retries_back_off_exponentially_then_succeed(reg):
     flaky = scripted_tool("flaky", [RuntimeError("1"), RuntimeError("2"), "ok"])
     reg.add_tool(flaky)
@@ -165,9 +185,9 @@ def test_retries_back_off_exponentially_then_succeed(reg):
     delays = [e.delay for e in r.history if e.type == "step_retried"]
     assert len(delays) == 2 and 0.005 <= delays[0] <= 0.01 and 0.01 <= delays[1] <= 0.02
     assert types(r.history, "f") == [
-        "step_ready", "step_started", "step_failed", "step_retried",
+        "step_started", "step_failed", "step_retried",
         "step_started", "step_failed", "step_retried", "step_started", "step_succeeded",
-    ]  # fmt: skip
+    ]  # fmt: skip  # no slot to wait for: no StepReady
     _, again = run(Engine(reg, seed=7), plan)  # the same seed draws the same jitter
     assert again.ok
 
@@ -211,7 +231,7 @@ def test_fallback_reroutes_to_another_worker(reg):
     assert result.steps["f"].output.provenance.worker == "backup"
     rerouted = next(e for e in r.history if e.type == "step_rerouted")
     assert (rerouted.from_worker, rerouted.to_worker) == ("primary", "backup")
-    assert types(r.history, "f") == ["step_ready", "step_started", "step_failed", "step_rerouted", "step_started", "step_succeeded"]
+    assert types(r.history, "f") == ["step_started", "step_failed", "step_rerouted", "step_started", "step_succeeded"]
 
 
 def test_abort_cancels_running_steps_and_records_everything(reg):

@@ -151,7 +151,6 @@ def test_a_sentinel_failure_is_rerouted_to_another_role_and_the_recovery_is_in_t
         (e.type, getattr(e, "worker", None) or getattr(e, "to_worker", None)) for e in r.history if getattr(e, "step_id", None) == "line"
     ]
     assert story == [
-        ("step_ready", None),
         ("step_started", "researcher"),
         ("step_failed", "researcher"),
         ("step_rerouted", "writer"),

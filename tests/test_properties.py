@@ -443,12 +443,13 @@ def check_step_story(scn: Scenario, out: Outcome, sid: str) -> Any:
         assert phase != "ended", f"{where}: an event after the step's terminal event"
         if isinstance(ev, StepSkipped):
             assert phase == "waiting", where
-        elif isinstance(ev, StepReady):
-            assert phase == "waiting", where
+        elif isinstance(ev, StepReady):  # only when it cannot start at once: a slot or a person to wait for
+            assert phase in ("waiting", "between"), where
             phase = "ready"
         elif isinstance(ev, StepStarted):
-            # a step starts again only after a StepRetried/StepRerouted, with the next attempt number
-            assert phase in ("ready", "between") and ev.attempt == attempt + 1, where
+            # a step starts at once or once ready; again only after a StepRetried/StepRerouted, with the next attempt number
+            assert phase in ("waiting", "ready", "between") and (phase != "waiting" or attempt == 0), where
+            assert ev.attempt == attempt + 1, where
             assert (ev.worker, ev.action) == (worker, spec.action), where
             phase, attempt, started_on = "running", ev.attempt, ev.worker
         elif isinstance(ev, StepSucceeded):

@@ -29,7 +29,7 @@ from planexec.engine.calls import CallHooks
 from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import Deadline, DeadlineClock
-from planexec.engine.events import StepFailed, StepJudged, StepStarted, utcnow
+from planexec.engine.events import StepFailed, StepJudged, StepReady, StepStarted, utcnow
 from planexec.engine.limits import Limits, Slots
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, append_to_record, final_action, update_record
@@ -76,7 +76,13 @@ class Attempts:
         """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError."""
         state = self._state
         rec = state.records[step.step_id]
-        async with self._slots(step.step_id, worker):
+        slots = self._slots(step.step_id, worker)
+        waiting = state.waiting
+        if slots.would_wait() and step.step_id not in waiting:  # held by a limit: ready and waiting (one that starts at once needs no event)
+            waiting.add(step.step_id)
+            self._run._emit(StepReady, step_id=step.step_id)
+        async with slots:
+            waiting.discard(step.step_id)
             now = utcnow()  # one time for the transition: the record's start (the first attempt's) and the event's
             if rec.started_at is None:
                 update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now)

@@ -245,7 +245,9 @@ class PlanCompleted(_Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepReady(_Event):
-    """Every dependency of the step ended; it waits only for a free slot."""
+    """Every dependency of the step ended and it cannot start yet: it waits for a free slot (a concurrency
+    limit, its worker's cap) or for a person's approval. A step that starts at once has no `StepReady`:
+    its `StepStarted` says both (one event a step fewer to build, deliver and store)."""
 
     type: Literal["step_ready"] = "step_ready"
     step_id: str

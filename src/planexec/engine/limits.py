@@ -37,6 +37,10 @@ class Slots:
         self.worker, self.global_ = worker, global_
         self.released = False
 
+    def would_wait(self) -> bool:
+        """True when acquiring now would wait: the worker's cap or the global limit is taken."""
+        return (self.worker is not None and self.worker.locked()) or self.global_.locked()
+
     async def __aenter__(self) -> None:
         if self.worker is not None:
             await self.worker.acquire()

@@ -346,9 +346,8 @@ class Run:
             rec.reason = f"input step {because!r} {outcome.value if outcome is not None else 'ended'}"
             self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
         loop = asyncio.get_running_loop()
-        for sid in batch.run:
+        for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
             update_record(state.records[sid], state=StepState.READY)
-            self._emit(StepReady, step_id=sid)
             state.tasks[sid] = loop.create_task(self._run_step(sid))
         if not sched.is_active() and not state.open:
             state.done.set()
@@ -412,6 +411,8 @@ class Run:
         """Ask the engine's approver about a step that needs a person; a refusal fails the step (False)."""
         sid = step.step_id
         digest = step_hash(step)
+        self.state.waiting.add(sid)
+        self._emit(StepReady, step_id=sid)  # ready, and waiting for a person
         self._emit(ApprovalRequested, step_id=sid, content_hash=digest, plan_version=self.state.plan.version)
         refusal = await ask_approval(self.engine.config.approver, step, run_id=self.run_id)
         self._emit(ApprovalDecided, step_id=sid, content_hash=digest, approved=refusal is None)
