@@ -78,7 +78,9 @@ class Attempts:
         rec = state.records[step.step_id]
         slots = self._slots(step.step_id, worker)
         waiting = state.waiting
-        if slots.would_wait() and step.step_id not in waiting:  # held by a limit: ready and waiting (one that starts at once needs no event)
+        if (
+            slots.would_wait() and step.step_id not in waiting
+        ):  # held by a limit: ready and waiting (one that starts at once needs no event)
             waiting.add(step.step_id)
             self._run._emit(StepReady, step_id=step.step_id)
         async with slots:
