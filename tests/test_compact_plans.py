@@ -383,6 +383,50 @@ def test_the_grammar_names_only_the_catalog_and_numbers_earlier_references(regis
     assert '"4. "' in revision and '"5. "' in revision and 'ref-1 ::= "$" ("1") path | "${" ("fetch") path "}"' in revision
 
 
+class _GrammarModel(ScriptedModel):
+    """A scripted model that says it decodes under a grammar, as `LocalModel` does."""
+
+    constrained_decoding = True
+
+
+def test_a_grammar_decoding_model_is_sent_the_compact_grammar_and_a_revision_its_own(divide_registry):
+    """`ModelRequest.grammar`: the compact plan's GBNF for a model that decodes under one; a revision's numbers on from
+    the steps kept and may refer to them; a hosted model and a JSON planner get none."""
+    steps = [
+        {"id": "s1", "action": "fetch", "parameters": {"key": "a"}},
+        {"id": "s2", "action": "fetch", "parameters": {"key": "b"}},
+        {"id": "s3", "action": "divide", "parameters": {"x": "${s1}", "y": "${s2}"}, "failure_action": "replan"},
+    ]
+    plan = Plan.model_validate({"plan_id": "p", "goal": "a over b, or c", "steps": steps})
+    model = _GrammarModel(['1. fetch(key="a") answer\n', '4. fetch(key="c")\n5. divide(x=$1, y=$4) answer\n'])
+    planner = Planner(model, divide_registry, plan_format="compact")
+    asyncio.run(planner.draft("fetch a"))
+    assert model.requests[0].grammar == planner.grammar and model.requests[0].output_schema is None
+    result = Engine(divide_registry, replanner=PlannerReplanner(planner)).run_sync(plan)
+    assert result.status is RunStatus.SUCCEEDED and result.answer == 42
+    revision = model.requests[1].grammar
+    assert revision == draft_grammar(divide_registry, max_steps=planner.max_steps, done=["s1", "s2"], first=4)
+    assert '"4. "' in revision and revision != planner.grammar
+    hosted = ScriptedModel(['1. fetch(key="a") answer\n'])
+    asyncio.run(Planner(hosted, divide_registry, plan_format="compact").draft("fetch a"))
+    assert hosted.requests[0].grammar is None  # a hosted model reads the rules, no grammar is sent
+    assert Planner(_GrammarModel([]), divide_registry).request([]).grammar is None  # JSON drafts: the schema instead
+
+
+def test_the_embedded_model_writes_a_compact_plan_under_the_grammar():
+    """SmolLM2 decoding under the compact grammar: its first draft reads and validates, whatever its wisdom."""
+    pytest.importorskip("llama_cpp", reason="needs pip install 'planexec[local]'")
+    from planexec.models.local import LocalModel
+
+    registry = Registry.default()
+    registry.add_tool(calculator)
+    planner = Planner(LocalModel(), registry, plan_format="compact", max_steps=4, max_repairs=0, max_tokens=256)
+    planning = asyncio.run(planner.draft("What is 17 times 23, plus 5?"))
+    [first] = planning.drafts
+    assert first.problems == [] and planning.plan.steps, first.text
+    assert re.match(r"1\. \w+\(", first.text), first.text  # numbered calls from the catalog, as the grammar says
+
+
 @pytest.fixture(scope="module")
 def vocabulary():
     """llama.cpp's grammar sampler over SmolLM2's vocabulary (the vocabulary only: no weights are loaded)."""

@@ -68,7 +68,7 @@ class ToolDefinition(_Record):
 
 
 class ModelRequest(_Record):
-    """Everything one call sends: messages, tools, an optional output JSON Schema."""
+    """Everything one call sends: messages, tools, an optional output JSON Schema or GBNF grammar."""
 
     messages: list[Message]
     tools: list[ToolDefinition] = Field(default_factory=list)
@@ -76,6 +76,9 @@ class ModelRequest(_Record):
     temperature: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
+    # a GBNF grammar the reply must match (a compact plan's), for a model that decodes under one (`LocalModel`):
+    # others ignore it; an output schema, when both are given, wins
+    grammar: str | None = None
 
 
 class ModelResponse(_Record):

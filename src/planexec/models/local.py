@@ -179,7 +179,8 @@ class LocalModel:
     The file is loaded lazily on the first call, once. Generation runs in a
     worker thread so the event loop is not blocked, and calls to the single
     model instance are serialised. With ``request.output_schema`` decoding is
-    constrained to the schema (JSON Schema → llama.cpp grammar).
+    constrained to the schema (JSON Schema → llama.cpp grammar); with
+    ``request.grammar`` (GBNF, such as a compact plan's) to that grammar.
 
     The local model answers in text or JSON only: ``request.tools`` is
     ignored and no tool calls are ever returned (none are faked). It makes
@@ -277,7 +278,16 @@ class LocalModel:
             kwargs["max_tokens"] = request.max_tokens
         if request.output_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": request.output_schema}
+        elif request.grammar is not None:
+            kwargs["grammar"] = self._grammar(request.grammar)
         return llama, kwargs
+
+    def _grammar(self, text: str) -> Any:
+        """`text` (GBNF) as llama.cpp's grammar; `ModelBadRequestError` when llama.cpp cannot read it."""
+        try:
+            return _import_llama_cpp().LlamaGrammar.from_string(text, verbose=False)
+        except Exception as e:  # llama.cpp says only that parsing failed
+            raise ModelBadRequestError(f"the grammar cannot be read by llama.cpp: {type(e).__name__}: {e}", model=self.name) from e
 
     @contextlib.contextmanager
     def _generation(self, llama: Any) -> Iterator[None]:

@@ -262,11 +262,15 @@ class Planner:
         )
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
-    def request(self, messages: list[Message]) -> ModelRequest:
-        """One planning call: the conversation so far, the draft schema (none for the compact form), the seed."""
+    def request(self, messages: list[Message], *, grammar: str | None = None) -> ModelRequest:
+        """One planning call: the conversation so far, the draft schema (for the compact form: its grammar, when the model
+        decodes under one; `grammar` replaces the planner's own, a revision's), the seed."""
+        if self.compact and grammar is None and getattr(self.model, "constrained_decoding", False):
+            grammar = self.grammar
         return ModelRequest(
             messages=messages,
             output_schema=None if self.compact else self.schema,
+            grammar=grammar if self.compact else None,
             temperature=self.temperature,
             seed=self.seed,
             max_tokens=self.max_tokens,
@@ -299,10 +303,11 @@ class Planner:
         *,
         goal: str,
         schema: dict[str, Any] | None = None,
+        grammar: str | None = None,
     ) -> Planning:
         """The repair loop: ask, `check` the text, send its problems back, up to `max_repairs` times.
 
-        `schema` replaces the draft schema (a revision's, see `replanning`).
+        `schema` replaces the draft schema, `grammar` the compact grammar (a revision's, see `replanning`).
         Returns the accepted plan with every draft, or raises `PlanningError`.
         """
         drafts: list[PlanDraft] = []
@@ -310,7 +315,7 @@ class Planner:
         for attempt in range(1, self.max_repairs + 2):
             t0 = time.perf_counter()
             try:
-                request = self.request(messages)
+                request = self.request(messages, grammar=grammar)
                 if schema is not None:
                     request = request.model_copy(update={"output_schema": schema})
                 response = await self.model.complete(request)

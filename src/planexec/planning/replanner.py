@@ -24,7 +24,7 @@ from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
 from planexec.planning.compact_form import compact_plan
-from planexec.planning.draft_schema import draft_schema, draft_to_plan_data, free_tasks
+from planexec.planning.draft_schema import draft_grammar, draft_schema, draft_to_plan_data, free_tasks
 from planexec.planning.planner import Planner
 from planexec.workers.tool_calls import prompt_file
 
@@ -152,5 +152,11 @@ class PlannerReplanner:
             found["steps"] = steps
             return plan, []
 
-        planning = await self.planner.attempts(self.messages(context, first), check, goal=context.goal, schema=schema)
+        # a compact revision on a grammar-decoding model: new steps numbered from `first`, referring to finished ones too
+        grammar = (
+            draft_grammar(self.planner.registry, max_steps=self.planner.max_steps, workers=self.planner.workers, done=done, first=first)
+            if self.planner.compact and getattr(self.planner.model, "constrained_decoding", False)
+            else None
+        )
+        planning = await self.planner.attempts(self.messages(context, first), check, goal=context.goal, schema=schema, grammar=grammar)
         return Revision(steps=found["steps"], usage=planning.usage, drafts=planning.drafts)
