@@ -19,7 +19,9 @@ from planexec.library.reuse import (
     Reuse,
     ReusePlanning,
     candidates,
+    choice_schema,
     choose_request,
+    goal_spans,
     latest_templates,
     match_rules,
     matchers_of,
@@ -180,6 +182,24 @@ def test_read_choice_takes_a_fenced_object_and_refuses_extra_keys(registry, stor
     request = choose_request(LOOSE_GOAL, shortlist, registry)
     assert request.max_tokens and request.temperature == 0.0
     assert request.output_schema["properties"]["values"]["anyOf"][0]["properties"]["replicas"]["type"] == "integer"
+
+
+def test_a_chosen_text_value_is_a_run_of_the_goals_words_under_the_schema(registry, store):
+    """A model under the choice schema's grammar cannot make a value up: each text value is one of the goal's runs of words."""
+    import jsonschema
+
+    spans = goal_spans(LOOSE_GOAL)
+    assert {"auth", "2.1", "deploy auth", "3 replicas now"} <= set(spans) and "Amaranthake" not in spans
+    assert all(" ".join(span.split()).lower() in LOOSE_GOAL.lower() for span in spans) and len(spans) == len(set(spans))
+    schema = choose_request(LOOSE_GOAL, candidates(LOOSE_GOAL, latest_templates(store)), registry).output_schema
+    jsonschema.validate({"template": "deploy", "values": {"service": "auth", "version": "2.1", "replicas": 3}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"template": "deploy", "values": {"service": "Amaranthake", "version": "2.1", "replicas": 3}}, schema)
+    long_goal = " ".join(f"word{i}" for i in range(60))  # too many runs for an enum: any text, checked by read_choice
+    templates = latest_templates(store)
+    shapes = choice_schema(templates, registry, goal=long_goal)["properties"]["values"]["anyOf"]
+    deploy = shapes[[t.name for t in templates].index("deploy")]["properties"]
+    assert len(goal_spans(long_goal)) > 120 and deploy["service"]["type"] == "string" and "enum" not in deploy["service"]
 
 
 def test_a_goal_that_fits_nothing_calls_the_planner_once(registry, store):

@@ -70,6 +70,7 @@ __all__ = [
     "choice_schema",
     "choose_request",
     "find_reuse",
+    "goal_spans",
     "latest_templates",
     "match_rules",
     "matchers_of",
@@ -82,6 +83,9 @@ MATCHERS: tuple[str, ...] = ("rules", "model")
 CANDIDATES = 3  # templates a model is shown: few, so the call stays short
 CHOICE_MAX_TOKENS = 256  # a name and a few values
 VALUE_MAX_CHARS = 200  # a value is part of the goal; a bound keeps a small model under a grammar from rambling in a string
+SPAN_WORDS = 4  # a text value is a run of at most this many of the goal's words ...
+SPANS_MAX = 120  # ... offered as an enum when the goal has no more runs than this (else any text, checked after)
+_EDGE = re.compile(r"^[\"'(\[]+|[\"'),.;:!?\]]+$")
 
 _PLACEHOLDER = re.compile(r"\{\{\{\{|\{\{(" + PARAM_NAME + r")\}\}")  # templates.py's syntax: "{{{{" is a literal "{{"
 _WHOLE = re.compile(r"^\{\{(" + PARAM_NAME + r")\}\}$")
@@ -329,10 +333,32 @@ def _card(template: Template) -> dict[str, Any]:
     return {"template": template.name, "goal": template.plan.get("goal"), "parameters": template.params, "steps": steps}
 
 
-def choice_schema(shortlist: Sequence[Template], registry: Registry | None = None, *, max_length: int = VALUE_MAX_CHARS) -> dict[str, Any]:
-    """The answer's schema: a template name of the shortlist (or ``none``) and values (texts of at most `max_length`), one shape per template."""
+def goal_spans(goal: str, *, longest: int = SPAN_WORDS) -> list[str]:
+    """The runs of one to `longest` words of `goal`, as written there (quotes and closing punctuation off the ends): every text
+    value `read_choice` would take from a goal of short values, in the goal's order."""
+    words = goal.split()
+    haystack = _normal(goal).lower()
+    spans: dict[str, None] = {}
+    for i in range(len(words)):
+        for j in range(i + 1, min(i + longest, len(words)) + 1):
+            span = _EDGE.sub("", " ".join(words[i:j]))
+            if span and _normal(span).lower() in haystack:
+                spans.setdefault(span, None)
+    return list(spans)
+
+
+def choice_schema(
+    shortlist: Sequence[Template], registry: Registry | None = None, *, max_length: int = VALUE_MAX_CHARS, goal: str | None = None
+) -> dict[str, Any]:
+    """The answer's schema: a template name of the shortlist (or ``none``) and values, one shape per template.
+
+    A text value is one of the `goal`'s runs of words (`goal_spans`: a model
+    under a grammar then cannot make one up) when it has at most `SPANS_MAX`
+    of them, else a text of at most `max_length`; a typed one has its parameter's schema.
+    """
     shapes: list[dict[str, Any]] = []
-    text = {"type": "string", "maxLength": max(1, max_length)}
+    spans = goal_spans(goal) if goal is not None else []
+    text = {"enum": spans} if spans and len(spans) <= SPANS_MAX else {"type": "string", "maxLength": max(1, max_length)}
     for t in shortlist:
         typed = _typed(t, registry)
         props = {p: typed[p] if p in typed and "$ref" not in json.dumps(typed[p]) else text for p in t.params}
@@ -354,7 +380,7 @@ def choose_request(goal: str, shortlist: Sequence[Template], registry: Registry 
             Message(role="system", content=prompt_file("reuse", "system.md")),
             Message(role="user", content=f"Goal: {goal}\n\nSaved plans:\n{cards}"),
         ],
-        output_schema=choice_schema(shortlist, registry, max_length=min(len(goal), VALUE_MAX_CHARS)),
+        output_schema=choice_schema(shortlist, registry, max_length=min(len(goal), VALUE_MAX_CHARS), goal=goal),
         temperature=0.0,
         seed=0,
         max_tokens=CHOICE_MAX_TOKENS,
