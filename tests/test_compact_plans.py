@@ -371,6 +371,39 @@ def test_a_replan_is_asked_and_answered_in_the_compact_form(divide_registry):
     assert "line 1" in model.requests[1].messages[-1].content
 
 
+def test_a_json_revision_may_name_its_answer_as_the_shared_prompt_asks(divide_registry):
+    """A hosted planner's system prompt asks for ``answer_step``, and a revision shares it: the revision's schema takes it
+    (a provider that enforces the schema would refuse the reply otherwise), and the revision's last step is the answer."""
+    import jsonschema
+
+    steps = [
+        {"id": "s1", "action": "fetch", "parameters": {"key": "a"}},
+        {"id": "s2", "action": "fetch", "parameters": {"key": "b"}},
+        {"id": "s3", "action": "divide", "parameters": {"x": "${s1}", "y": "${s2}"}, "failure_action": "replan"},
+    ]
+    plan = Plan.model_validate({"plan_id": "p", "goal": "a over b, or c", "steps": steps})
+    revision = {
+        "steps": [
+            {"id": "s4", "worker": "tool", "action": "fetch", "instruction": "c", "parameters": {"key": "c"}, "depends_on": []},
+            {"id": "s5", "worker": "tool", "action": "divide", "instruction": "x", "parameters": {"x": "${s1}", "y": "${s4}"},
+             "depends_on": ["s1", "s4"]},
+        ],
+        "answer_step": "s4",
+    }  # fmt: skip
+    model = ScriptedModel([json.dumps(revision)])
+    planner = Planner(model, divide_registry)
+    assert planner.name_answer and '"answer_step"' in planner.messages("g")[0].content
+    result = Engine(divide_registry, replanner=PlannerReplanner(planner)).run_sync(plan)
+    assert result.status is RunStatus.SUCCEEDED and result.answer == 42 and result.plan.answer_step == "s5"
+    schema = model.requests[0].output_schema
+    assert schema["properties"]["answer_step"] == {
+        "type": "string",
+        "pattern": schema["properties"]["answer_step"]["pattern"],
+        "maxLength": 64,
+    }
+    jsonschema.validate("s4", schema["properties"]["answer_step"])
+
+
 # --- the grammar ---------------------------------------------------------------------------------
 
 

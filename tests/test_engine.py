@@ -172,6 +172,18 @@ def test_step_ready_is_said_only_by_a_step_that_has_to_wait(reg):
     started = next(e for e in r.history if e.type == "step_started" and e.step_id == second)
     assert ready.at < started.at and result.steps[second].started_at == started.at
     assert types(r.history, "c") == ["step_started", "step_succeeded"]  # its inputs ended, the slot was free
+    assert r.state.waiting == set()  # every step that waited started
+
+    async def cancelled_while_waiting():
+        run = Engine(reg, max_concurrency=1).start(plan)
+        while not any(e.type == "step_ready" for e in run.history):
+            await asyncio.sleep(0.005)
+        run.cancel("stop")
+        await run.result()
+        return run
+
+    stopped = asyncio.run(cancelled_while_waiting())
+    assert stopped.state.waiting == set()  # the one cancelled while it waited for the slot is not left waiting
     r, result = run(Engine(reg), plan)  # no limit in the way: no step waits
     assert result.ok and "step_ready" not in types(r.history)
 

@@ -489,6 +489,7 @@ class Run:
     def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:
         state = self.state
         sid = step.step_id
+        state.waiting.discard(sid)  # refused while it waited for a person: a revision may reuse its id
         rec = state.records[sid]
         rec.state, rec.error, rec.finished_at = StepState.FAILED, error, utcnow()
         rec.reason = f"failure action: {then}"
@@ -508,6 +509,7 @@ class Run:
         rec = state.records[sid]
         if rec.state.terminal:
             return
+        state.waiting.discard(sid)  # cancelled while it waited for a slot or a person
         rec.state, rec.finished_at = StepState.CANCELLED, utcnow()
         rec.reason = state.reason or "cancelled"
         t0 = state.attempt_t0.pop(sid, None)

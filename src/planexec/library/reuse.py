@@ -333,17 +333,18 @@ def _card(template: Template) -> dict[str, Any]:
     return {"template": template.name, "goal": template.plan.get("goal"), "parameters": template.params, "steps": steps}
 
 
-def goal_spans(goal: str, *, longest: int = SPAN_WORDS) -> list[str]:
-    """The runs of one to `longest` words of `goal`, as written there (quotes and closing punctuation off the ends): every text
-    value `read_choice` would take from a goal of short values, in the goal's order."""
+def goal_spans(goal: str, *, longest: int = SPAN_WORDS, limit: int | None = None) -> list[str] | None:
+    """The runs of one to `longest` words of `goal`, as written there (quotes and closing punctuation off the ends), in the
+    goal's order: text values `read_choice` takes (each is in the goal). None as soon as there are more than `limit`."""
     words = goal.split()
-    haystack = _normal(goal).lower()
     spans: dict[str, None] = {}
     for i in range(len(words)):
         for j in range(i + 1, min(i + longest, len(words)) + 1):
             span = _EDGE.sub("", " ".join(words[i:j]))
-            if span and _normal(span).lower() in haystack:
+            if span:
                 spans.setdefault(span, None)
+                if limit is not None and len(spans) > limit:
+                    return None  # a long goal: stop here, never build every run of it
     return list(spans)
 
 
@@ -352,13 +353,15 @@ def choice_schema(
 ) -> dict[str, Any]:
     """The answer's schema: a template name of the shortlist (or ``none``) and values, one shape per template.
 
-    A text value is one of the `goal`'s runs of words (`goal_spans`: a model
-    under a grammar then cannot make one up) when it has at most `SPANS_MAX`
-    of them, else a text of at most `max_length`; a typed one has its parameter's schema.
+    With a `goal` (given for a model that decodes under a grammar, see
+    `choose_request`), a text value is one of its runs of up to
+    `SPAN_WORDS` words (`goal_spans`: the model then cannot make one up)
+    when it has at most `SPANS_MAX` of them; else a text of at most
+    `max_length`. A typed one has its parameter's schema.
     """
     shapes: list[dict[str, Any]] = []
-    spans = goal_spans(goal) if goal is not None else []
-    text = {"enum": spans} if spans and len(spans) <= SPANS_MAX else {"type": "string", "maxLength": max(1, max_length)}
+    spans = goal_spans(goal, limit=SPANS_MAX) if goal is not None else None
+    text = {"enum": spans} if spans else {"type": "string", "maxLength": max(1, max_length)}
     for t in shortlist:
         typed = _typed(t, registry)
         props = {p: typed[p] if p in typed and "$ref" not in json.dumps(typed[p]) else text for p in t.params}
@@ -372,15 +375,19 @@ def choice_schema(
     }
 
 
-def choose_request(goal: str, shortlist: Sequence[Template], registry: Registry | None = None) -> ModelRequest:
-    """The one choosing call: ``prompts/reuse/system.md``, the goal and one JSON line per template, `choice_schema`."""
+def choose_request(goal: str, shortlist: Sequence[Template], registry: Registry | None = None, *, spans: bool = False) -> ModelRequest:
+    """The one choosing call: ``prompts/reuse/system.md``, the goal and one JSON line per template, `choice_schema`.
+
+    `spans` (for a model that decodes under a grammar): text values from the goal's runs of words only; a hosted
+    model may write any text (a value of more words, part of a word), which `read_choice` checks is in the goal.
+    """
     cards = "\n".join(json.dumps(_card(t), ensure_ascii=False) for t in shortlist)
     return ModelRequest(
         messages=[
             Message(role="system", content=prompt_file("reuse", "system.md")),
             Message(role="user", content=f"Goal: {goal}\n\nSaved plans:\n{cards}"),
         ],
-        output_schema=choice_schema(shortlist, registry, max_length=min(len(goal), VALUE_MAX_CHARS), goal=goal),
+        output_schema=choice_schema(shortlist, registry, max_length=min(len(goal), VALUE_MAX_CHARS), goal=goal if spans else None),
         temperature=0.0,
         seed=0,
         max_tokens=CHOICE_MAX_TOKENS,
@@ -479,7 +486,8 @@ async def find_reuse(
     record = Reuse(matcher="model", model=model.name, candidates=[t.name for t in shortlist])
     t0 = time.perf_counter()
     try:
-        response = await model.complete(choose_request(goal, shortlist, registry))
+        spans = bool(getattr(model, "constrained_decoding", False))
+        response = await model.complete(choose_request(goal, shortlist, registry, spans=spans))
     except ModelError as exc:
         used = getattr(exc, "usage", None)
         return dataclasses.replace(

@@ -129,7 +129,9 @@ class PlannerReplanner:
                 done=done,
                 first=first,
                 grants=self.planner.write_grants,
-                answer=False,  # a revision's answer is its last new step (see `engine.replan`)
+                # the planner's system prompt, which a revision shares, may ask for `answer_step`: the schema takes it, and
+                # it is not read (a revision's answer is its last new step, see `engine.replan`)
+                answer=self.planner.name_answer,
             )
         )
         found: dict[str, list[Step]] = {}
