@@ -30,7 +30,7 @@ from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import Deadline, DeadlineClock
 from planexec.engine.events import StepFailed, StepJudged, StepReady, StepStarted, utcnow
-from planexec.engine.limits import Limits, Slots
+from planexec.engine.limits import Limits
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, append_to_record, final_action, update_record
 from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
@@ -72,25 +72,58 @@ class Attempts:
         config = host.config
         self._hooks = CallHooks(run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted)
 
-    async def run(self, step: Step, worker: str, attempt: int) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
-        """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError."""
+    def start_now(self, step: Step, worker: str, attempt: int) -> bool:
+        """Start `attempt` of `step` on `worker` here and now when its slots are free: take them, mark its
+        record running and emit its `StepStarted`; False (nothing done) when it has to wait for a slot.
+
+        The run calls this as it makes a step ready, before the step's task
+        exists, then passes ``started=True`` to `run`. So a step that need not
+        wait is started with no turn of the event loop in between, and the
+        starts of one launch are emitted together: a recorder stores them in
+        one commit before any of their tasks runs (`engine.recording`).
+        """
+        slots = self._limits.slots(worker)
+        if not slots.take():
+            return False
         state = self._state
-        rec = state.records[step.step_id]
-        slots = self._slots(step.step_id, worker)
-        waiting = state.waiting
-        if (
-            slots.would_wait() and step.step_id not in waiting
-        ):  # held by a limit: ready and waiting (one that starts at once needs no event)
-            waiting.add(step.step_id)
-            self._run._emit(StepReady, step_id=step.step_id)
-        async with slots:
-            waiting.discard(step.step_id)
-            now = utcnow()  # one time for the transition: the record's start (the first attempt's) and the event's
-            if rec.started_at is None:
-                update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now)
-            else:
-                update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
-            self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+        state.held[step.step_id] = slots
+        state.starting.add(step.step_id)
+        self._begin(step, worker, attempt)
+        return True
+
+    def _begin(self, step: Step, worker: str, attempt: int) -> None:
+        """The attempt holds its slots: its record is running and its `StepStarted` is emitted."""
+        rec = self._state.records[step.step_id]
+        now = utcnow()  # one time for the transition: the record's start (the first attempt's) and the event's
+        if rec.started_at is None:
+            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now)
+        else:
+            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
+        self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+
+    async def run(
+        self, step: Step, worker: str, attempt: int, *, started: bool = False
+    ) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
+        """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError.
+
+        `started`: `start_now` took its slots and emitted its start already.
+        """
+        state = self._state
+        sid = step.step_id
+        if started:
+            slots = state.held[sid]
+            state.starting.discard(sid)
+        else:
+            slots = state.held[sid] = self._limits.slots(worker)
+            waiting = state.waiting
+            if slots.would_wait() and sid not in waiting:  # held by a limit: ready and waiting (one that starts at once needs no event)
+                waiting.add(sid)
+                self._run._emit(StepReady, step_id=sid)
+            await slots.wait()
+            waiting.discard(sid)
+            self._begin(step, worker, attempt)
+        rec = state.records[sid]
+        try:
             t0 = state.attempt_t0[step.step_id] = time.perf_counter()
             timeout = step.timeout or self._default_timeout
             # every model call of this attempt reports here, so a timeout or cancel still counts what it used
@@ -152,6 +185,8 @@ class Attempts:
             finally:
                 stop_meter(token)
             return result, None, time.perf_counter() - t0, worked
+        finally:
+            slots.release()
 
     async def _as_json(self, result: WorkResult, step_id: str, worker: str, deadline: float | None) -> WorkResult:
         """The result with its output as JSON data within `max_output_bytes` (`ToolOutputError` otherwise).
@@ -240,10 +275,6 @@ class Attempts:
     def close(self) -> None:
         """No attempt runs any more (the run is ending): the deadlines' timer goes with them."""
         self._clock.close()
-
-    def _slots(self, step_id: str, worker: str) -> Slots:
-        slots = self._state.held[step_id] = self._limits.slots(worker)
-        return slots
 
     def abandon(self, step: Step, timeout: float) -> None:
         """The step's tool ignored its timeout for the grace period: record the timeout and go on without it."""

@@ -8,9 +8,12 @@ durable before the engine goes on past them: `RunStarted`, a step's failure
 `RunFinished` flush at once, inside the subscriber call. So does
 `StepStarted` (the engine calls the step's worker right after emitting it,
 so a crash in the worker finds the step recorded as started), unless the
-engine's runner is a `DurableRunner`: that runner waits for the step's
-`StepStarted` to be stored before it hands the call on, so the steps that
-start in the same turn share one commit (group commit) instead of one each.
+engine's runner is a `DurableRunner`: that runner hands a call on only once
+the step's `StepStarted` is stored, so the steps that start in the same turn
+share one commit (group commit) instead of one each. The engine emits the
+starts of one launch together, before any of their tasks runs, and the
+batch's commit is scheduled before those tasks: by the time a step's task
+reaches the runner its start is stored, and it goes on without waiting.
 
 The first version of the plan is saved before `RunStarted` (a streamed
 plan when it is complete). If the store fails, the run is cancelled rather
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from planexec.engine.results import PlanVersion
@@ -113,6 +116,7 @@ class Recorder:
         self._queue: list[Any] = []
         self._scheduled = False
         self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
+        self._unstored: set[str] = set()  # steps whose StepStarted is queued, not yet stored (see `start_stored`)
         parent = getattr(run, "parent", None)
         self._parent: tuple[str, str] | None = (parent[0], parent[1]) if parent else None
         self._plan_saved = False
@@ -127,7 +131,10 @@ class Recorder:
         kind = event.type
         if kind == "plan_completed":
             self._save_plan()  # the streamed plan is whole now: store it with its completion
-        if kind in DURABLE_AT_ONCE and not (self.gated and kind == "step_started"):
+        if kind == "step_started" and self.gated:
+            self._unstored.add(event.step_id)
+            self._schedule()
+        elif kind in DURABLE_AT_ONCE:
             self.flush()
             if kind == "run_finished" and not self._queue and getattr(event, "run_id", None) == self.run.run_id:
                 let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
@@ -158,6 +165,7 @@ class Recorder:
             try:
                 self.store.append(batch, parent=self._parent)
                 self.flushes += 1
+                self._unstored.clear()  # every start taken so far is in the batch
             except StoreError as exc:
                 self._queue = batch + self._queue  # tried again by the next flush; appending is idempotent
                 self._failed(exc)
@@ -168,6 +176,10 @@ class Recorder:
                     waiter.set_result(None)
                 else:
                     waiter.set_exception(error)
+
+    def start_stored(self, step_id: str) -> bool:
+        """True when the step's latest `StepStarted` is stored (or was never taken)."""
+        return step_id not in self._unstored
 
     async def durable(self) -> None:
         """Wait until every event taken so far is stored (the next batch's commit); `StoreError` if it failed."""
@@ -217,11 +229,16 @@ class DurableRunner:
         self.inner = inner
         self.recorders: dict[str, Recorder] = {}
 
-    async def run(self, call: StepCall) -> WorkResult:
-        """Wait for the run's recorder to store what it has, then perform `call` on `inner`."""
+    def run(self, call: StepCall) -> Coroutine[Any, Any, WorkResult]:
+        """Perform `call` on `inner` once the step's start is stored: at once when it is (the usual case,
+        committed with its launch's), else after the recorder's next commit."""
         recorder = self.recorders.get(call.run_id)
-        if recorder is not None:
-            await recorder.durable()
+        if recorder is None or recorder.start_stored(call.step_id):
+            return self.inner.run(call)
+        return self._after_commit(recorder, call)
+
+    async def _after_commit(self, recorder: Recorder, call: StepCall) -> WorkResult:
+        await recorder.durable()
         return await self.inner.run(call)
 
 

@@ -282,7 +282,9 @@ class Run:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), grace)
         for sid in state.sched.unsettled() if state.status is not RunStatus.NEEDS_DECISION else ():
             if not state.records[sid].state.terminal:
-                self._record_cancelled(sid, was_running=state.records[sid].state is StepState.RUNNING)
+                # a step started at its launch whose task never ran was not running: its tool was never called
+                was_running = state.records[sid].state is StepState.RUNNING and sid not in state.starting
+                self._record_cancelled(sid, was_running=was_running)
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
         """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
@@ -346,9 +348,17 @@ class Run:
             rec.reason = f"input step {because!r} {outcome.value if outcome is not None else 'ended'}"
             self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
         loop = asyncio.get_running_loop()
+        attempts = self._attempts
         for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
-            update_record(state.records[sid], state=StepState.READY)
-            state.tasks[sid] = loop.create_task(self._run_step(sid))
+            rec = state.records[sid]
+            step = state.steps[sid]
+            worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
+            tried = rec.attempts
+            update_record(rec, state=StepState.READY)
+            # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
+            # before its task exists, with the others of this launch (one commit for all, when recorded)
+            started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
+            state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
         if not sched.is_active() and not state.open:
             state.done.set()
         elif state.held_steps and not batch.run and not state.open and not (sched.running() - state.held_steps):
@@ -370,16 +380,16 @@ class Run:
         self._stop("budget", f"the run exceeded its budget: {over}")
         return True
 
-    async def _run_step(self, sid: str) -> None:
+    async def _run_step(self, sid: str, worker: str, attempt: int, started: bool) -> None:
+        """Run step `sid` on `worker` until it settles; `attempt` attempts were made before (a resumed step's);
+        `started`: its next attempt was started as the step was launched (`Attempts.start_now`)."""
         state = self.state
         step = state.steps[sid]
         rec = state.records[sid]
-        worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
-        attempt = rec.attempts
         try:
-            if self._needs_approval(step) and not await self._approved(step, worker):
+            if not started and self._needs_approval(step) and not await self._approved(step, worker):
                 return
-            await self._attempt_until_settled(step, rec, worker)
+            await self._attempt_until_settled(step, rec, worker, attempt, started)
         except asyncio.CancelledError:
             self._record_cancelled(sid, was_running=rec.state is StepState.RUNNING)
             raise
@@ -423,15 +433,16 @@ class Run:
         self._fail(step, refusal, then)
         return False
 
-    async def _attempt_until_settled(self, step: Step, rec: StepRecord, worker: str) -> None:
-        """Attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end)."""
+    async def _attempt_until_settled(self, step: Step, rec: StepRecord, worker: str, attempt: int, started: bool) -> None:
+        """Attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end);
+        `attempt` attempts were made before; `started`: the next one was started already."""
         state, config = self.state, self.engine.config
         sid, fa = step.step_id, step.failure_action
         rerouted = worker != step.worker
-        attempt = rec.attempts
         while True:
             attempt += 1
-            result, error, wall, usage = await self._attempts.run(step, worker, attempt)
+            result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started)
+            started = False  # a retry or a fallback waits for its slots again
             state.held.pop(sid, None)
             if sid in state.abandoned:
                 return  # it was given up on and recorded while it ignored its timeout
@@ -510,6 +521,11 @@ class Run:
         if rec.state.terminal:
             return
         state.waiting.discard(sid)  # cancelled while it waited for a slot or a person
+        if sid in state.starting:  # started at its launch, cancelled before its task ran: its slots go back here
+            state.starting.discard(sid)
+            slots = state.held.pop(sid, None)
+            if slots is not None:
+                slots.release()
         rec.state, rec.finished_at = StepState.CANCELLED, utcnow()
         rec.reason = state.reason or "cancelled"
         t0 = state.attempt_t0.pop(sid, None)

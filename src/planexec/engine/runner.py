@@ -13,7 +13,8 @@ Imports `calls` and `registry`.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Coroutine
+from typing import Any, Protocol, runtime_checkable
 
 from planexec.workers.io import StepCall, WorkResult
 from planexec.workers.registry import Registry
@@ -36,6 +37,6 @@ class LocalRunner:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
 
-    async def run(self, call: StepCall) -> WorkResult:
-        """Look the worker up by name and let it perform the call."""
-        return await self.registry.worker(call.worker).perform(call)
+    def run(self, call: StepCall) -> Coroutine[Any, Any, WorkResult]:
+        """Look the worker up by name and let it perform the call (its `perform` coroutine itself: no layer between)."""
+        return self.registry.worker(call.worker).perform(call)

@@ -54,6 +54,7 @@ class RunState:
         self.abandoned: set[str] = set()  # steps whose tool ignored its timeout's cancellation
         self.held: dict[str, Slots] = {}  # the slots each running attempt holds
         self.waiting: set[str] = set()  # steps whose StepReady said they wait (a slot, a person), not started since
+        self.starting: set[str] = set()  # started as they were launched (`Attempts.start_now`), their task not yet running
         self.held_steps: set[str] = set()  # cut off by a crash, waiting for a person (see `resume`)
         self.planning = ZERO  # what the planner's drafts cost
         self.overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
