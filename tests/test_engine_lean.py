@@ -205,3 +205,118 @@ def test_a_finished_run_leaves_no_timer_on_the_loop(reg):
 
     clock = asyncio.run(go())
     assert clock._handle is None and clock._heap == []
+
+
+# --- steps started as they are launched ---------------------------------------------------------
+
+
+def test_a_cap_hands_a_freed_slot_to_the_longest_waiter_and_a_cancelled_waiter_gives_its_slot_on():
+    from planexec.engine.limits import Cap
+
+    async def go():
+        cap = Cap(1)
+        assert cap.take() and not cap.take() and cap.busy()
+        order = []
+
+        async def waiter(name):
+            await cap.wait()
+            order.append(name)
+
+        first = asyncio.ensure_future(waiter("first"))
+        second = asyncio.ensure_future(waiter("second"))
+        third = asyncio.ensure_future(waiter("third"))
+        await asyncio.sleep(0)
+        assert not cap.take()  # others wait first: a late `take` never overtakes them
+        cap.give()  # to "first"
+        first_done = await first
+        second.cancel()  # cancelled while waiting: it never holds a slot
+        cap.give()  # "first" is done: to "third", past the cancelled "second"
+        await third
+        assert order == ["first", "third"] and first_done is None
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        cap.give()
+        assert cap.free == 1 and cap.take()
+
+        # handed a slot and cancelled before it ran: the slot goes on, it is not lost
+        late = asyncio.ensure_future(cap.wait())
+        await asyncio.sleep(0)
+        cap.give()
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert cap.free == 1
+
+    asyncio.run(go())
+    with pytest.raises(ValueError, match="at least one slot"):
+        Cap(0)
+
+
+def test_every_tool_finds_its_own_start_stored_and_a_launch_shares_one_commit(tmp_path):
+    """With a DurableRunner, no tool runs before its StepStarted is in the store; the steps a launch starts share a commit."""
+    from planexec.engine.recording import DurableRunner, record_run
+    from planexec.engine.runner import LocalRunner
+    from planexec.store import SqliteRunStore
+
+    store = SqliteRunStore(tmp_path / "runs.db")
+    seen: dict[str, bool] = {}
+    reg = Registry()
+
+    @reg.tool
+    def look(name: str) -> str:  # a thread: it reads the store as another process would
+        reader = SqliteRunStore(tmp_path / "runs.db")
+        try:
+            seen[name] = any(e.type == "step_started" and e.step_id == name for e in reader.events(run_id))
+        finally:
+            reader.close()
+        return name
+
+    width = 6
+    steps = [{"id": f"a{i}", "action": "look", "parameters": {"name": f"a{i}"}} for i in range(width)]
+    steps += [{"id": f"b{i}", "action": "look", "parameters": {"name": f"b{i}"}, "depends_on": [f"a{i}"]} for i in range(width)]
+    run_id = "launch"
+
+    async def go():
+        engine = Engine(reg, runner=DurableRunner(LocalRunner(reg)))
+        run = engine.start(mkplan(*steps), run_id=run_id)
+        recorder = record_run(run, store)
+        return await run.result(), recorder
+
+    result, recorder = asyncio.run(go())
+    assert result.ok and seen == {s["id"]: True for s in steps}
+    starts = [e.seq for e in store.events(run_id) if e.type == "step_started" and e.step_id.startswith("a")]
+    assert starts == list(range(starts[0], starts[0] + width))  # the first launch's starts, side by side
+    # the plan, RunStarted, one commit for the first launch, then at most one per step that ended (and its launch)
+    assert recorder.flushes <= 2 + 2 * width + 2
+    store.close()
+
+
+def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_other(reg):
+    plan = mkplan(
+        {"id": "a", "action": "nap", "parameters": {"seconds": 0.2}},
+        {"id": "b", "action": "quick", "depends_on": ["a"]},
+    )
+
+    async def go():
+        run = Engine(reg).start(plan)
+        while run.records["a"].state is not StepState.RUNNING:
+            await asyncio.sleep(0.01)
+        run.cancel_between_steps("handed back")
+        return await run.result()
+
+    result = asyncio.run(go())
+    assert result.status.value == "cancelled" and result.reason == "handed back"
+    assert result.steps["a"].state is StepState.SUCCEEDED  # not cut off
+    assert result.steps["b"].state is StepState.CANCELLED and result.steps["b"].started_at is None
+
+    async def later(_step):
+        await asyncio.sleep(5)
+        return True
+
+    async def idle():  # nothing running (the step waits for a person): cancelled at once
+        run = Engine(reg, approver=later).start(mkplan({"id": "a", "action": "quick", "requires_approval": True}))
+        await asyncio.sleep(0.05)
+        run.cancel_between_steps("now")
+        return await asyncio.wait_for(run.result(), 2)
+
+    assert asyncio.run(idle()).status.value == "cancelled"

@@ -100,6 +100,7 @@ class Attempts:
         else:
             update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
         self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+        self._state.attempt_t0[step.step_id] = time.perf_counter()  # the attempt's time runs from its start
 
     async def run(
         self, step: Step, worker: str, attempt: int, *, started: bool = False
@@ -124,7 +125,7 @@ class Attempts:
             self._begin(step, worker, attempt)
         rec = state.records[sid]
         try:
-            t0 = state.attempt_t0[step.step_id] = time.perf_counter()
+            t0 = state.attempt_t0[sid]  # set by `_begin`
             timeout = step.timeout or self._default_timeout
             # every model call of this attempt reports here, so a timeout or cancel still counts what it used
             meter, token = start_meter()

@@ -159,6 +159,22 @@ class Run:
         """Stop the run: running steps are cancelled, waiting ones never start; all are recorded."""
         self._end(RunStatus.CANCELLED, reason)
 
+    def cancel_between_steps(self, reason: str = "cancelled from outside") -> None:
+        """Stop the run at its next step boundary: no step starts from now on, and the run is cancelled
+        (as `cancel`) as soon as none of its steps runs; at once when none does. A worker that hands a run
+        back uses this, so nothing is cut off mid-step."""
+        state = self.state
+        if state.status is not RunStatus.RUNNING or state.draining is not None:
+            return
+        state.draining = reason
+        self._cancel_if_quiet()
+
+    def _cancel_if_quiet(self) -> None:
+        """Cancel a draining run when none of its steps runs (in the next turn: the caller may be a step's task)."""
+        state = self.state
+        if not any(r.state is StepState.RUNNING for r in state.records.values()):
+            asyncio.get_running_loop().call_soon(self.cancel, state.draining)
+
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result."""
         assert self._task is not None, "the run was not launched"
@@ -227,13 +243,17 @@ class Run:
         await self._let_stop()
         self._attempts.close()  # a long-lived loop keeps no timer of this run's for its default timeout
         status = state.status
+        usage = sum(state.overhead.values(), state.planning + self._revisions.superseded_usage)
+        failed = False
+        for r in state.records.values():  # one pass: did every step succeed, and what the steps used
+            if r.state is not StepState.SUCCEEDED:
+                failed = True
+            if r.usage is not ZERO:  # a tool step's usage is the shared zero (`Usage.__add__` keeps it)
+                usage = usage + r.usage
         if status is RunStatus.RUNNING:
-            failed = any(r.state is not StepState.SUCCEEDED for r in state.records.values())
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
         rollback = await self._revisions.rollback() if status is RunStatus.ABORTED and not interrupted else None
         answer = None
-        before = sum(state.overhead.values(), state.planning + self._revisions.superseded_usage)
-        usage = sum((r.usage for r in state.records.values()), before)
         extra = ZERO
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
             answer, extra, status = await self._synthesize(status)
@@ -282,9 +302,8 @@ class Run:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), grace)
         for sid in state.sched.unsettled() if state.status is not RunStatus.NEEDS_DECISION else ():
             if not state.records[sid].state.terminal:
-                # a step started at its launch whose task never ran was not running: its tool was never called
-                was_running = state.records[sid].state is StepState.RUNNING and sid not in state.starting
-                self._record_cancelled(sid, was_running=was_running)
+                # a step started at its launch whose task never ran counts as running: its StepStarted says so
+                self._record_cancelled(sid, was_running=state.records[sid].state is StepState.RUNNING)
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
         """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
@@ -338,6 +357,9 @@ class Run:
     def _launch_ready(self) -> None:
         state = self.state
         if state.status is not RunStatus.RUNNING or state.pending is not None:
+            return
+        if state.draining is not None:  # stopping between steps: none starts, the run ends once the running ones have
+            self._cancel_if_quiet()
             return
         sched = state.sched
         batch = sched.ready()

@@ -17,6 +17,8 @@ from collections.abc import Set
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
+from pydantic import BaseModel
+
 from planexec.engine.limits import Slots
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunResult, RunStatus, StepRecord
 from planexec.engine.resume import Resumption
@@ -45,6 +47,7 @@ class RunState:
         self.reason: str | None = None
         self.replan: ReplanRequest | None = None  # the request a run that ends asking for a replan carries
         self.pending: ReplanRequest | None = None  # a replan asked for, served once running steps end
+        self.draining: str | None = None  # `Run.cancel_between_steps`' reason: no step starts, the run ends once none runs
         self.error: ErrorInfo | None = None
         self.result: RunResult | None = None
         self.done = asyncio.Event()  # set when nothing runs any more (the steps ended, or the run is ending)
@@ -197,11 +200,18 @@ def _new_record(step: Step) -> StepRecord:
     if _FRESH:
         for name, factory in _FRESH.items():
             fields[name] = factory()  # type: ignore[call-arg]  # pydantic types a factory as maybe taking the validated data; these take none
-    object.__setattr__(record, "__dict__", fields)
-    object.__setattr__(record, "__pydantic_fields_set__", _EVERY_FIELD)
-    object.__setattr__(record, "__pydantic_extra__", None)
-    object.__setattr__(record, "__pydantic_private__", None)
+    _SET_DICT(record, fields)
+    _SET_FIELDS_SET(record, _EVERY_FIELD)
+    _SET_EXTRA(record, None)
+    _SET_PRIVATE(record, None)
     return record
+
+
+# pydantic's slots on every model, set through their descriptors (half the cost of `object.__setattr__`)
+_SET_DICT = BaseModel.__dict__["__dict__"].__set__
+_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def append_to_record(record: StepRecord, name: str, item: Any) -> None:

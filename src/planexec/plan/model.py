@@ -352,7 +352,9 @@ class Plan(_Record):
 
     def sinks(self) -> list[str]:
         """Steps no other step depends on, in plan order."""
-        used = {d for s in self.steps for d in s.dependencies}
+        used: set[str] = set()
+        for s in self.steps:
+            used.update(s.dependencies)
         return [s.step_id for s in self.steps if s.step_id not in used]
 
     def to_json(self, *, indent: int | None = 2) -> str:

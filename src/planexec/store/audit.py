@@ -93,11 +93,9 @@ def link_hash(prev_hash: str, run_id: str, link: int, kind: str, ref: int | str,
     """The hash of one record of a run's chain (see the module docstring)."""
     # json.dumps([prev_hash, run_id, link, kind, ref]) written out: the same text, 8x faster on the store's hot path
     key = str(int(ref)) if isinstance(ref, int) else _string(ref)
-    header = f"[{_string(prev_hash)},{_string(run_id)},{int(link)},{_string(kind)},{key}]"
-    digest = hashlib.sha256(header.encode("utf-8", "surrogateescape"))
-    digest.update(b"\n")
-    digest.update(content.encode("utf-8", "surrogateescape"))
-    return "sha256:" + digest.hexdigest()
+    # the header, a newline and the content, hashed in one call (the same bytes as three updates, for less)
+    text = f"[{_string(prev_hash)},{_string(run_id)},{int(link)},{_string(kind)},{key}]\n{content}"
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def plan_content(plan: str, reason: str, diff: str | None, usage: str, created_at: str) -> str:

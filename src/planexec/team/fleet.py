@@ -63,7 +63,7 @@ from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.engine import Engine, Run, new_run_id
-from planexec.engine.results import RunStatus, StepState
+from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
 from planexec.engine.runner import Runner
 from planexec.errors import StoreError
@@ -407,20 +407,11 @@ class QueueWorker:
 
     def _release(self, run: Run) -> None:
         """Cancel `run` (reason `RELEASED`) once none of its steps runs, at the latest after `grace` seconds."""
-        if self._now or _quiet(run):
+        if self._now:
             run.cancel(RELEASED)
             return
-        loop = asyncio.get_running_loop()
-        loop.call_later(self.grace, run.cancel, RELEASED)
-
-        def check() -> None:
-            if _quiet(run):
-                run.cancel(RELEASED)
-
-        def soon(_event: Any) -> None:  # after each event, before the steps it made ready start: the run stops between steps
-            loop.call_soon(check)
-
-        run.subscribe(soon)
+        asyncio.get_running_loop().call_later(self.grace, run.cancel, RELEASED)
+        run.cancel_between_steps(RELEASED)  # no step starts from now on: the run stops between steps
 
     def _handle_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
         handled: list[int] = []
@@ -444,11 +435,6 @@ class QueueWorker:
         else:
             self.note(f"{name} again: cancelling the runs in hand at once")
             self.stop(now=True, why=name)
-
-
-def _quiet(run: Run) -> bool:
-    """True when none of the run's steps is running: cancelling it now cuts nothing off."""
-    return not any(record.state is StepState.RUNNING for record in run.records.values())
 
 
 async def _approve(_step: Any) -> bool:
