@@ -171,9 +171,9 @@ class Run:
 
     def _cancel_if_quiet(self) -> None:
         """Cancel a draining run when none of its steps runs (in the next turn: the caller may be a step's task)."""
-        state = self.state
-        if not any(r.state is StepState.RUNNING for r in state.records.values()):
-            asyncio.get_running_loop().call_soon(self.cancel, state.draining)
+        reason = self.state.draining
+        if reason is not None and not any(r.state is StepState.RUNNING for r in self.state.records.values()):
+            asyncio.get_running_loop().call_soon(self.cancel, reason)
 
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result."""
