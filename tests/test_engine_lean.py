@@ -320,3 +320,47 @@ def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_oth
         return await asyncio.wait_for(run.result(), 2)
 
     assert asyncio.run(idle()).status.value == "cancelled"
+
+
+def test_a_record_with_the_quick_init_is_the_record_its_dataclass_would_build():
+    import dataclasses
+
+    from planexec.engine.events import StepStarted, StepSucceeded
+    from planexec.records import Record, quick_init
+    from planexec.workers.io import Output, Provenance, Source, WorkResult
+
+    at = StepStarted(run_id="r", seq=0, at=__import__("datetime").datetime(2026, 1, 1), step_id="s", worker="w", action="a", attempt=1)
+    assert at.type == "step_started" and at.attempt == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        at.seq = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        StepStarted(run_id="r", seq=0, at=at.at, step_id="s", worker="w", action="a")  # attempt is required
+    with pytest.raises(TypeError):
+        StepStarted("r", 0, at.at, step_id="s", worker="w", action="a", attempt=1)  # keywords only
+    a, b = WorkResult(output=1), WorkResult(output=2)
+    assert a.tools == [] and a.tools is not b.tools  # a factory's value per record, as the dataclass makes it
+    prov = Provenance(
+        run_id="r", plan_id="p", plan_version=1, step_id="s", worker="w", action="a", attempt=1, sources=[Source(kind="tool", step_id="s")]
+    )
+    ev = StepSucceeded(
+        run_id="r", seq=1, at=at.at, step_id="s", attempt=1, wall_time=0.5, usage=ZERO, output=Output(value=[1], provenance=prov)
+    )
+    assert parse_event(ev.to_json()) == ev and pickle.loads(pickle.dumps(ev)) == ev
+
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class Checked(Record):
+        n: int
+        twice: list[int] = dataclasses.field(default_factory=list)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "twice", [self.n * 2])
+
+    quick = quick_init(Checked)
+    assert quick(n=2).twice == [4]  # __post_init__ still runs
+
+    @dataclasses.dataclass
+    class Loose:
+        n: int
+
+    with pytest.raises(TypeError, match="frozen, slotted"):
+        quick_init(Loose)

@@ -143,7 +143,8 @@ class Attempts:
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
-                    result = await self._as_json(result, step.step_id, worker, t0 + timeout if timeout is not None else None)
+                    if result.output is not None:  # None is JSON within any limit: nothing to encode
+                        result = await self._as_json(result, sid, worker, t0 + timeout if timeout is not None else None)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
                     if step.success_criteria or not self._by_criteria:
                         gate = GATE_HOOKS.set(self._hooks.owned_by(step.step_id))  # a critic's calls pass the same gate

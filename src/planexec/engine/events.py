@@ -18,7 +18,7 @@ from pydantic import Field, TypeAdapter
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunStatus
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
-from planexec.records import Record
+from planexec.records import Record, quick_init
 from planexec.usage import Usage
 from planexec.workers.gate import CallRecord, CallRequest
 from planexec.workers.io import Output
@@ -243,6 +243,7 @@ class PlanCompleted(_Event):
     step_ids: list[str]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepReady(_Event):
     """Every dependency of the step ended and it cannot start yet: it waits for a free slot (a concurrency
@@ -253,6 +254,7 @@ class StepReady(_Event):
     step_id: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(_Event):
     """An attempt began on a worker."""
@@ -264,6 +266,7 @@ class StepStarted(_Event):
     attempt: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepSucceeded(_Event):
     """An attempt produced an output that passed the step's success criteria (usage: this attempt's)."""
@@ -276,6 +279,7 @@ class StepSucceeded(_Event):
     output: Output
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(_Event):
     """An attempt failed; `then` says what the failure action did next (usage: this attempt's)."""
@@ -290,6 +294,7 @@ class StepFailed(_Event):
     usage: Usage
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepRetried(_Event):
     """The step will be tried again after `delay` seconds."""
@@ -310,6 +315,7 @@ class StepRerouted(_Event):
     to_worker: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepSkipped(_Event):
     """The step did not run because an input step did not succeed."""
@@ -320,6 +326,7 @@ class StepSkipped(_Event):
     reason: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCancelled(_Event):
     """The step was stopped (`was_running`) or never started because the run ended."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from planexec.plan.model import Step
-from planexec.records import Record
+from planexec.records import Record, quick_init
 from planexec.usage import Usage
 from planexec.workers.outputs import DEFAULT_MAX_OUTPUT_BYTES, encode
 
@@ -23,6 +23,7 @@ __all__ = ["Output", "Provenance", "Source", "StepCall", "WorkResult", "merge_so
 SourceKind = Literal["user", "plan", "tool", "model", "person"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Source(Record):
     """One origin of a value: the user's goal, a plan literal, a tool's output (which step, which tool), a model, a person.
@@ -52,6 +53,7 @@ def merge_sources(*groups: Iterable[Source]) -> list[Source]:
     return list(dict.fromkeys(s for group in groups for s in group))
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Provenance(Record):
     """Which run, plan version, step, attempt, worker and tool produced a value, and every source it derives from."""
@@ -72,6 +74,7 @@ class Provenance(Record):
         return any(s.untrusted for s in self.sources)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Output(Record):
     """A step's output value (JSON-able) together with its provenance."""
@@ -85,6 +88,7 @@ class Output(Record):
         return self.provenance.untrusted
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCall(Record):
     """One attempt at one step, as a worker receives it.
@@ -118,6 +122,7 @@ class StepCall(Record):
         return self.step.action
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkResult(Record):
     """What a worker returns: the output (JSON-able), its usage, the tools that ran and what the output derives from.

@@ -308,8 +308,11 @@ class Tool:
 
     def check_arguments(self, arguments: dict[str, Any], *, step_id: str | None = None) -> Any:
         """Validate arguments (a pydantic model instance, or a schema tool's arguments dict); `ToolInputError` lists every problem."""
+        model = self.input_model
         try:
-            return self.input_model.model_validate(arguments)
+            if isinstance(model, type):  # a pydantic model: its validator itself, without `model_validate`'s options
+                return model.__pydantic_validator__.validate_python(arguments)
+            return model.model_validate(arguments)
         except ValidationError as exc:
             problems = input_problems(exc, step_id=step_id)
             detail = "; ".join(p.render() for p in problems)

@@ -93,6 +93,9 @@ class ToolWorker:
         self.name = name
         self.description = description or f"calls its tools directly: {name}"
         self.max_concurrency = max_concurrency
+        # the one-name list each result's `tools` holds, one per tool: results are records, never changed after
+        # they are made, so every step of a tool shares it (one object fewer a step for the garbage collector)
+        self._used: dict[str, list[str]] = {}
         # A Mapping is shared, not copied: the registry's catch-all 'tool' worker sees tools added later.
         if isinstance(tools, dict):
             self.tools: dict[str, Tool] = tools
@@ -125,7 +128,10 @@ class ToolWorker:
         if (found.sensitive and call.context) or call.step.capabilities is not None:  # else nothing to check: no coroutine
             await admit_direct(call, found, self.tools)
         output = await found.invoke(call.parameters, call)
-        return WorkResult(output=output, usage=_NO_USAGE, tools=[found.name], sources=_tool_sources(call, found))
+        used = self._used.get(found.name)
+        if used is None:
+            used = self._used[found.name] = [found.name]
+        return WorkResult(output=output, usage=_NO_USAGE, tools=used, sources=_tool_sources(call, found))
 
 
 class RoleWorker:
