@@ -376,10 +376,11 @@ class Run:
             step = state.steps[sid]
             worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
             tried = rec.attempts
-            update_record(rec, state=StepState.READY)
             # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
             # before its task exists, with the others of this launch (one commit for all, when recorded)
             started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
+            if not started:
+                update_record(rec, state=StepState.READY)  # its task waits for a slot or a person
             state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
         if not sched.is_active() and not state.open:
             state.done.set()
@@ -411,7 +412,41 @@ class Run:
         try:
             if not started and self._needs_approval(step) and not await self._approved(step, worker):
                 return
-            await self._attempt_until_settled(step, rec, worker, attempt, started)
+            # attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end)
+            config = self.engine.config
+            fa = step.failure_action
+            rerouted = worker != step.worker
+            while True:
+                attempt += 1
+                result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started)
+                started = False  # a retry or a fallback waits for its slots again
+                state.held.pop(sid, None)
+                if sid in state.abandoned:
+                    return  # it was given up on and recorded while it ignored its timeout
+                state.attempt_t0.pop(sid, None)
+                update_record(rec, wall_time=rec.wall_time + wall, usage=rec.usage + usage)
+                if self._charge(usage):
+                    return  # over budget: the run is stopping and records this step
+                if error is None:
+                    assert result is not None
+                    self._succeed(step, worker, attempt, result, wall, usage)
+                    return
+                then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
+                if then == "abort" and error.rule == "check_failed" and config.replan_failed_checks and config.replanner is not None:
+                    then = "replan"  # the world differs from what the plan assumed: ask for a new plan, not the end
+                self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
+                if then == "retry":
+                    delay = fa.retry_delay(attempt, self.engine.random.random())
+                    self._emit(StepRetried, step_id=sid, next_attempt=attempt + 1, delay=delay)
+                    await asyncio.sleep(delay)
+                    continue
+                if then == "fallback":
+                    assert fa.worker is not None
+                    self._emit(StepRerouted, step_id=sid, from_worker=worker, to_worker=fa.worker)
+                    worker, rerouted = fa.worker, True
+                    continue
+                self._fail(step, error, then)
+                return
         except asyncio.CancelledError:
             self._record_cancelled(sid, was_running=rec.state is StepState.RUNNING)
             raise
@@ -454,44 +489,6 @@ class Run:
         self._emit(StepFailed, step_id=sid, attempt=0, worker=worker, error=refusal, then=then, wall_time=0.0, usage=Usage())
         self._fail(step, refusal, then)
         return False
-
-    async def _attempt_until_settled(self, step: Step, rec: StepRecord, worker: str, attempt: int, started: bool) -> None:
-        """Attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end);
-        `attempt` attempts were made before; `started`: the next one was started already."""
-        state, config = self.state, self.engine.config
-        sid, fa = step.step_id, step.failure_action
-        rerouted = worker != step.worker
-        while True:
-            attempt += 1
-            result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started)
-            started = False  # a retry or a fallback waits for its slots again
-            state.held.pop(sid, None)
-            if sid in state.abandoned:
-                return  # it was given up on and recorded while it ignored its timeout
-            state.attempt_t0.pop(sid, None)
-            update_record(rec, wall_time=rec.wall_time + wall, usage=rec.usage + usage)
-            if self._charge(usage):
-                return  # over budget: the run is stopping and records this step
-            if error is None:
-                assert result is not None
-                self._succeed(step, worker, attempt, result, wall, usage)
-                return
-            then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
-            if then == "abort" and error.rule == "check_failed" and config.replan_failed_checks and config.replanner is not None:
-                then = "replan"  # the world differs from what the plan assumed: ask for a new plan, not the end
-            self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
-            if then == "retry":
-                delay = fa.retry_delay(attempt, self.engine.random.random())
-                self._emit(StepRetried, step_id=sid, next_attempt=attempt + 1, delay=delay)
-                await asyncio.sleep(delay)
-                continue
-            if then == "fallback":
-                assert fa.worker is not None
-                self._emit(StepRerouted, step_id=sid, from_worker=worker, to_worker=fa.worker)
-                worker, rerouted = fa.worker, True
-                continue
-            self._fail(step, error, then)
-            return
 
     def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float, usage: Usage) -> None:
         state = self.state

@@ -88,7 +88,10 @@ class Scheduler:
         """
         waiting: dict[str, int] = {}  # unfinished dependencies per node (a dependency listed twice counts twice)
         dependents: dict[str, list[str]] = {}
-        for node, deps in self._deps.items():
+        graph = self._deps
+        placed: set[str] = set()  # nodes whose own dependencies were counted, in graph order
+        ordered = True  # every dependency came before its dependent in the graph's order (as plans are written)
+        for node, deps in graph.items():
             if node not in waiting:
                 waiting[node] = 0
                 dependents[node] = []
@@ -97,19 +100,24 @@ class Scheduler:
                 if dep not in waiting:
                     waiting[dep] = 0
                     dependents[dep] = []
+                if ordered and dep not in placed and dep in graph:  # (a dependency no key names is a node of its own)
+                    ordered = False
                 dependents[dep].append(node)
+            placed.add(node)
         ready = [node for node, n in waiting.items() if n == 0]
-        # Kahn's count: every node is reached from the ready ones unless a cycle holds some back
-        left = dict(waiting)
-        reached, frontier = len(ready), list(ready)
-        while frontier:
-            for after in dependents[frontier.pop()]:
-                left[after] -= 1
-                if left[after] == 0:
-                    reached += 1
-                    frontier.append(after)
-        if reached < len(waiting):
-            graphlib.TopologicalSorter(self._deps).prepare()  # raises CycleError carrying the cycle
+        # a graph in an order where every dependency comes first has no cycle; else Kahn's count: every node
+        # is reached from the ready ones unless a cycle holds some back
+        if not ordered:
+            left = dict(waiting)
+            reached, frontier = len(ready), list(ready)
+            while frontier:
+                for after in dependents[frontier.pop()]:
+                    left[after] -= 1
+                    if left[after] == 0:
+                        reached += 1
+                        frontier.append(after)
+            if reached < len(waiting):
+                graphlib.TopologicalSorter(self._deps).prepare()  # raises CycleError carrying the cycle
         self._waiting, self._ready = waiting, ready
         # as tuples of strings, which the garbage collector stops tracing after its first look at them
         self._dependents = {node: tuple(after) for node, after in dependents.items()}

@@ -361,6 +361,8 @@ class Tool:
             result = await in_thread(self.fn, **kwargs)
             if inspect.isawaitable(result):  # a callable object or a partial that returns a coroutine
                 result = await result
+        if self._plain(result):  # the usual case, without a coroutine for `checked_output`
+            return result
         return await self.checked_output(result, step_id=step_id)
 
     async def _invoke_isolated(self, ref: FunctionRef, arguments: dict[str, Any], step_id: str | None) -> Any:
@@ -395,9 +397,7 @@ class Tool:
         The size is the engine's to bound (`max_output_bytes`), as for any
         worker's output: a tool does not know the engine's limit.
         """
-        kind = type(result)
-        declared = self.output_type is Any or self.output_type is kind
-        if self._output_validator is None and kind in _SCALARS and declared and (kind is not float or math.isfinite(result)):
+        if self._plain(result):
             return result  # already JSON and of the declared type
         done, data = encode_inline(result, step_id=step_id, tool=self.name, max_bytes=None)  # refusals raise at once
         if done:
@@ -407,6 +407,12 @@ class Tool:
             return await in_thread(self.encode_output, result, step_id=step_id, stop=stop)
         finally:
             stop.set()  # the step gave up waiting: the walk stops at its next look
+
+    def _plain(self, result: Any) -> bool:
+        """True when `result` is JSON already (None, a bool, a string, a finite number) of the declared type, with no schema to meet."""
+        kind = type(result)
+        declared = self.output_type is Any or self.output_type is kind
+        return self._output_validator is None and kind in _SCALARS and declared and (kind is not float or math.isfinite(result))
 
     def encode_output(self, result: Any, *, step_id: str | None = None, stop: threading.Event | None = None) -> Any:
         """The return value checked strictly, then against the declared type (or output schema), as JSON data.
