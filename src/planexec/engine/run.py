@@ -362,29 +362,32 @@ class Run:
             self._cancel_if_quiet()
             return
         sched = state.sched
-        batch = sched.ready()
-        for sid, because in batch.skipped:
-            rec = state.records[sid]
-            outcome = sched.outcome(because)
-            rec.state, rec.finished_at = StepState.SKIPPED, utcnow()
-            rec.reason = f"input step {because!r} {outcome.value if outcome is not None else 'ended'}"
-            self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
-        loop = asyncio.get_running_loop()
-        attempts = self._attempts
-        for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
-            rec = state.records[sid]
-            step = state.steps[sid]
-            worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
-            tried = rec.attempts
-            # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
-            # before its task exists, with the others of this launch (one commit for all, when recorded)
-            started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
-            if not started:
-                update_record(rec, state=StepState.READY)  # its task waits for a slot or a person
-            state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
+        launched = False
+        if sched.has_ready():  # (most steps that end make none ready: no batch to build then)
+            batch = sched.ready()
+            launched = bool(batch.run)
+            for sid, because in batch.skipped:
+                rec = state.records[sid]
+                outcome = sched.outcome(because)
+                rec.state, rec.finished_at = StepState.SKIPPED, utcnow()
+                rec.reason = f"input step {because!r} {outcome.value if outcome is not None else 'ended'}"
+                self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
+            loop = asyncio.get_running_loop()
+            attempts = self._attempts
+            for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
+                rec = state.records[sid]
+                step = state.steps[sid]
+                worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
+                tried = rec.attempts
+                # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
+                # before its task exists, with the others of this launch (one commit for all, when recorded)
+                started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
+                if not started:
+                    update_record(rec, state=StepState.READY)  # its task waits for a slot or a person
+                state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
         if not sched.is_active() and not state.open:
             state.done.set()
-        elif state.held_steps and not batch.run and not state.open and not (sched.running() - state.held_steps):
+        elif state.held_steps and not launched and not state.open and not (sched.running() - state.held_steps):
             held = ", ".join(sorted(state.held_steps))
             self._end(
                 RunStatus.NEEDS_DECISION,
@@ -494,9 +497,10 @@ class Run:
         state = self.state
         sid = step.step_id
         plan = state.plan
-        inputs = [state.outputs[d].provenance.sources for d in step.references if d in state.outputs]
+        outputs = state.outputs
+        inputs = [outputs[d].provenance.sources for d in step.references if d in outputs] if step.references else None
         # a step with no inputs keeps its worker's list of sources when there is nothing to merge (one list a step, not two)
-        sources = result.sources if not inputs and len(result.sources) < 2 else merge_sources(*inputs, result.sources)
+        sources = result.sources if not inputs and len(result.sources) < 2 else merge_sources(*(inputs or ()), result.sources)
         prov = Provenance(
             run_id=self.run_id,
             plan_id=plan.plan_id,
@@ -509,7 +513,7 @@ class Run:
             sources=sources,
         )
         out = Output(value=result.output, provenance=prov)
-        state.outputs[sid] = out
+        outputs[sid] = out
         now = utcnow()  # the record's end and the event's time are one
         update_record(state.records[sid], state=StepState.SUCCEEDED, output=out, error=None, finished_at=now, subrun=result.subrun)
         state.sched.succeeded(sid)

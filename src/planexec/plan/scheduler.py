@@ -177,6 +177,10 @@ class Scheduler:
             ready = self._get_ready()
         self._fresh = fresh
 
+    def has_ready(self) -> bool:
+        """True when `ready()` has a step to hand out or to skip."""
+        return bool(self._ready or self._fresh)
+
     def ready(self) -> Batch:
         """Steps that may start now, plus steps skipped (and settled) because an input did not succeed."""
         batch = Batch()
