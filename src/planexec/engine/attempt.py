@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
 from planexec.engine.calls import CallHooks
@@ -131,7 +132,8 @@ class Attempts:
             meter, token = start_meter()
             try:
                 call = self._call(step, worker, attempt)
-                stuck = (lambda: self.abandon(step, timeout)) if timeout is not None else None  # no deadline, never stuck
+                # no deadline, never stuck (a partial, not a lambda: a lambda would make this function's locals cells)
+                stuck = partial(self.abandon, step, timeout) if timeout is not None else None
                 deadline = Deadline(timeout, self._clock, on_stuck=stuck, grace=self._grace)
                 try:
                     here = CURRENT_STEP.set((self._run, step.step_id))
