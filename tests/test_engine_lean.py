@@ -364,3 +364,130 @@ def test_a_record_with_the_quick_init_is_the_record_its_dataclass_would_build():
 
     with pytest.raises(TypeError, match="frozen, slotted"):
         quick_init(Loose)
+
+
+def test_a_run_stopped_between_steps_while_its_last_step_runs_ends_as_it_would_have(reg):
+    async def go():
+        run = Engine(reg).start(mkplan({"id": "a", "action": "nap", "parameters": {"seconds": 0.1}}))
+        while run.records["a"].state is not StepState.RUNNING:
+            await asyncio.sleep(0.01)
+        run.cancel_between_steps("handed back")
+        return await asyncio.wait_for(run.result(), 5)  # it used to wait for ever
+
+    result = asyncio.run(go())
+    assert result.ok and result.steps["a"].state is StepState.SUCCEEDED
+
+
+def test_a_step_waiting_for_a_slot_does_not_start_once_the_run_stops_between_steps():
+    reg = Registry()
+    log: list[str] = []
+
+    @reg.tool
+    async def work(name: str) -> str:
+        log.append(f"{name} begins")
+        await asyncio.sleep(0.1)
+        log.append(f"{name} ends")
+        return name
+
+    plan = mkplan({"id": "a", "action": "work", "parameters": {"name": "a"}}, {"id": "b", "action": "work", "parameters": {"name": "b"}})
+
+    async def go():
+        run = Engine(reg, max_concurrency=1).start(plan)
+        while not log:
+            await asyncio.sleep(0.01)
+        run.cancel_between_steps("handed back")
+        return await asyncio.wait_for(run.result(), 5), run
+
+    result, run = asyncio.run(go())
+    assert log == ["a begins", "a ends"]  # b never began: nothing was cut off
+    assert result.status.value == "cancelled" and result.steps["a"].state is StepState.SUCCEEDED
+    cancelled = [e for e in run.history if e.type == "step_cancelled"]
+    assert [(e.step_id, e.was_running) for e in cancelled] == [("b", False)]
+
+
+def test_a_run_cancelled_by_a_steps_start_runs_no_tool_of_that_launch():
+    reg = Registry()
+    ran: list[str] = []
+
+    @reg.tool
+    async def work(name: str) -> str:
+        ran.append(name)
+        return name
+
+    plan = mkplan(*({"id": sid, "action": "work", "parameters": {"name": sid}} for sid in "abc"))
+
+    async def go():
+        run = Engine(reg).start(plan)
+        run.subscribe(lambda ev: run.cancel("stop at the first start") if ev.type == "step_started" else None)
+        return await run.result(), run
+
+    result, run = asyncio.run(go())
+    assert result.status.value == "cancelled" and ran == []
+    assert {sid: r.state for sid, r in result.steps.items()} == dict.fromkeys("abc", StepState.CANCELLED)
+    assert [(e.step_id, e.was_running) for e in run.history if e.type == "step_cancelled"] == [("a", False), ("b", False), ("c", False)]
+
+
+def test_a_step_cancelled_before_its_task_ran_is_run_again_on_resume_not_held(tmp_path):
+    from planexec.store import open_store
+
+    reg = Registry()
+    calls: list[str] = []
+
+    @reg.tool(idempotent=True)
+    async def quick(name: str) -> str:
+        calls.append(name)
+        return name
+
+    @reg.tool
+    async def charge(name: str) -> str:  # not idempotent: a cut-off attempt would be held for a person
+        calls.append(name)
+        return "charged " + name
+
+    plan = mkplan(
+        {"id": "a", "action": "quick", "parameters": {"name": "a"}},
+        {"id": "c", "action": "charge", "parameters": {"name": "c"}, "depends_on": ["a"]},
+    )
+    path = tmp_path / "runs.db"
+
+    async def first():
+        store = open_store(path)
+        run = Engine(reg, store=store).start(plan, run_id="r1")
+        loop = asyncio.get_running_loop()
+        run.subscribe(lambda ev: loop.call_soon(run.cancel, "stop") if ev.type == "step_succeeded" else None)
+        try:
+            return await run.result(), run
+        finally:
+            store.close()
+
+    async def second():
+        store = open_store(path)
+        try:
+            return await Engine(reg, store=store).resume("r1").result()
+        finally:
+            store.close()
+
+    result, run = asyncio.run(first())
+    assert result.status.value == "cancelled" and calls == ["a"]
+    assert [(e.type, getattr(e, "was_running", None)) for e in run.history if getattr(e, "step_id", None) == "c"] == [
+        ("step_started", None),
+        ("step_cancelled", False),  # started as it was launched, its tool never called
+    ]
+    resumed = asyncio.run(second())
+    assert resumed.ok and calls == ["a", "c"]  # run once, not held for a decision
+
+
+def test_a_step_that_waits_for_a_slot_is_not_overtaken_by_one_made_ready_later(reg):
+    plan = mkplan(
+        {"id": "a", "action": "quick"},
+        {"id": "b", "action": "quick"},
+        {"id": "c", "action": "quick"},
+        {"id": "d", "action": "quick", "depends_on": ["a"]},
+    )
+
+    async def go():
+        run = Engine(reg, max_concurrency=1).start(plan)
+        await run.result()
+        return run
+
+    run = asyncio.run(go())
+    assert [e.step_id for e in run.history if e.type == "step_started"] == ["a", "b", "c", "d"]

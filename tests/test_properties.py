@@ -474,8 +474,7 @@ def check_step_story(scn: Scenario, out: Outcome, sid: str) -> Any:
             assert phase in ("waiting", "ready", "running", "between"), where
             if phase in ("waiting", "ready"):
                 assert not ev.was_running, where
-            elif phase == "running":
-                assert ev.was_running, where
+            # "running" and not running: a step started as it was launched whose task never ran (its tool was not called)
         if is_terminal(ev):
             terminal, phase = ev, "ended"
     assert terminal is not None, f"step {sid} has no terminal event: {[e.type for e in events]}"

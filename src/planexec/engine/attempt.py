@@ -83,10 +83,12 @@ class Attempts:
         starts of one launch are emitted together: a recorder stores them in
         one commit before any of their tasks runs (`engine.recording`).
         """
-        slots = self._limits.slots(worker)
-        if not slots.take():
-            return False
         state = self._state
+        slots = None if state.behind else self._limits.slots(worker)
+        if slots is None or not slots.take():
+            # it waits: so does every step launched after it until its task is in the slots' queue (first come, first served)
+            state.behind.add(step.step_id)
+            return False
         state.held[step.step_id] = slots
         state.starting.add(step.step_id)
         self._begin(step, worker, attempt)
@@ -117,12 +119,18 @@ class Attempts:
             state.starting.discard(sid)
         else:
             slots = state.held[sid] = self._limits.slots(worker)
+            state.behind.discard(sid)  # in the queue from here on: later steps may start again
             waiting = state.waiting
             if slots.would_wait() and sid not in waiting:  # held by a limit: ready and waiting (one that starts at once needs no event)
                 waiting.add(sid)
                 self._run._emit(StepReady, step_id=sid)
             await slots.wait()
             waiting.discard(sid)
+            if state.draining is not None:  # the run stops between steps: this one does not start, it waits for the run's cancel
+                slots.release()
+                update_record(state.records[sid], state=StepState.READY)
+                self._run._cancel_if_quiet()
+                await asyncio.get_running_loop().create_future()
             self._begin(step, worker, attempt)
         rec = state.records[sid]
         try:

@@ -302,8 +302,9 @@ class Run:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), grace)
         for sid in state.sched.unsettled() if state.status is not RunStatus.NEEDS_DECISION else ():
             if not state.records[sid].state.terminal:
-                # a step started at its launch whose task never ran counts as running: its StepStarted says so
-                self._record_cancelled(sid, was_running=state.records[sid].state is StepState.RUNNING)
+                # a step started as it was launched whose task never ran was not running: its tool was never called
+                was_running = state.records[sid].state is StepState.RUNNING and sid not in state.starting
+                self._record_cancelled(sid, was_running=was_running)
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
         """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
@@ -360,6 +361,8 @@ class Run:
             return
         if state.draining is not None:  # stopping between steps: none starts, the run ends once the running ones have
             self._cancel_if_quiet()
+            if not state.sched.is_active() and not state.open:
+                state.done.set()  # every step ended: the run ends as it would have (nothing is left to cancel)
             return
         sched = state.sched
         launched = False
@@ -382,6 +385,8 @@ class Run:
                 # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
                 # before its task exists, with the others of this launch (one commit for all, when recorded)
                 started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
+                if state.status is not RunStatus.RUNNING:
+                    break  # its StepStarted stopped the run (a subscriber, a store that failed): no task, no tool
                 if not started:
                     update_record(rec, state=StepState.READY)  # its task waits for a slot or a person
                 state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
@@ -544,6 +549,7 @@ class Run:
         if rec.state.terminal:
             return
         state.waiting.discard(sid)  # cancelled while it waited for a slot or a person
+        state.behind.discard(sid)  # cancelled before its task ran
         if sid in state.starting:  # started at its launch, cancelled before its task ran: its slots go back here
             state.starting.discard(sid)
             slots = state.held.pop(sid, None)

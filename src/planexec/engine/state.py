@@ -58,6 +58,7 @@ class RunState:
         self.held: dict[str, Slots] = {}  # the slots each running attempt holds
         self.waiting: set[str] = set()  # steps whose StepReady said they wait (a slot, a person), not started since
         self.starting: set[str] = set()  # started as they were launched (`Attempts.start_now`), their task not yet running
+        self.behind: set[str] = set()  # launched to wait for a slot, their task not yet in the queue: none starts before them
         self.held_steps: set[str] = set()  # cut off by a crash, waiting for a person (see `resume`)
         self.planning = ZERO  # what the planner's drafts cost
         self.overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
@@ -114,6 +115,10 @@ class RunControl(Protocol):
 
     def _launch_ready(self) -> None:
         """Start every step whose dependencies ended."""
+        ...
+
+    def _cancel_if_quiet(self) -> None:
+        """Cancel a run stopping between steps once none of its steps runs."""
         ...
 
     def record_draft(self, **fields: Any) -> None:
