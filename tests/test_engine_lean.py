@@ -491,3 +491,97 @@ def test_a_step_that_waits_for_a_slot_is_not_overtaken_by_one_made_ready_later(r
 
     run = asyncio.run(go())
     assert [e.step_id for e in run.history if e.type == "step_started"] == ["a", "b", "c", "d"]
+
+
+def test_a_run_stopped_between_steps_that_owes_a_replan_is_handed_back_without_calling_the_replanner():
+    from planexec.engine.replan import FunctionReplanner
+
+    reg = Registry()
+    replans: list[str] = []
+
+    @reg.tool
+    async def flaky() -> str:
+        await asyncio.sleep(0.3)
+        raise RuntimeError("boom")
+
+    @reg.tool
+    async def quick(name: str) -> str:
+        await asyncio.sleep(0.1)
+        return name
+
+    plan = mkplan(
+        {"id": "a", "action": "flaky", "failure_action": "replan"},
+        {"id": "c", "action": "quick", "parameters": {"name": "c"}},
+        {"id": "b", "action": "quick", "parameters": {"name": "b"}},
+    )
+    replanner = FunctionReplanner(lambda ctx: replans.append("asked") or [{"id": "z", "action": "quick", "parameters": {"name": "z"}}])
+
+    async def go():
+        run = Engine(reg, max_concurrency=2, replanner=replanner).start(plan)
+        await asyncio.sleep(0.02)
+        run.cancel_between_steps("released")  # a and c run, b waits for a slot
+        return await asyncio.wait_for(run.result(), 5), run  # it used to wait for ever for b
+
+    result, run = asyncio.run(go())
+    assert result.status.value == "cancelled" and result.reason == "released" and replans == []
+    assert {sid: r.state.value for sid, r in result.steps.items()} == {"a": "failed", "c": "succeeded", "b": "cancelled"}
+    assert [e.type for e in run.history if getattr(e, "step_id", None) == "b"] == ["step_ready", "step_cancelled"]
+
+
+def test_a_run_stopped_between_steps_from_an_event_starts_nothing_after_it(reg):
+    plan = mkplan(*({"id": sid, "action": "quick"} for sid in "abcd"))
+
+    async def go():
+        run = Engine(reg).start(plan)
+        run.subscribe(lambda ev: run.cancel_between_steps("stop") if ev.type == "step_started" else None)
+        return await run.result(), run
+
+    result, run = asyncio.run(go())
+    assert [e.step_id for e in run.history if e.type == "step_started"] == ["a"]
+    assert result.steps["a"].state is StepState.SUCCEEDED and result.status.value == "cancelled"
+    assert all(result.steps[sid].state is StepState.CANCELLED for sid in "bcd")
+
+
+def test_a_step_held_for_a_decision_stays_held_when_its_resumed_run_is_stopped(tmp_path):
+    """A held step cancelled with its run is cut off again on the next resume, never run without a person."""
+    from planexec.engine.resume import plan_resumption
+    from planexec.store import open_store
+
+    reg = Registry()
+
+    @reg.tool
+    async def charge() -> str:  # not idempotent
+        return "charged"
+
+    @reg.tool(idempotent=True)
+    async def slow() -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    plan = mkplan({"id": "h", "action": "charge"}, {"id": "w", "action": "slow"})
+    store = open_store(tmp_path / "runs.db")
+
+    async def first():  # as if the process died while h ran: its start stored, nothing after
+        run = Engine(reg, store=store).start(plan, run_id="r")
+        run.subscribe(lambda ev: run.cancel("crash") if ev.type == "step_started" and ev.step_id == "h" else None)
+        await run.result()
+
+    asyncio.run(first())
+    # the crashed history, in a fresh store: the run and h started, nothing ended
+    started = [e for e in store.events("r") if e.type == "run_started" or (e.type == "step_started" and e.step_id == "h")]
+    crashed = open_store(tmp_path / "crashed.db")
+    crashed.save_plan("r", plan)
+    crashed.append(started)
+    store.close()
+
+    async def resume_and_stop():
+        run = Engine(reg, store=crashed).resume("r")
+        assert "h" in run.state.held_steps
+        await asyncio.sleep(0.05)
+        run.cancel_between_steps("stop")
+        return await asyncio.wait_for(run.result(), 5)
+
+    asyncio.run(resume_and_stop())
+    again = plan_resumption("r", crashed.events("r"), crashed.plan_versions("r"), lambda step: step.action == "slow")
+    assert "h" in again.held  # still waiting for a person, not to be run again
+    crashed.close()

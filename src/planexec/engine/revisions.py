@@ -102,12 +102,18 @@ class Revisions:
             joiner = self._config.joiner
             if joiner is None or state.open or not self._join_needed(joiner):
                 return False
+            if state.draining is not None:  # stopping between steps: the joiner's decision is for whoever resumes the run
+                self._run._hand_back()
+                return False
             request = await self._join(joiner)
             if request is None:
                 return False
             if self._config.replanner is None:
                 self._run._end(RunStatus.REPLAN_REQUESTED, request.reason, request)
                 return False
+        if state.draining is not None:  # stopping between steps: no new version starts here
+            self._run._hand_back()
+            return False
         await self._settle()
         if state.status is not RunStatus.RUNNING:
             return False

@@ -169,6 +169,16 @@ class Run:
         state.draining = reason
         self._cancel_if_quiet()
 
+    def _hand_back(self) -> None:
+        """A run stopping between steps that owes a new version (a replan): cancelled now, with the reason it
+        stops for; whoever resumes it serves the replan. Its waiting steps' tasks are cancelled."""
+        state = self.state
+        state.status, state.reason, state.replan, state.open = RunStatus.CANCELLED, state.draining, None, False
+        for task in state.tasks.values():
+            if not task.done():
+                task.cancel()
+        state.done.set()
+
     def _cancel_if_quiet(self) -> None:
         """Cancel a draining run when none of its steps runs (in the next turn: the caller may be a step's task)."""
         reason = self.state.draining
@@ -302,8 +312,9 @@ class Run:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), grace)
         for sid in state.sched.unsettled() if state.status is not RunStatus.NEEDS_DECISION else ():
             if not state.records[sid].state.terminal:
-                # a step started as it was launched whose task never ran was not running: its tool was never called
-                was_running = state.records[sid].state is StepState.RUNNING and sid not in state.starting
+                # a step started as it was launched whose task never ran was not running: its tool was never called;
+                # a step held for a person's decision stays cut off (the next resume holds it again)
+                was_running = (state.records[sid].state is StepState.RUNNING and sid not in state.starting) or sid in state.held_steps
                 self._record_cancelled(sid, was_running=was_running)
 
     async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
@@ -357,12 +368,14 @@ class Run:
 
     def _launch_ready(self) -> None:
         state = self.state
-        if state.status is not RunStatus.RUNNING or state.pending is not None:
+        if state.status is not RunStatus.RUNNING:
             return
         if state.draining is not None:  # stopping between steps: none starts, the run ends once the running ones have
             self._cancel_if_quiet()
             if not state.sched.is_active() and not state.open:
                 state.done.set()  # every step ended: the run ends as it would have (nothing is left to cancel)
+            return
+        if state.pending is not None:
             return
         sched = state.sched
         launched = False
@@ -378,6 +391,8 @@ class Run:
             loop = asyncio.get_running_loop()
             attempts = self._attempts
             for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
+                if state.status is not RunStatus.RUNNING or state.draining is not None:
+                    break  # an event of this launch stopped the run (a subscriber, a failed store): the rest never start
                 rec = state.records[sid]
                 step = state.steps[sid]
                 worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
@@ -540,6 +555,8 @@ class Run:
             req = ReplanRequest(step_id=sid, reason=f"step {sid!r} failed: {error.render()}", error=error, source=source)
             if not self._revisions.request(req):
                 self._end(RunStatus.REPLAN_REQUESTED, req.reason, replan=req, from_step=True)
+            elif state.draining is not None:
+                self._cancel_if_quiet()  # the replan is for whoever resumes the run
         else:
             self._launch_ready()
 

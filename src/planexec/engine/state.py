@@ -121,6 +121,10 @@ class RunControl(Protocol):
         """Cancel a run stopping between steps once none of its steps runs."""
         ...
 
+    def _hand_back(self) -> None:
+        """Cancel a run stopping between steps that owes a new version now."""
+        ...
+
     def record_draft(self, **fields: Any) -> None:
         """Record one of the planner's drafts; its usage counts toward the run's."""
         ...
