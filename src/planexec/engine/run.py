@@ -170,14 +170,9 @@ class Run:
         self._cancel_if_quiet()
 
     def _hand_back(self) -> None:
-        """A run stopping between steps that owes a new version (a replan): cancelled now, with the reason it
-        stops for; whoever resumes it serves the replan. Its waiting steps' tasks are cancelled."""
-        state = self.state
-        state.status, state.reason, state.replan, state.open = RunStatus.CANCELLED, state.draining, None, False
-        for task in state.tasks.values():
-            if not task.done():
-                task.cancel()
-        state.done.set()
+        """A run stopping between steps that owes a new version (a replan, a joiner's decision): cancelled now,
+        with the reason it stops for, though its steps have ended; whoever resumes it serves what is owed."""
+        self._end(RunStatus.CANCELLED, self.state.draining or "cancelled", owed=True)
 
     def _cancel_if_quiet(self) -> None:
         """Cancel a draining run when none of its steps runs (in the next turn: the caller may be a step's task)."""
@@ -339,8 +334,11 @@ class Run:
             return None, ZERO, RunStatus.PARTIAL
         return outcome.answer, outcome.usage, status
 
-    def _end(self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False) -> None:
-        """Stop the run with `status`. `from_step`: a step's own failure action ends it (its task goes on to return)."""
+    def _end(
+        self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False, owed: bool = False
+    ) -> None:
+        """Stop the run with `status`. `from_step`: a step's own failure action ends it (its task goes on to return);
+        `owed`: a cancel stands even when every step has ended (the run owes a replan or a joiner's decision)."""
         state = self.state
         if state.result is not None:
             return
@@ -351,7 +349,7 @@ class Run:
             return
         if state.status is not RunStatus.RUNNING:
             return
-        if status is RunStatus.CANCELLED and not state.sched.is_active() and not state.open:
+        if status is RunStatus.CANCELLED and not owed and not state.sched.is_active() and not state.open:
             return  # every step has ended: nothing is left to cancel, the outcome stands
         state.status, state.reason, state.replan = status, reason, replan
         state.open = False
