@@ -15,7 +15,8 @@ What it measures, on `--layers` x `--width` steps (default 100 x 100 =
   Debian's ``postgresql`` package, on loopback; fsync off, so the figure
   is the store's round trips, not the disk).
 
-For each: wall seconds (median, min, max), events per second (events /
+The kinds take turns: each round runs one of each, so a machine that slows
+down for a while slows them all. For each: wall seconds (median, min, max), events per second (events /
 wall), microseconds per step, the slowdown against ``memory`` (wall, and
 process CPU time: steadier on a shared machine; it counts this process's
 threads, not the PostgreSQL server's), and how many transactions the
@@ -90,40 +91,50 @@ async def _execute(registry: Registry, plan: Plan, store: Any, gated: bool) -> t
     return wall, cpu, len(run.history), run.run_id
 
 
-def time_store(kind: str, registry: Registry, plan: Plan, repeats: int, folder: Path, pg_url: str | None) -> dict[str, Any]:
-    """Repeated runs with one kind of store: wall, events/s, µs/step, appends; each recorded run checked."""
-    walls, cpus, rates, appends = [], [], [], []
+def run_once(kind: str, registry: Registry, plan: Plan, folder: Path, pg_url: str | None, i: int) -> tuple[float, float, int, int | None]:
+    """One run with one kind of store, checked: (wall s, cpu s, events, transactions or None)."""
+    store = None
+    backend, _, mode = kind.partition("-")
+    if backend == "sqlite":
+        store = CountingStore(SqliteRunStore(folder / f"{kind}-{i}.db"))
+    elif backend == "postgres":
+        store = CountingStore(PostgresRunStore(pg_url or "", schema=f"bench_{mode or 'gated'}_{i}_{time.time_ns()}"))
+    gc.collect()
+    try:
+        wall, cpu, events, run_id = asyncio.run(_execute(registry, plan, store, gated=mode != "sync"))
+        if store is None:
+            return wall, cpu, events, None
+        stored = store.events(run_id)
+        if [e.seq for e in stored] != list(range(events)):
+            raise SystemExit(f"{kind}: {len(stored)} of {events} events stored, or out of order")
+        return wall, cpu, events, store.appends
+    finally:
+        if store is not None:
+            store.close()
+
+
+def time_stores(kinds: list[str], registry: Registry, plan: Plan, repeats: int, folder: Path, pg_url: str | None) -> dict[str, Any]:
+    """Repeated runs of each kind of store, interleaved (one of each per round, so a machine that slows down
+    slows them all): wall, events/s, µs/step, transactions; each recorded run checked."""
+    runs: dict[str, list[tuple[float, float, int, int | None]]] = {kind: [] for kind in kinds}
     for i in range(repeats):
-        store = None
-        backend, _, mode = kind.partition("-")
-        if backend == "sqlite":
-            store = CountingStore(SqliteRunStore(folder / f"{kind}-{i}.db"))
-        elif backend == "postgres":
-            store = CountingStore(PostgresRunStore(pg_url or "", schema=f"bench_{mode or 'gated'}_{i}_{time.time_ns()}"))
-        gc.collect()
-        try:
-            wall, cpu, events, run_id = asyncio.run(_execute(registry, plan, store, gated=mode != "sync"))
-            if store is not None:
-                stored = store.events(run_id)
-                if [e.seq for e in stored] != list(range(events)):
-                    raise SystemExit(f"{kind}: {len(stored)} of {events} events stored, or out of order")
-                appends.append(store.appends)
-        finally:
-            if store is not None:
-                store.close()
-        walls.append(wall)
-        cpus.append(cpu)
-        rates.append(events / wall)
+        for kind in kinds:
+            runs[kind].append(run_once(kind, registry, plan, folder, pg_url, i))
     n = len(plan.steps)
-    out = {
-        "wall_s": spread(walls),
-        "cpu_s": spread(cpus),
-        "events_per_s": spread(rates),
-        "us_per_step": spread([w / n * 1e6 for w in walls]),
-        "events": events,
-    }
-    if appends:
-        out["transactions"] = spread([float(a) for a in appends])
+    out: dict[str, Any] = {}
+    for kind, done in runs.items():
+        walls = [w for w, _, _, _ in done]
+        figures: dict[str, Any] = {
+            "wall_s": spread(walls),
+            "cpu_s": spread([c for _, c, _, _ in done]),
+            "events_per_s": spread([e / w for w, _, e, _ in done]),
+            "us_per_step": spread([w / n * 1e6 for w in walls]),
+            "events": done[-1][2],
+        }
+        appends = [float(a) for _, _, _, a in done if a is not None]
+        if appends:
+            figures["transactions"] = spread(appends)
+        out[kind] = figures
     return out
 
 
@@ -167,8 +178,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             for kind in kinds:
                 # warm-up: pydantic's serializers and the backend's first statements, kept out of the figures
                 (folder / f"warm-{kind}").mkdir()
-                time_store(kind, registry, warm, 1, folder / f"warm-{kind}", pg_url)
-                result["stores"][kind] = time_store(kind, registry, plan, args.repeats, folder, pg_url)
+                run_once(kind, registry, warm, folder / f"warm-{kind}", pg_url, 0)
+            result["stores"] = time_stores(kinds, registry, plan, args.repeats, folder, pg_url)
         finally:
             if server is not None:
                 server.stop()

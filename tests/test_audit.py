@@ -159,6 +159,28 @@ def test_stored_events_are_their_own_compact_json_and_the_hash_covers_the_bytes_
     assert [row[3] for row in rows] == list(range(1, len(rows) + 1))
 
 
+def test_a_batch_of_events_is_chained_as_each_would_be_alone():
+    """`Chain.event_rows` (the store's hot path) gives every event the hash `link_hash` defines, for any run id."""
+    from planexec.engine.events import StepStarted, utcnow
+    from planexec.store.audit import Chain, ChainHead
+
+    run_id = 'run "é" \\ 1'  # a run id JSON must escape
+    events = [StepStarted(run_id=run_id, seq=s, at=utcnow(), step_id=f"s{s}", worker="tool", action="t", attempt=1) for s in (4, 5, 6)]
+    bodies = [ev.to_json() for ev in events]
+    head = ChainHead(link=9, seq=3, hash="sha256:" + "ab" * 32)
+    chain = Chain(run_id, head)
+    params = chain.event_rows(events, bodies)
+    rows = [params[i : i + 7] for i in range(0, len(params), 7)]
+    prev, link = head.hash, 9
+    for ev, body, row in zip(events, bodies, rows, strict=True):
+        link += 1
+        assert row == [run_id, ev.seq, "step_started", body, link, prev, link_hash(prev, run_id, link, "step_started", ev.seq, body)]
+        prev = row[6]
+    assert (chain.link, chain.seq, chain.hash, chain.changed) == (12, 6, prev, True)
+    legacy = Chain(run_id, ChainHead(link=None, seq=None, hash=None))  # a run recorded before the audit log
+    assert legacy.event_rows(events, bodies)[4:7] == [None, None, None] and legacy.seq == 6 and not legacy.changed
+
+
 # --- tampering, caught ------------------------------------------------------------------------
 
 

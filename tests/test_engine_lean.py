@@ -291,6 +291,38 @@ def test_every_tool_finds_its_own_start_stored_and_a_launch_shares_one_commit(tm
     store.close()
 
 
+def test_a_step_that_waited_for_a_slot_runs_only_once_its_start_is_stored(tmp_path):
+    """One slot, four steps: each later step starts when a step ends, outside a launch; it waits for the next commit."""
+    from planexec.engine.recording import DurableRunner, record_run
+    from planexec.engine.runner import LocalRunner
+    from planexec.store import SqliteRunStore
+
+    store = SqliteRunStore(tmp_path / "runs.db")
+    seen: dict[str, bool] = {}
+    reg = Registry()
+
+    @reg.tool
+    def look(name: str) -> str:
+        reader = SqliteRunStore(tmp_path / "runs.db")
+        try:
+            seen[name] = any(e.type == "step_started" and e.step_id == name for e in reader.events("slots"))
+        finally:
+            reader.close()
+        return name
+
+    async def go():
+        engine = Engine(reg, runner=DurableRunner(LocalRunner(reg)), max_concurrency=1)
+        run = engine.start(mkplan(*({"id": f"s{i}", "action": "look", "parameters": {"name": f"s{i}"}} for i in range(4))), run_id="slots")
+        recorder = record_run(run, store)
+        result = await run.result()
+        return result, recorder, engine.runner
+
+    result, recorder, runner = asyncio.run(go())
+    assert result.ok and seen == {f"s{i}": True for i in range(4)}
+    assert runner.recorders == {} and recorder.error is None  # the runner lets go of the run once it finished
+    store.close()
+
+
 def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_other(reg):
     plan = mkplan(
         {"id": "a", "action": "nap", "parameters": {"seconds": 0.2}},

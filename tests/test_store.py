@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import socket
 import sqlite3
 import threading
@@ -44,6 +45,7 @@ from planexec.store import (
     open_store,
     replay,
 )
+from planexec.store.audit import verify_run
 from planexec.store.schema import MIGRATIONS, SQLITE_APPLICATION_ID, migrate
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance
@@ -245,6 +247,91 @@ def test_plan_versions_from_the_first_plan_and_revisions(store):
     assert (run.plan_version, run.content_hash, run.step_count) == (2, v2.content_hash, 2)
     with pytest.raises(StoreError, match="different plan version 1"):
         store.save_plan("r1", mkplan("x"))
+
+
+def _every_field_plan() -> Plan:
+    """A plan with every kind of criterion, failure action, resources, a rollback plan: defaults and not."""
+    return Plan.from_data(
+        {
+            "plan_id": "full", "goal": "every field", "risk_level": "high", "answer_step": "b", "version": 3, "revises": 2,
+            "estimated_duration": "PT5M",
+            "rollback_plan": {"goal": "undo", "steps": [{"id": "u", "action": "t"}]},
+            "steps": [
+                {"id": "a", "action": "t", "worker": "tool", "parameters": {"x": 1, "y": [None, ""]},
+                 "success_criteria": ["not_empty", "all_good", {"kind": "regex", "pattern": "^o"},
+                                      {"kind": "json_schema", "schema": {"type": "object"}}, {"kind": "critic", "criteria": ""}],
+                 "failure_action": {"kind": "retry", "max_attempts": 3, "then": "skip"}, "timeout": 2.5,
+                 "resources": {"num_cpus": 1}, "requires_approval": True},
+                {"id": "b", "action": "t", "depends_on": ["a"], "instruction": "use ${a}", "failure_action": "replan",
+                 "accepts_failed_inputs": True, "output_schema": {"type": "string"},
+                 "capabilities": [{"tool": "t", "arguments": {"x": {"values": [1]}}, "approved": True}]},
+            ],
+        }
+    )  # fmt: skip
+
+
+def test_a_plan_version_is_stored_without_its_defaults_and_read_back_the_same(store):
+    plan = _every_field_plan()
+    store.save_plan("r1", plan)
+    (version,) = store.plan_versions("r1")
+    assert version.plan == plan and version.plan.content_hash == plan.content_hash
+    stored = json.loads(store.audit_trail("r1").records[0].content)["plan"]
+    assert '"failure_action":{"kind":"retry","then":"skip"}' in stored  # max_attempts=3 is the default: not written
+    assert stored.count('"kind":') == 2 + 5 + 0  # the two failure actions and the five criteria: a criterion keeps its tag
+    assert len(stored) < len(plan.model_dump_json(by_alias=True)) * 0.7
+    store.save_plan("r1", plan)  # again: a no-op
+    assert verify_run(store, "r1").ok
+
+
+def test_a_plan_version_stored_with_every_field_by_an_older_planexec_is_the_same_plan(store, monkeypatch):
+    import planexec.store.sql as sql
+
+    plan = _every_field_plan()
+    monkeypatch.setattr(sql, "_plan_text", lambda p: p.model_dump_json(by_alias=True))  # as planexec wrote it before
+    store.save_plan("r1", plan)
+    monkeypatch.undo()
+    store.save_plan("r1", plan)  # the same plan, written without its defaults now: still a no-op, not a conflict
+    assert [v.plan for v in store.plan_versions("r1")] == [plan]
+    with pytest.raises(StoreError, match="different plan version 3"):
+        store.save_plan("r1", plan.model_copy(update={"goal": "another goal"}))
+    assert verify_run(store, "r1").ok
+
+
+def test_the_defaults_of_a_stored_plan_never_change():
+    """A plan version is stored without the fields at their defaults: a changed default would change what every
+    stored plan says. Change one only with a migration that writes it into the stored plans."""
+    from pydantic import BaseModel
+
+    import planexec.plan.capabilities as capabilities
+    import planexec.plan.model as model
+
+    found = {}
+    for module in (model, capabilities):
+        for name, cls in sorted(vars(module).items()):
+            if isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ == module.__name__ and not name.startswith("_"):
+                found[name] = {
+                    f: (d.model_dump(mode="json") if isinstance(d := info.get_default(call_default_factory=True), BaseModel) else d)
+                    for f, info in cls.model_fields.items()
+                    if not info.is_required()
+                }
+    abort = {"kind": "abort", "max_attempts": 3, "backoff": 0.5, "backoff_multiplier": 2.0, "backoff_max": 30.0, "jitter": 0.1,
+             "worker": None, "then": "abort"}  # fmt: skip
+    assert found == {
+        "Constraint": {"values": None, "pattern": None, "paths": None, "hosts": None, "minimum": None, "maximum": None},
+        "CriticCriterion": {"worker": "critic", "criteria": ""},
+        "Grant": {"arguments": {}, "approved": False, "max_calls": None},
+        "FailureAction": abort,
+        "JsonSchemaCriterion": {},
+        "NotEmptyCriterion": {},
+        "Plan": {"rollback_plan": None, "estimated_duration": None, "risk_level": "low", "answer_step": None, "version": 1, "revises": None},
+        "PredicateCriterion": {"args": {}},
+        "RegexCriterion": {"path": None},
+        "RollbackPlan": {"goal": "", "steps": []},
+        "Step": {"worker": "tool", "instruction": "", "parameters": {}, "depends_on": [], "success_criteria": [], "failure_action": abort,
+                 "timeout": None, "requires_approval": False, "accepts_failed_inputs": False, "resources": None, "capabilities": None,
+                 "output_schema": None},
+        "StepResources": {"num_cpus": None, "num_gpus": None, "memory": None, "resources": {}},
+    }  # fmt: skip
 
 
 # --- approvals ------------------------------------------------------------------------------

@@ -113,6 +113,7 @@ class Recorder:
         self.gated = gated
         self.error: StoreError | None = None
         self.flushes = 0
+        self.runner: DurableRunner | None = None  # the runner that waits on this recorder, set by `record_run`
         self._queue: list[Any] = []
         self._scheduled = False
         self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
@@ -129,17 +130,20 @@ class Recorder:
         """Take one event (the run calls this as a subscriber)."""
         self._queue.append(event)
         kind = event.type
-        if kind == "plan_completed":
-            self._save_plan()  # the streamed plan is whole now: store it with its completion
         if kind == "step_started" and self.gated:
             self._unstored.add(event.step_id)
             self._schedule()
-        elif kind in DURABLE_AT_ONCE:
-            self.flush()
-            if kind == "run_finished" and not self._queue and getattr(event, "run_id", None) == self.run.run_id:
-                let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
-        else:
+        elif kind not in DURABLE_AT_ONCE:
             self._schedule()
+        else:
+            if kind == "plan_completed":
+                self._save_plan()  # the streamed plan is whole now: store it with its completion
+            self.flush()
+            if kind == "run_finished" and getattr(event, "run_id", None) == self.run.run_id:
+                if self.runner is not None:
+                    self.runner.recorders.pop(self.run.run_id, None)
+                if not self._queue:
+                    let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
 
     def _schedule(self) -> None:
         if self._scheduled:
@@ -260,6 +264,6 @@ def record_run(run: Any, store: RunLog) -> Recorder:
     recorder.flush()
     run.subscribe(recorder)
     if durable is not None:
-        durable.recorders[run.run_id] = recorder
-        run.subscribe(lambda ev: durable.recorders.pop(run.run_id, None) if ev.type == "run_finished" else None)
+        durable.recorders[run.run_id] = recorder  # until the run's RunFinished (the recorder lets go of it)
+        recorder.runner = durable
     return recorder
