@@ -211,14 +211,15 @@ class Chain:
             return out
         run_q = _string(run_id)
         link, prev, seq = self.link, self.hash, self.seq
-        sha256 = hashlib.sha256
+        prev_q = _string(prev)  # the head's hash as read (anything, in a damaged store); ours after it need no escaping
+        sha256, quoted = hashlib.sha256, _QUOTED
         for ev, body in zip(events, bodies, strict=True):
             kind, ref = ev.type, int(ev.seq)
             link += 1
-            header = f"[{_string(prev)},{run_q},{link},{_quoted(kind)},{ref}]\n"
-            digest = "sha256:" + sha256((header + body).encode("utf-8", "surrogateescape")).hexdigest()
+            text = f"[{prev_q},{run_q},{link},{quoted.get(kind) or _quoted(kind)},{ref}]\n{body}"
+            digest = "sha256:" + sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
             out += (run_id, ref, kind, body, link, prev, digest)
-            prev = digest
+            prev, prev_q = digest, f'"{digest}"'
             if ref > seq:
                 seq = ref
         if events:

@@ -21,7 +21,7 @@ not two. Secrets never reach the database: every event, plan version and
 approval is redacted (`secrets.redact`) on its way in, before it is hashed,
 and the run summaries are made from the redacted events. Events are stored
 as the compact JSON their record writes, the very text their hash covers.
-Imports `events`, `plan`, `plan_diff`, `results`, `usage`, `secrets`,
+Imports `events`, `plan`, `plan_diff`, `results`, `records`, `usage`, `secrets`,
 `errors` and the store's `audit`, `base`, `rows`, `approvals`, `templates`, `leases` and `queue`.
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, Self
@@ -40,6 +40,7 @@ from planexec.engine.results import PlanVersion, RunStatus
 from planexec.errors import EventConflictError, RunNotFoundError, StoreError
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
+from planexec.records import json_encoder
 from planexec.secrets import redact, secrets
 from planexec.store.approvals import Approvals
 from planexec.store.audit import (
@@ -488,17 +489,23 @@ def _stored_all(evs: list[Any], seq: int) -> tuple[list[Any], list[str], bool] |
     stored: list[Any] = []
     bodies: list[str] = []
     changes = False
+    encoders: dict[type[Any], Callable[[Any], bytes]] = {}
     for ev in evs:
         if ev.seq != seq:
             return None
         seq += 1
-        body = ev.to_json()
+        cls = type(ev)
+        encode = encoders.get(cls)
+        if encode is None:
+            encode = encoders[cls] = json_encoder(cls)
+        body = encode(ev).decode()  # `ev.to_json()`, without a call a record
         if redacting and secrets.may_be_in(body):
             ev, body = _stored(ev)
         stored.append(ev)
         bodies.append(body)
         if not changes:
-            changes = _changes_run(ev)
+            kind = ev.type
+            changes = kind in _SNAPSHOT_EVENTS or (kind in _USAGE_EVENTS and not ev.usage.is_zero())
     return stored, bodies, changes
 
 
