@@ -138,12 +138,12 @@ class Recorder:
         else:
             if kind == "plan_completed":
                 self._save_plan()  # the streamed plan is whole now: store it with its completion
+            ours = kind == "run_finished" and getattr(event, "run_id", None) == self.run.run_id
+            if ours and self.runner is not None:
+                self.runner.recorders.pop(self.run.run_id, None)  # no step of the run is left to gate, whatever the flush does
             self.flush()
-            if kind == "run_finished" and getattr(event, "run_id", None) == self.run.run_id:
-                if self.runner is not None:
-                    self.runner.recorders.pop(self.run.run_id, None)
-                if not self._queue:
-                    let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
+            if ours and not self._queue:
+                let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
 
     def _schedule(self) -> None:
         if self._scheduled:

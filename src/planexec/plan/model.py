@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cached_property
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -135,49 +135,36 @@ _DEFAULT_FAILURE_ACTION = FailureAction()
 # --- success criteria ------------------------------------------------------
 
 
-class _Criterion(_Record):
-    """A success criterion. Its `kind` tags it in the `Criterion` union, so it has no default and is always
-    written, even in a plan written without its defaults (as the run store keeps plan versions); a criterion
-    built in Python without one gets its class's own."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _own_kind(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "kind" not in data:
-            return {"kind": get_args(cls.model_fields["kind"].annotation)[0], **data}
-        return data
-
-
-class NotEmptyCriterion(_Criterion):
+class NotEmptyCriterion(_Record):
     """The output is not None, not an empty string, list or mapping."""
 
-    kind: Literal["not_empty"]
+    kind: Literal["not_empty"] = "not_empty"
 
 
-class RegexCriterion(_Criterion):
+class RegexCriterion(_Record):
     """The output (or the value at `path` in it), as text, matches `pattern`."""
 
-    kind: Literal["regex"]
+    kind: Literal["regex"] = "regex"
     pattern: str
     path: str | None = None
 
 
-class JsonSchemaCriterion(_Criterion):
+class JsonSchemaCriterion(_Record):
     """The output validates against a JSON Schema."""
 
-    kind: Literal["json_schema"]
+    kind: Literal["json_schema"] = "json_schema"
     json_schema: dict[str, Any] = Field(alias="schema")
 
 
-class PredicateCriterion(_Criterion):
+class PredicateCriterion(_Record):
     """A named predicate function, registered like a tool, returns true."""
 
-    kind: Literal["predicate"]
+    kind: Literal["predicate"] = "predicate"
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
 
 
-class CriticCriterion(_Criterion):
+class CriticCriterion(_Record):
     """A critic worker judges the output against `criteria` (the step's instruction when empty).
 
     The critic must check with a tool (run the code, re-read the file,
@@ -185,7 +172,7 @@ class CriticCriterion(_Criterion):
     judgement, and the check fails. Its verdict and reasons are recorded.
     """
 
-    kind: Literal["critic"]
+    kind: Literal["critic"] = "critic"
     worker: str = "critic"
     criteria: str = ""
 

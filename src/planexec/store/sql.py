@@ -378,7 +378,7 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
         text = _plan_text(plan)
         row = self._one(cur, "SELECT plan FROM plans WHERE run_id = ? AND version = ?", (run_id, plan.version))
         if row is not None:
-            if row[0] != text and _plan_data(row[0]) != _plan_data(text):
+            if json.loads(row[0]) != json.loads(text):
                 raise StoreError(
                     f"run {run_id!r} already has a different plan version {plan.version} in {self.location}", location=self.location
                 )
@@ -458,27 +458,12 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
 
 
 def _plan_text(plan: Plan) -> str:
-    """A plan version as the store keeps it: its own compact JSON without the fields at their defaults, read
-    back and written canonically (redacted) only when a secret may be in it (one substring search instead of
-    a walk over a 10,000-step plan).
-
-    Without its defaults a step of a tool plan is 40 bytes instead of 410 (0.77 MB instead of 4.1 for 10,000
-    steps; written in 18 ms instead of 26, hashed and stored in a fifth of the time). `Plan.from_json` reads it
-    back equal; a plan stored before, with every field, reads the same. So a default of `Plan` or `Step` never
-    changes (`tests/test_store.py` pins them): a stored plan would change meaning with it.
-    """
-    text = plan.model_dump_json(by_alias=True, exclude_defaults=True)
+    """A plan version as the store keeps it: its own compact JSON, read back and written canonically (redacted)
+    only when a secret may be in it (one substring search instead of a walk over a 10,000-step plan)."""
+    text = plan.model_dump_json(by_alias=True)
     if not secrets.may_be_in(text):
         return text
     return canonical(redact(json.loads(text)))
-
-
-def _plan_data(text: str) -> Any:
-    """A stored plan version as data, every field given (stored with or without its defaults)."""
-    try:
-        return Plan.from_json(text).model_dump(by_alias=True)
-    except ValueError:  # not a plan (a damaged row): compared as the JSON it holds
-        return json.loads(text)
 
 
 def _stored_all(evs: list[Any], seq: int) -> tuple[list[Any], list[str], bool] | None:
