@@ -171,6 +171,9 @@ def test_shape_errors_of_the_plan_name_the_line_too():
     fields = {p.field for p in info.value.problems}
     assert fields == {"line 2, failure_action.kind", "line 2, timeout"}
     with pytest.raises(PlanParseError) as info:
+        parse_compact('1. a() resources={"num_cpus": -1, "disks": 2}\n', goal="g")
+    assert {p.field for p in info.value.problems} == {"line 1, resources.num_cpus", "line 1, resources.disks"}
+    with pytest.raises(PlanParseError) as info:
         parse_compact("", goal="g")
     assert info.value.problems[0].rule == "empty_plan"
 
@@ -195,6 +198,7 @@ def _full_plan() -> Plan:
             "success_criteria": ["not_empty", {"kind": "regex", "pattern": "\\d+", "path": "a.b"}],
             "output_schema": {"type": "object", "properties": {"x": {"type": "string"}}},
             "capabilities": [{"tool": "read_file", "arguments": {"path": {"paths": ["docs/*"]}}, "approved": True}],
+            "resources": {"num_cpus": 2, "memory": 1000000, "resources": {"accelerator": 1}},
         },
         {
             "id": "s4",
@@ -207,7 +211,15 @@ def _full_plan() -> Plan:
         {"id": "s5", "action": "join", "parameters": {}, "depends_on": ["s4", "s2"]},
     ]
     return Plan.model_validate(
-        {"plan_id": "p", "goal": "g", "steps": steps, "answer_step": "s4", "risk_level": "medium", "rollback_plan": {"steps": [steps[0]]}}
+        {
+            "plan_id": "p",
+            "goal": "g",
+            "steps": steps,
+            "answer_step": "s4",
+            "risk_level": "medium",
+            "estimated_duration": "PT5M30S",
+            "rollback_plan": {"steps": [steps[0]]},
+        }
     )
 
 
@@ -216,6 +228,8 @@ def test_print_then_parse_is_the_same_plan_and_content_hash():
     text = print_compact(plan)
     back = parse_compact(text, goal="g", plan_id="p")
     assert back == plan and back.content_hash == plan.content_hash
+    assert back.steps[2].resources.num_cpus == 2 and back.estimated_duration.total_seconds() == 330  # not lost on the way
+    assert 'resources={"num_cpus": 2' in text and 'duration="PT5M30S"' in text
     assert text.count("\n") == len(plan.steps) + 1  # one line per step, and the end line with the plan's fields
 
 

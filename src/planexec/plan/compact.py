@@ -40,15 +40,16 @@ A line is ``label. call [annotations] [# instruction]``:
 * annotations, in any order (printed in this one): ``after 1,2`` (ordering
   only: data flows through references), ``on_fail=skip`` (a kind, or a
   JSON failure action), ``timeout=30``, ``criteria=[...]``, ``grants=[...]``
-  (capabilities), ``schema={...}`` (output schema), ``tolerant`` (runs when
+  (capabilities), ``schema={...}`` (output schema), ``resources={...}`` (what
+  the step needs of a machine, for a cluster), ``tolerant`` (runs when
   an input failed), ``approve``, ``answer`` (this step's output is the
   run's answer, so no joiner call is needed to assemble it) and
   ``instruction="..."`` (for an instruction a comment cannot hold).
 * ``# text`` to the end of the line is the step's instruction (references
   work there too).
 * ``join`` (or ``join()``, numbered or not, or ``<END_OF_PLAN>`` at a line's
-  end) ends the plan and may be left out; it may carry ``risk=high`` and
-  ``rollback=...``. Blank lines, lines that start with ``#`` and code fences
+  end) ends the plan and may be left out; it may carry ``risk=high``,
+  ``duration="PT5M"`` (the estimated duration) and ``rollback=...``. Blank lines, lines that start with ``#`` and code fences
   are skipped; anything else after the end is an error.
 
 Errors: every bad line is a `Problem` whose field is ``line N`` and whose
@@ -102,9 +103,10 @@ _KEYS = {
     "criteria": "success_criteria",
     "grants": "capabilities",
     "schema": "output_schema",
+    "resources": "resources",
     "instruction": "instruction",
 }
-_END_KEYS = {"risk": "risk_level", "rollback": "rollback_plan"}
+_END_KEYS = {"risk": "risk_level", "duration": "estimated_duration", "rollback": "rollback_plan"}
 _BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})  # line breaks json.dumps leaves raw
 _EXPECTED = "expected 'N. tool(name=value, ...)', 'N. worker.task: \"text\"' or 'join'"
 
@@ -522,6 +524,8 @@ def print_compact(plan: Plan, *, step_prefix: str = "s") -> str:
     end = []
     if plan.risk_level != "low":
         end.append(f"risk={plan.risk_level}")
+    if plan.estimated_duration is not None:
+        end.append("duration=" + _json(plan.model_dump(mode="json", include={"estimated_duration"})["estimated_duration"]))
     if plan.rollback_plan is not None:
         rollback = plan.rollback_plan
         value = rollback if isinstance(rollback, str) else rollback.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -586,6 +590,8 @@ class _Printer:
             out.append("grants=" + _json([g.model_dump(mode="json", by_alias=True, exclude_defaults=True) for g in s.capabilities]))
         if s.output_schema is not None:
             out.append("schema=" + _json(s.output_schema))
+        if s.resources is not None:
+            out.append("resources=" + _json(s.resources.model_dump(mode="json", exclude_defaults=True)))
         out += ["tolerant"] * s.accepts_failed_inputs + ["approve"] * s.requires_approval
         out += ["answer"] * (self.plan.answer_step == s.step_id)
         return out
