@@ -489,8 +489,7 @@ def _stored_all(evs: list[Any], seq: int) -> tuple[list[Any], list[str], bool] |
         stored.append(ev)
         bodies.append(body)
         if not changes:
-            kind = ev.type
-            changes = kind in _SNAPSHOT_EVENTS or (kind in _USAGE_EVENTS and not ev.usage.is_zero())
+            changes = _changes_run(ev)
     return stored, bodies, changes
 
 
