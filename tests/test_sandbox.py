@@ -26,7 +26,7 @@ import pytest
 from planexec import Tool
 from planexec.errors import ToolError
 from planexec.workers.toolkit import python_tool, sandbox_available
-from planexec.workers.toolkit.sandbox import _pids_cgroup_root
+from planexec.workers.toolkit.sandbox.cgroups import pids_root
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 MB = 2**20
@@ -365,7 +365,7 @@ def test_output_is_bounded(ws):
 
 @needs_bwrap
 def test_the_runs_pids_cgroup_is_removed(ws):
-    root = _pids_cgroup_root()
+    root = pids_root()
     mine = f"planexec-{os.getpid()}-*"
     run(python_tool(ws), "import os\nif os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(30)\n")
     assert root is None or not list(root.path.glob(mine))

@@ -1,0 +1,352 @@
+"""The `run_python` tool: `python_tool` and its `PythonRun` record; one call from start to cleanup.
+
+Owns a call's life: refuse what cannot run (no sandbox here, the run's disk
+quota spent), reap the cgroups of killed engines, make the call's cgroups
+and (as root) find the workspace's stage, start the command, feed stdin and
+bound the output, watch the workspace's growth, end on exit, timeout, quota
+or cancellation with every process killed, then report what happened
+(memory kills, set-id bits swept away). Imports `planexec.workers.tools`,
+`planexec.workers.context`, `planexec.errors`, pydantic, the stdlib and the
+sandbox's own modules. The guarantees are listed in the package docstring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from planexec.errors import ToolError
+from planexec.workers.context import ToolContext
+from planexec.workers.toolkit.sandbox import cgroups
+from planexec.workers.toolkit.sandbox.command import (
+    CODE_PATH,
+    ENV,
+    JOIN_FAILED,
+    JOIN_MARK,
+    SANDBOX_ID,
+    Launch,
+    bind_sources,
+    command,
+    system_binds,
+)
+from planexec.workers.toolkit.sandbox.disk import Ledger, descendants, disk_used, strip_setid
+from planexec.workers.toolkit.sandbox.probe import data_fd, sandbox_problem
+from planexec.workers.toolkit.sandbox.seccomp import filter_program
+from planexec.workers.toolkit.sandbox.stage import Stage, StageError, release, stage_for
+from planexec.workers.tools import Tool
+
+__all__ = ["PythonRun", "python_tool"]
+
+log = logging.getLogger("planexec.sandbox")
+
+_CODE_NAME = "<run_python>"
+_POLL = 0.025  # seconds between two looks at the workspace's size
+
+# Runs in the sandbox before the model's code: argv[1] is a JSON config, argv[2] the code's file.
+_BOOTSTRAP = r"""
+import json, linecache, os, resource, sys, traceback
+os.closerange(3, 1 << 20)  # what bwrap and nsenter were handed (namespaces, the filter) is not the code's
+config = json.loads(sys.argv[1])
+for name, value in config["limits"].items():
+    resource.setrlimit(getattr(resource, name), (value, value))
+os.environ.pop("PWD", None)  # bwrap's --chdir sets it; the environment stays the five names
+with open(sys.argv[2], encoding="utf-8") as f:
+    source = f.read()
+name = config["name"]
+linecache.cache[name] = (len(source), None, source.splitlines(True), name)  # tracebacks show the lines
+sys.argv = [name]
+del config, f
+try:
+    exec(compile(source, name, "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+except SystemExit:
+    raise
+except BaseException as exc:
+    traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this bootstrap's frame
+    sys.exit(1)
+"""
+
+
+class PythonRun(BaseModel):
+    """What one `run_python` call produced.
+
+    `exit_code` is the program's exit status: 128+N when a signal N killed
+    it, -9 when the sandbox was killed (timeout, quota). `quota_exceeded` is
+    true when the workspace grew past the run's disk quota (the run was then
+    killed, if it was still going). `memory_exceeded` is true when the kernel
+    killed a process of the call for going over the sandbox's memory bound;
+    `memory_bound` says whether that bound held for all the call's processes
+    together (``sandbox``, a memory cgroup) or for each process
+    (``process``, where no memory cgroup is writable). `setid_stripped`
+    lists workspace files whose setuid/setgid bits were removed after the
+    call. Output beyond the bound is dropped and a ``[... N more bytes
+    truncated]`` marker says so.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool
+    quota_exceeded: bool
+    duration: float
+    truncated: bool
+    isolation: Literal["bubblewrap"]
+    memory_exceeded: bool = False
+    memory_bound: Literal["sandbox", "process"] = "process"
+    setid_stripped: list[str] = Field(default_factory=list)
+
+
+class _Capture:
+    """Bytes read from one pipe, kept up to a bound; the rest is counted and dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            room = max(0, self.limit - len(self.kept))
+            self.kept += chunk[:room]
+            self.dropped += len(chunk) - min(room, len(chunk))
+
+    def text(self) -> str:
+        out = self.kept.decode("utf-8", errors="replace")
+        return out + f"\n[... {self.dropped} more bytes truncated]" if self.dropped else out
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        if data:
+            stream.write(data)
+            await stream.drain()
+        stream.close()
+    except (BrokenPipeError, ConnectionResetError):  # the code exited without reading its input
+        pass
+
+
+@functools.cache
+def _warn_per_process_memory() -> None:
+    """Say once a process that memory is bounded per process only."""
+    log.warning(
+        "run_python: no memory cgroup is writable here, so memory_mb bounds each process of a call, not all of them "
+        "together (up to max_processes x memory_mb), and shared memory and socket buffers are not counted; run the "
+        "engine where it may create memory cgroups (as root, or with a delegated cgroup) for a bound on the whole sandbox"
+    )
+
+
+_LEDGERS: dict[str, Ledger] = {}  # a workspace's run baselines, shared by every tool bound to it
+
+
+def _refuse(message: str) -> ToolError:
+    return ToolError(message, tool="run_python")
+
+
+def python_tool(
+    workspace: str | Path,
+    *,
+    timeout: float = 10.0,
+    memory_mb: int = 512,
+    max_output: int = 20_000,
+    max_file_mb: int = 64,
+    max_disk_mb: int = 256,
+    max_processes: int = 64,
+    scratch_mb: int = 64,
+    bwrap: str | os.PathLike[str] | None = shutil.which("bwrap"),
+    writable: bool = True,
+) -> Tool:
+    """The `run_python(code, stdin="")` tool, running code in a bubblewrap sandbox bound to `workspace`.
+
+    `timeout` bounds wall-clock seconds (and CPU seconds, rounded up),
+    `memory_mb` the memory of all the call's processes together (where a
+    memory cgroup can be made; else of each process), `max_output` the bytes
+    kept of stdout and of stderr, `max_file_mb` the size of any file
+    written, `max_disk_mb` how much the workspace may grow over all the calls
+    of one run, `max_processes` the tasks (processes and threads) the code
+    may have at once, `scratch_mb` the size of each of its private ``/tmp``
+    and ``/dev/shm``. `bwrap` is the bubblewrap binary (by default the one on
+    PATH when this module was imported). The sandbox is checked at the first
+    call, not here: where it cannot work, each call raises `ToolError` and
+    runs nothing. See the package docstring for what is isolated.
+
+    With `writable` False the workspace is bound read-only: the code can
+    read and compute but change nothing, reach nothing and see no secret, so
+    the tool is declared read-only with no sensitive argument (a critic
+    checks work with it after reading untrusted output).
+    """
+    root = Path(workspace).resolve()
+    if not root.is_dir():
+        raise NotADirectoryError(f"workspace {str(root)!r} is not a directory")
+    exe = os.fspath(bwrap) if bwrap is not None else None
+    ws = str(root)
+    quota = max_disk_mb * 2**20
+    ledger = _LEDGERS.setdefault(ws, Ledger())
+    env = {**ENV, "HOME": ws}
+    passwd = f"sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:run_python:{ws}:/usr/sbin/nologin\n"
+    group = f"sandbox:x:{SANDBOX_ID}:\n"
+    as_root = os.geteuid() == 0
+
+    def bootstrap_config(process_cap: bool) -> str:
+        limits = {
+            "RLIMIT_AS": memory_mb * 2**20,
+            "RLIMIT_CPU": math.ceil(timeout) + 1,
+            "RLIMIT_FSIZE": max_file_mb * 2**20,
+            "RLIMIT_CORE": 0,
+        }
+        if process_cap:  # no pids cgroup caps this call's tasks (or, not as root, a second bound beside it)
+            limits["RLIMIT_NPROC"] = max_processes + 1  # bwrap's init is the other task of the sandbox user
+        return json.dumps({"name": _CODE_NAME, "limits": limits})
+
+    async def start_checks(run_id: str | None) -> int:
+        """Refuse what cannot run; the workspace's size the run's growth is counted from."""
+        problem = await asyncio.to_thread(sandbox_problem, exe)  # probed once per binary, then cached
+        if problem is not None:
+            raise _refuse(problem)
+        now, _ = await asyncio.to_thread(disk_used, root, [])
+        baseline = ledger.baseline(run_id, now)
+        if writable and now - baseline > quota:
+            raise _refuse(
+                f"run_python: the workspace has grown by {(now - baseline) / 2**20:.0f} MiB during this run, past its "
+                f"disk quota of {max_disk_mb} MiB (max_disk_mb); delete files or start a new run. No code was run."
+            )
+        return baseline
+
+    async def run_python(code: str, context: ToolContext[Any], stdin: str = "") -> PythonRun:
+        """Run a Python 3 program in the workspace directory and return its stdout, stderr and exit code.
+
+        The program runs in a fresh, isolated interpreter with no network
+        access. Print what you want to see. Files it writes with relative
+        paths land in the workspace. It is killed when it runs past its
+        time limit (`timed_out` is then true); output past a bound is cut.
+        """
+        baseline = await start_checks(context.run_id)
+        binds = system_binds()
+        stage: Stage | None = None
+        if as_root:
+            try:
+                stage = await asyncio.to_thread(stage_for, ws, bind_sources(binds))
+            except StageError as exc:
+                raise _refuse(f"{exc}. No code was run.") from None
+        try:
+            await asyncio.to_thread(cgroups.reap)
+            groups = cgroups.CallCgroups.create(max_processes + 2, memory_mb * 2**20)  # + bwrap and its init
+        except OSError as exc:
+            if stage is not None:
+                release(stage)
+            raise _refuse(f"run_python could not create the sandbox's cgroups: {exc}. No code was run.") from None
+        if groups.memory is None:
+            _warn_per_process_memory()
+        process_cap = not as_root or cgroups.pids_root() is None
+        program = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, bootstrap_config(process_cap), CODE_PATH]
+        out, err = _Capture(max_output), _Capture(max_output)
+        timed_out = quota_exceeded = False
+        start, since = time.monotonic(), time.time_ns()
+        fds: list[int] = []
+        try:
+            fds.extend(data_fd(text.encode("utf-8")) for text in (code, passwd, group))
+            fds.append(data_fd(filter_program() or b""))
+            launch = Launch(
+                exe or "bwrap",
+                shutil.which("nsenter") or "nsenter",
+                ws,
+                writable,
+                binds,
+                {CODE_PATH: fds[0], "/etc/passwd": fds[1], "/etc/group": fds[2]},
+                fds[3],
+                env,
+                scratch_mb * 2**20,
+                stage,
+                tuple(groups.procs_files),
+            )
+            proc = await asyncio.create_subprocess_exec(
+                *command(launch, program),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=root,
+                env=env,  # bwrap's init keeps its own environment, readable in the sandbox's /proc/1/environ
+                pass_fds=launch.fds,
+                start_new_session=True,  # its own process group
+            )
+        except BaseException:
+            groups.remove()
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if stage is not None:
+                release(stage)
+        assert proc.stdin and proc.stdout and proc.stderr
+
+        def used() -> int:
+            return disk_used(root, groups.pids() if groups.groups else descendants(proc.pid))[0]
+
+        async def watch() -> None:
+            """Return when the workspace has grown past the run's quota."""
+            while True:
+                await asyncio.sleep(_POLL)
+                if await asyncio.to_thread(used) - baseline > quota:
+                    return
+
+        io = asyncio.gather(_feed(proc.stdin, stdin.encode()), out.drain(proc.stdout), err.drain(proc.stderr))
+        exited = asyncio.ensure_future(proc.wait())
+        watcher = asyncio.ensure_future(watch())
+        try:
+            done, _ = await asyncio.wait({exited, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            timed_out = not done
+            quota_exceeded = watcher in done
+        finally:  # also when the step is cancelled: nothing the code started outlives the call
+            watcher.cancel()
+            if proc.returncode is None:  # not reaped yet, so its process group cannot be another's
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap; its init dies with it, and the namespace with that
+            groups.kill()
+            await proc.wait()
+            oom_kills = groups.oom_kills()
+            await groups.close()
+            exited.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            # a process that held the pipes open may take a moment to be reaped; do not wait long for it
+            _, pending = await asyncio.wait([io], timeout=1.0)
+            for task in pending:
+                task.cancel()
+        if proc.returncode == JOIN_FAILED and out.kept == b"" and err.text().startswith(JOIN_MARK):
+            raise _refuse(f"run_python could not put the sandbox in its cgroups: {err.text().strip()}")
+        stripped: list[str] = []
+        if writable:
+            size, setid = await asyncio.to_thread(disk_used, root, [], since)
+            quota_exceeded = quota_exceeded or size - baseline > quota  # it may have finished over the quota between two polls
+            if setid:  # the seccomp filter refuses set-id bits; this sweep is behind it
+                stripped = await asyncio.to_thread(strip_setid, root, since)
+        return PythonRun(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=proc.returncode,
+            timed_out=timed_out,
+            quota_exceeded=quota_exceeded,
+            duration=round(time.monotonic() - start, 3),
+            truncated=bool(out.dropped or err.dropped),
+            isolation="bubblewrap",
+            memory_exceeded=oom_kills > 0,
+            memory_bound="sandbox" if groups.memory is not None else "process",
+            setid_stripped=stripped,
+        )
+
+    if not writable:  # it can change nothing and send nothing anywhere: a check, not an action
+        return Tool(run_python, name="run_python", read_only=True, untrusted_output=True)
+    # side-effecting (it writes in the workspace), so approved per call unless the plan granted it;
+    # the code is what it does, and its output may echo files it read
+    return Tool(run_python, name="run_python", sensitive=("code",), untrusted_output=True)

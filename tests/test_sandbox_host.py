@@ -1,0 +1,421 @@
+"""What the sandbox of `run_python` holds for the host: never root, nothing global writable, bounds for the whole sandbox.
+
+One test per attack of issue 23, each run as CI runs it (as root), each
+failing on the runner before it (2a5d34d): the code ran as host root (uid
+map ``1000 0 1``), wrote ``/proc/sys``, made a setuid-root copy of ``id``,
+held 5 x 400 MB under a 512 MB bound, filled shared memory and socket
+buffers past it, grew the workspace by the quota at every call, opened vsock
+and netlink sockets, and left its cgroups behind when its engine was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from planexec import Tool
+from planexec.errors import ToolError
+from planexec.workers.toolkit import python_tool
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the engine runs as root here only when the tests do (as in CI)")
+MB = 2**20
+
+
+def run(tool: Tool, code: str, stdin: str = "") -> dict:
+    return asyncio.run(tool.invoke({"code": textwrap.dedent(code), "stdin": stdin}))
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def open_ws() -> Iterator[Path]:
+    """A workspace another host user can reach (pytest's tmp dirs are 0700): to run what the code left there as them."""
+    top = Path(tempfile.mkdtemp(prefix="planexec-open-"))
+    top.chmod(0o755)
+    path = top / "ws"
+    path.mkdir(mode=0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def size_of(root: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+def numbers(stdout: str, word: str) -> list[int]:
+    return [int(line.split()[1]) for line in stdout.splitlines() if line.startswith(word + " ")]
+
+
+# -- never host root ----------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_the_code_runs_as_an_unprivileged_host_user_and_its_files_are_the_engines(ws):
+    (ws / "engine.txt").write_text("the engine's\n")
+    out = run(
+        python_tool(ws),
+        """
+        import os
+        print("uid", open("/proc/self/uid_map").read().split()[1])
+        print("gid", open("/proc/self/gid_map").read().split()[1])
+        print("owner", os.stat("engine.txt").st_uid)
+        with open("engine.txt", "a") as f:
+            f.write("and the code's\\n")
+        os.mkdir("made")
+        open("made/new.txt", "w").write("new")
+        """,
+    )
+    assert out["exit_code"] == 0, out
+    host_uid, host_gid = numbers(out["stdout"], "uid")[0], numbers(out["stdout"], "gid")[0]
+    if os.geteuid() == 0:
+        assert host_uid != 0 and host_gid != 0, out  # the sandbox's user is not host root
+    else:
+        assert host_uid == os.geteuid()  # as before: the engine's own user
+    assert numbers(out["stdout"], "owner") == [1000]  # the workspace is the sandbox user's own, so writable
+    assert (ws / "engine.txt").read_text() == "the engine's\nand the code's\n"
+    for path in (ws / "made", ws / "made" / "new.txt"):  # what it writes belongs to the engine's user on disk
+        assert (path.stat().st_uid, path.stat().st_gid) == (os.geteuid(), os.getegid())
+
+
+_KERNEL = r"""
+import os
+opened = []
+def try_write(path):
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return
+    os.close(fd)
+    opened.append(path)
+for top in ("/proc/sys", "/sys", "/sys/fs/cgroup"):
+    for folder, _, files in os.walk(top):
+        for name in files:
+            try_write(os.path.join(folder, name))
+for name in os.listdir("/proc"):  # sysrq-trigger, kmsg and the like; not our own processes' files
+    if not name.isdigit() and name not in ("self", "thread-self") and os.path.isfile("/proc/" + name):
+        try_write("/proc/" + name)
+try:  # the attack itself: its current value written back
+    value = open("/proc/sys/kernel/core_pattern").read()
+    with open("/proc/sys/kernel/core_pattern", "w") as f:
+        f.write(value)
+    print("core_pattern WRITTEN")
+except OSError as exc:
+    print("core_pattern REFUSED", exc.errno)
+print("writable", len(opened), opened[:5])
+"""
+
+
+@needs_bwrap
+def test_no_kernel_interface_is_writable(ws):
+    out = run(python_tool(ws, timeout=60), _KERNEL)
+    lines = out["stdout"].splitlines()
+    assert lines[0].startswith("core_pattern REFUSED") and lines[1] == "writable 0 []", out
+
+
+@needs_bwrap
+def test_writable_mounts_are_nosuid_nodev_and_the_code_cannot_gain_privileges(ws):
+    out = run(
+        python_tool(ws),
+        """
+        import ctypes
+        for line in open("/proc/self/mountinfo"):
+            fields = line.split()
+            options, fstype = fields[5].split(","), fields[fields.index("-") + 1]
+            device = fields[4] in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+            if "rw" in options:  # a device node (bwrap's minimal /dev) and the ptys' devpts are devices by nature
+                print("rw", fields[4], fstype, "nosuid" in options, "nodev" in options or device or fstype == "devpts")
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        print("no_new_privs", status["NoNewPrivs"].strip(), "seccomp", status["Seccomp"].strip())
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("userns", libc.unshare(0x10000000), ctypes.get_errno() != 0)  # CLONE_NEWUSER
+        """,
+    )
+    lines = out["stdout"].splitlines()
+    writable = [line.split() for line in lines if line.startswith("rw ")]
+    assert any(row[1] == str(ws) for row in writable), out  # the workspace is among them
+    assert all(row[3:] == ["True", "True"] for row in writable), writable
+    assert "no_new_privs 1 seccomp 2" in lines and "userns -1 True" in lines, out
+
+
+@needs_bwrap
+def test_a_setuid_copy_cannot_be_made(open_ws):
+    ws = open_ws
+    out = run(
+        python_tool(ws),
+        """
+        import os, shutil
+        shutil.copyfile("/usr/bin/id", "id-copy")
+        os.mkdir("folder")
+        for path, mode in (("id-copy", 0o4755), ("id-copy", 0o2755), ("id-copy", 0o6755), ("folder", 0o2775)):
+            try:
+                os.chmod(path, mode)
+                print("SET", path, oct(mode))
+            except OSError as exc:
+                print("REFUSED", path, exc.errno)
+        for flags in (os.O_CREAT | os.O_WRONLY, os.O_CREAT | os.O_WRONLY | os.O_EXCL):
+            try:
+                os.close(os.open("made-setuid-" + str(flags), flags, 0o4755))
+                print("CREATED", oct(os.stat("made-setuid-" + str(flags)).st_mode))
+            except OSError as exc:
+                print("REFUSED", "open", exc.errno)
+        os.chmod("id-copy", 0o755)  # an ordinary mode is still fine
+        print("exec", os.access("id-copy", os.X_OK))
+        """,
+    )
+    lines = out["stdout"].splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == ["REFUSED"] * 6 and lines[-1] == "exec True", out
+    setid = [p for p in ws.rglob("*") if p.stat().st_mode & 0o6000]
+    assert setid == [], f"setuid/setgid files were left in the workspace: {setid}"
+    if os.geteuid() == 0 and shutil.which("setpriv"):  # what the attack was for: run by another user, as whom?
+        seen = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(ws / "id-copy"), "-u"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert seen.stdout.strip() == "65534", seen
+
+
+def test_setid_bits_left_by_a_call_are_stripped(tmp_path):
+    """Behind the seccomp filter: a setuid/setgid file changed during a call loses the bits before the call returns."""
+    from planexec.workers.toolkit.sandbox.disk import strip_setid
+
+    before = tmp_path / "before"
+    before.write_text("the user's own")
+    os.chmod(before, 0o4755)
+    since = time.time_ns()
+    time.sleep(0.01)
+    made = tmp_path / "sub" / "made"
+    made.parent.mkdir()
+    made.write_text("#!/bin/sh\n")
+    os.chmod(made, 0o6755)
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    assert strip_setid(tmp_path, since) == ["sub/made"]
+    assert made.stat().st_mode & 0o7777 == 0o755
+    assert before.stat().st_mode & 0o7777 == 0o4755  # not changed by the call: left as it was
+
+
+# -- sockets ------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_only_unix_sockets_can_be_created(ws):
+    out = run(
+        python_tool(ws),
+        """
+        import socket
+        families = {"unix": 1, "inet": 2, "inet6": 10, "netlink": 16, "packet": 17, "vsock": 40, "bluetooth": 31, "can": 29}
+        for name, family in families.items():
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW):
+                try:
+                    socket.socket(family, kind).close()
+                    print("OPENED", name, int(kind))
+                except OSError:
+                    pass
+        a, b = socket.socketpair()
+        a.sendall(b"ping")
+        print("pair", b.recv(4).decode())
+        try:
+            socket.socketpair(socket.AF_INET)
+            print("OPENED inet pair")
+        except OSError:
+            pass
+        import asyncio
+        asyncio.run(asyncio.sleep(0))  # its self-pipe is a unix socket pair
+        print("asyncio ok")
+        """,
+    )
+    # AF_UNIX takes SOCK_RAW as SOCK_DGRAM
+    assert out["stdout"].splitlines() == ["OPENED unix 1", "OPENED unix 2", "OPENED unix 3", "pair ping", "asyncio ok"], out
+
+
+# -- bounds for the whole sandbox ---------------------------------------------------------------
+
+
+@needs_bwrap
+@as_root
+def test_memory_is_bounded_for_all_the_processes_together(ws):
+    out = run(
+        python_tool(ws, memory_mb=512, timeout=60),
+        """
+        import os, time
+        children = []
+        for i in range(5):
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(400 * 2**20)
+                for at in range(0, len(block), 4096):  # every page touched: resident, not just reserved
+                    block[at] = 1
+                open(f"held-{i}", "w").close()
+                time.sleep(3)
+                os._exit(0)
+            children.append(pid)
+        for pid in children:
+            os.waitpid(pid, 0)
+        print("done")
+        """,
+    )
+    held = sorted(p.name for p in ws.glob("held-*"))
+    assert len(held) <= 1, f"{len(held)} x 400 MB were held at once under memory_mb=512: {out}"
+    assert out["memory_exceeded"] and out["memory_bound"] == "sandbox", out
+
+
+_SHM = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes, libc.shmat.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int], ctypes.c_void_p
+libc.shmdt.argtypes = [ctypes.c_void_p]
+size = 128 * 2**20
+for i in range(16):  # 2 GiB in all, 128 MiB attached at a time
+    shmid = libc.shmget(0, size, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+    if shmid < 0:
+        print("shmget", ctypes.get_errno())
+        break
+    address = libc.shmat(shmid, None, 0)
+    ctypes.memset(address, 1, size)
+    libc.shmdt(address)
+    print("filled", (i + 1) * 128, flush=True)
+"""
+
+
+@needs_bwrap
+@as_root
+def test_shared_memory_counts_against_the_sandboxs_memory(ws):
+    out = run(python_tool(ws, memory_mb=512, timeout=60), _SHM)
+    filled = numbers(out["stdout"], "filled")
+    assert max(filled, default=0) <= 512, f"{max(filled)} MiB of shared memory under memory_mb=512: {out}"
+    assert out["memory_exceeded"], out
+
+
+_SOCKETS = """
+import resource, socket
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+sent, pairs = 0, []
+try:
+    while sent < 1536 * 2**20:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        try:
+            while True:
+                sent += a.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        pairs.append((a, b))
+        if len(pairs) % 50 == 0:
+            print("queued", sent // 2**20, flush=True)
+except OSError as exc:
+    print("stopped", exc.errno, flush=True)
+print("queued", sent // 2**20, flush=True)
+"""
+
+
+@needs_bwrap
+@as_root
+def test_socket_buffers_count_against_the_sandboxs_memory(ws):
+    out = run(python_tool(ws, memory_mb=256, timeout=60), _SOCKETS)
+    queued = numbers(out["stdout"], "queued")
+    assert queued and max(queued) <= 256, f"{max(queued, default=0)} MiB queued in socket buffers under memory_mb=256: {out}"
+
+
+@needs_bwrap
+def test_the_disk_quota_holds_across_the_calls_of_a_workspace(ws):
+    tool = python_tool(ws, max_disk_mb=100, timeout=60)
+    results = []
+    for i in range(4):
+        code = f"""
+        import os
+        block = bytes(8 * 2**20)
+        for part in range(5):  # 80 MiB, under the quota on its own
+            with open(f"fill-{i}-{{part}}.bin", "wb") as f:
+                f.write(block)
+                f.write(block)
+                f.flush()
+                os.fsync(f.fileno())
+        print("wrote", {i})
+        """
+        try:
+            results.append(run(tool, code))
+        except ToolError as exc:
+            results.append({"refused": str(exc)})
+    grown = size_of(ws)
+    assert grown <= (100 + 40) * MB, f"the workspace grew by {grown / MB:.0f} MiB under a 100 MiB quota: {results}"
+    assert results[0]["exit_code"] == 0 and not results[0]["quota_exceeded"], results[0]
+    assert results[1]["quota_exceeded"], results[1]
+    for refused in results[2:]:
+        assert "quota" in refused["refused"] and "No code was run" in refused["refused"], refused
+
+
+# -- a killed engine ----------------------------------------------------------------------------
+
+_ENGINE = """
+import asyncio, sys
+from planexec.workers.toolkit import python_tool
+code = "open('started', 'w').close()\\nimport time\\ntime.sleep(60)  # " + sys.argv[2]
+asyncio.run(python_tool(sys.argv[1], timeout=120).invoke({"code": code}))
+"""
+
+
+def _cgroup_dirs(pid: int) -> list[Path]:
+    from planexec.workers.toolkit.sandbox.cgroups import cgroup_roots
+
+    return [path for root in cgroup_roots() for path in root.path.glob(f"planexec-{pid}-*")]
+
+
+def _running(token: str) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if token.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@needs_bwrap
+@as_root
+def test_the_cgroups_of_an_engine_killed_mid_call_are_reaped_at_the_next_start(ws, tmp_path):
+    token = secrets.token_hex(8)
+    engine = subprocess.Popen([sys.executable, "-c", _ENGINE, str(ws), token])
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws / "started").exists():
+            assert engine.poll() is None and time.monotonic() < deadline, "the engine's sandbox never started"
+            time.sleep(0.05)
+        left = _cgroup_dirs(engine.pid)
+        assert left, "the running call has no cgroup"
+    finally:
+        engine.send_signal(signal.SIGKILL)
+        engine.wait()
+    deadline = time.monotonic() + 10
+    while _running(token) and time.monotonic() < deadline:  # the sandbox dies with its engine
+        time.sleep(0.05)
+    assert not _running(token), "the sandbox outlived its killed engine"
+    assert all(path.exists() for path in left)  # nobody removed them: the engine was killed
+    other = tmp_path / "other"
+    other.mkdir()
+    run(python_tool(other), "print('next start')")
+    assert [path for path in left if path.exists()] == []
