@@ -419,3 +419,97 @@ def test_the_cgroups_of_an_engine_killed_mid_call_are_reaped_at_the_next_start(w
     other.mkdir()
     run(python_tool(other), "print('next start')")
     assert [path for path in left if path.exists()] == []
+
+
+# -- the rest of the contract -------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_a_critics_read_only_sandbox_changes_nothing_in_the_workspace(ws):
+    (ws / "data.txt").write_text("42")
+    out = run(
+        python_tool(ws, writable=False),
+        """
+        import os
+        print("read", open("data.txt").read())
+        for attempt in (lambda: open("data.txt", "w"), lambda: open("new.txt", "w"), lambda: os.chmod("data.txt", 0o777)):
+            try:
+                attempt()
+                print("CHANGED")
+            except OSError as exc:
+                print("refused", exc.errno)
+        """,
+    )
+    assert out["stdout"].splitlines() == ["read 42", "refused 30", "refused 30", "refused 30"], out  # EROFS
+    assert sorted(p.name for p in ws.iterdir()) == ["data.txt"] and (ws / "data.txt").stat().st_mode & 0o777 != 0o777
+
+
+@needs_bwrap
+def test_calls_at_once_in_one_workspace_each_run_and_write(ws):
+    tool = python_tool(ws)
+
+    async def four() -> list[dict]:
+        code = "import time\ntime.sleep(0.3)\nopen('call-%d', 'w').write('x')\nprint('ok')"
+        return await asyncio.gather(*(tool.invoke({"code": code % n}) for n in range(4)))
+
+    outs = asyncio.run(four())
+    assert [out["stdout"] for out in outs] == ["ok\n"] * 4, outs
+    made = sorted(ws.glob("call-*"))
+    assert len(made) == 4 and all(path.stat().st_uid == os.geteuid() for path in made)
+
+
+@needs_bwrap
+@as_root
+def test_a_workspace_where_no_idmapped_mount_can_be_made_is_refused_as_root(tmp_path):
+    layers = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for path in layers.values():
+        path.mkdir()
+    options = f"lowerdir={layers['lower']},upperdir={layers['upper']},workdir={layers['work']}"
+    mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(layers["merged"])], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount an overlay here: {mounted.stderr.decode().strip()}")
+    try:
+        with pytest.raises(ToolError) as refused:
+            run(python_tool(layers["merged"]), "open('ran.txt', 'w').close()")
+        message = str(refused.value)
+        assert "idmapped mount" in message and "No code was run" in message and str(layers["merged"]) in message
+        assert not (layers["merged"] / "ran.txt").exists()
+    finally:
+        subprocess.run(["umount", str(layers["merged"])], check=False)
+
+
+@needs_bwrap
+def test_without_a_memory_cgroup_the_bound_is_per_process_and_a_warning_says_so(ws, monkeypatch, caplog):
+    from planexec.workers.toolkit.sandbox import cgroups, tool
+
+    monkeypatch.setattr(cgroups, "memory_root", lambda: None)
+    tool._warn_per_process_memory.cache_clear()
+    code = """
+    try:
+        block = bytearray(600 * 2**20)
+        print("allocated")
+    except MemoryError:
+        print("MemoryError")
+    """
+    with caplog.at_level("WARNING", logger="planexec.sandbox"):
+        out = run(python_tool(ws, memory_mb=512), code)
+        run(python_tool(ws, memory_mb=512), "pass")
+    assert out["stdout"] == "MemoryError\n" and out["memory_bound"] == "process" and not out["memory_exceeded"], out
+    warnings = [r.getMessage() for r in caplog.records if "no memory cgroup" in r.getMessage()]
+    assert len(warnings) == 1 and "max_processes x memory_mb" in warnings[0]  # said once, at the first call
+
+
+def test_the_seccomp_filter_has_a_program_for_each_architecture_it_names():
+    import struct
+
+    from planexec.workers.toolkit.sandbox.seccomp import RULES, filter_program
+
+    for machine in ("x86_64", "amd64", "aarch64", "arm64"):
+        program = filter_program(machine)
+        assert program is not None and len(program) % 8 == 0
+        instructions = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+        assert instructions[-1] == (0x06, 0, 0, 0x7FFF0000)  # everything not refused is allowed
+        jumps = [(i, jt, jf) for i, (code, jt, jf, _) in enumerate(instructions) if code & 0x07 == 0x05]  # BPF_JMP
+        assert jumps and all(i + 1 + max(jt, jf) < len(instructions) for i, jt, jf in jumps)  # every jump lands inside
+    assert filter_program("riscv64") is None  # no table here: run_python refuses rather than run unfiltered
+    assert {rule.syscall for rule in RULES} >= {"socket", "socketpair", "chmod", "fchmodat", "openat", "io_uring_setup", "unshare"}

@@ -42,7 +42,8 @@ from pathlib import Path
 
 __all__ = ["CallCgroups", "CgroupRoot", "cgroup_roots", "memory_root", "pids_root", "reap"]
 
-_NAME = re.compile(r"planexec-(\d+)-(\d+)-[0-9a-f]+")
+# planexec-<pid>-<start>-<token>; planexec-<pid>-<token> is an earlier planexec's, with no start time
+_NAME = re.compile(r"planexec-(\d+)(?:-(\d+))?-[0-9a-f]+")
 
 
 @dataclass(frozen=True)
@@ -177,10 +178,11 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _alive(pid: int, start: int) -> bool:
+def _alive(pid: int, start: int | None) -> bool:
+    """Whether the engine that made a group still runs: process `pid`, started at `start` (when known)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
-        return int(raw[raw.rindex(b")") + 2 :].split()[19]) == start
+        return start is None or int(raw[raw.rindex(b")") + 2 :].split()[19]) == start
     except (OSError, ValueError, IndexError):
         return False
 
@@ -215,7 +217,7 @@ def reap() -> list[Path]:
             continue
         for entry in entries:
             match = _NAME.fullmatch(entry.name)
-            if match is None or not entry.is_dir(follow_symlinks=False) or _alive(int(match[1]), int(match[2])):
+            if match is None or not entry.is_dir(follow_symlinks=False) or _alive(int(match[1]), int(match[2]) if match[2] else None):
                 continue
             group = Path(entry.path)
             deadline = time.monotonic() + 1.0

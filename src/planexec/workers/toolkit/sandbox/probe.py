@@ -50,12 +50,13 @@ def sandbox_problem(bwrap: str | None) -> str | None:
     if os.geteuid() == 0 and not nsenter:
         return "run_python needs nsenter (util-linux) when the engine runs as root: apt-get install util-linux. No code was run."
     workspace = tempfile.mkdtemp(prefix="planexec-probe-")
+    os.chmod(workspace, 0o755)  # bound as it is (no idmap): the sandbox's user must be able to enter it
     binds = system_binds()
     stage = None
     fd = data_fd(program)
     try:
         if os.geteuid() == 0:
-            stage = stage_for(workspace, bind_sources(binds))
+            stage = stage_for(workspace, bind_sources(binds), idmap=False)
         launch = Launch(bwrap, nsenter, workspace, True, binds, {}, fd, dict(ENV), 2**20, stage)
         argv = command(launch, [sys.executable, "-I", "-S", "-c", "pass"])
         done = subprocess.run(argv, capture_output=True, env=dict(ENV), timeout=30, check=False, pass_fds=launch.fds)

@@ -21,8 +21,10 @@ is. A stage is kept for the last `_KEEP` workspaces and made again when its
 workspace's directory was replaced.
 
 An idmapped mount needs Linux 5.12 and a file system that supports one
-(ext4, xfs, btrfs, f2fs, vfat; tmpfs since 6.3; overlayfs not before
-6.x); elsewhere `stage_for` raises `StageError` saying so and no code runs.
+(ext4, xfs, btrfs, f2fs, vfat; tmpfs since 6.3; measured: overlayfs refuses
+one on 6.18, so a container's overlay root is not a workspace for a root
+engine, a volume or a tmpfs is); elsewhere `stage_for` raises `StageError`
+saying so and no code runs.
 """
 
 from __future__ import annotations
@@ -78,11 +80,13 @@ def _inode(path: str) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def stage_for(workspace: str, sources: tuple[str, ...]) -> Stage:
+def stage_for(workspace: str, sources: tuple[str, ...], *, idmap: bool = True) -> Stage:
     """The stage of `workspace` with `sources` bound read-only; made on first use (blocking: call it in a thread).
 
     The caller counts itself in `Stage.users` while it starts a process
-    with the descriptors, so that the stage is not closed under it.
+    with the descriptors, so that the stage is not closed under it, and
+    calls `release` once it has. `idmap` False (the probe's throwaway
+    workspace only) binds the workspace as it is.
     """
     key = (workspace, sources)
     with _lock:
@@ -91,7 +95,7 @@ def stage_for(workspace: str, sources: tuple[str, ...]) -> Stage:
             _stages.move_to_end(key)
             stage.users += 1
             return stage
-        stage = _make(workspace, sources)
+        stage = _make(workspace, sources, idmap)
         old = _stages.pop(key, None)
         if old is not None and old.users == 0:
             old.close()
@@ -120,9 +124,9 @@ def discard(workspace: str) -> None:
                 stage.close()
 
 
-def _make(workspace: str, sources: tuple[str, ...]) -> Stage:
+def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
     inode = _inode(workspace)
-    config = json.dumps({"workspace": workspace, "sources": list(sources), "stage": STAGE_DIR, "host_id": HOST_ID})
+    config = json.dumps({"workspace": workspace, "sources": list(sources), "stage": STAGE_DIR, "host_id": HOST_ID, "idmap": idmap})
     try:
         helper = subprocess.Popen(
             [sys.executable, "-I", "-S", str(_HELPER), config],

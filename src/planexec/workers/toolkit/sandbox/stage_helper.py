@@ -4,7 +4,8 @@ Started by `planexec.workers.toolkit.sandbox.stage` as ``python -I -S
 stage_helper.py CONFIG`` (the standard library only: no site, no planexec),
 it never runs model code. CONFIG is JSON: ``workspace``, ``sources`` (the
 host paths the sandbox binds read-only), ``stage`` (an empty root-owned
-directory to build in) and ``host_id`` (the unprivileged host uid and gid).
+directory to build in), ``host_id`` (the unprivileged host uid and gid) and
+``idmap`` (false only for the probe's throwaway workspace).
 
 What it makes, then hands over by staying alive until its stdin closes
 (the engine opens ``/proc/PID/ns/mnt`` and ``/proc/PID/fd/N`` meanwhile):
@@ -167,7 +168,10 @@ def build(config: dict[str, object]) -> int:
     check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making / private")
     locked = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     trees = [(source, clone_tree(source, MOUNT_ATTR_RDONLY | locked, recursive=True)) for source in sources]
-    trees.append((workspace, clone_tree(workspace, MOUNT_ATTR_IDMAP | locked, recursive=False, userns=idmap)))
+    if config.get("idmap", True):
+        trees.append((workspace, clone_tree(workspace, MOUNT_ATTR_IDMAP | locked, recursive=False, userns=idmap)))
+    else:  # the probe's throwaway workspace: what is probed is bwrap in these namespaces, not the file system
+        trees.append((workspace, clone_tree(workspace, locked, recursive=False)))
     stage_dir(stage)
     check(libc.mount(b"planexec", stage.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"), f"a tmpfs at {stage}")
     for source, tree in sorted(trees, key=lambda item: item[0].count("/")):

@@ -23,6 +23,7 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -154,6 +155,194 @@ def _refuse(message: str) -> ToolError:
     return ToolError(message, tool="run_python")
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """A tool's settings (see `python_tool`)."""
+
+    timeout: float
+    memory_mb: int
+    max_output: int
+    max_file_mb: int
+    max_disk_mb: int
+    max_processes: int
+    scratch_mb: int
+    writable: bool
+
+
+class _Started:
+    """A started sandbox: its process, its cgroups, its output so far."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, groups: cgroups.CallCgroups, limits: _Limits) -> None:
+        self.proc = proc
+        self.groups = groups
+        self.out, self.err = _Capture(limits.max_output), _Capture(limits.max_output)
+
+
+class _Runner:
+    """One tool's calls: checks, start, supervision and report (the steps of `run_python`)."""
+
+    def __init__(self, root: Path, bwrap: str | None, limits: _Limits) -> None:
+        self.root, self.ws, self.bwrap, self.limits = root, str(root), bwrap, limits
+        self.quota = limits.max_disk_mb * 2**20
+        self.ledger = _LEDGERS.setdefault(self.ws, Ledger())
+        self.env = {**ENV, "HOME": self.ws}
+        self.passwd = f"sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:run_python:{self.ws}:/usr/sbin/nologin\n"
+        self.group = f"sandbox:x:{SANDBOX_ID}:\n"
+        self.as_root = os.geteuid() == 0
+
+    async def call(self, code: str, stdin: str, run_id: str | None) -> PythonRun:
+        baseline = await self.checks(run_id)
+        await asyncio.to_thread(cgroups.reap)  # the groups of engines killed mid-call
+        since = time.time_ns()  # a set-id file changed from here on is the code's doing
+        started = await self.start(code)
+        timed_out, quota_exceeded, oom_kills, duration = await self.supervise(started, stdin, baseline)
+        proc, out, err = started.proc, started.out, started.err
+        if proc.returncode == JOIN_FAILED and out.kept == b"" and err.text().startswith(JOIN_MARK):
+            raise _refuse(f"run_python could not put the sandbox in its cgroups: {err.text().strip()}")
+        stripped: list[str] = []
+        if self.limits.writable:
+            size, setid = await asyncio.to_thread(disk_used, self.root, [], since)
+            quota_exceeded = quota_exceeded or size - baseline > self.quota  # it may have finished over the quota between two polls
+            if setid:  # the seccomp filter refuses set-id bits; this sweep is behind it
+                stripped = await asyncio.to_thread(strip_setid, self.root, since)
+        return PythonRun(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=proc.returncode,
+            timed_out=timed_out,
+            quota_exceeded=quota_exceeded,
+            duration=duration,
+            truncated=bool(out.dropped or err.dropped),
+            isolation="bubblewrap",
+            memory_exceeded=oom_kills > 0,
+            memory_bound="sandbox" if started.groups.memory is not None else "process",
+            setid_stripped=stripped,
+        )
+
+    async def checks(self, run_id: str | None) -> int:
+        """Refuse what cannot run; return the workspace's size the run's growth is counted from."""
+        problem = await asyncio.to_thread(sandbox_problem, self.bwrap)  # probed once per binary, then cached
+        if problem is not None:
+            raise _refuse(problem)
+        now, _ = await asyncio.to_thread(disk_used, self.root, [])
+        baseline = self.ledger.baseline(run_id, now)
+        if self.limits.writable and now - baseline > self.quota:
+            raise _refuse(
+                f"run_python: the workspace has grown by {(now - baseline) / 2**20:.0f} MiB during this run, past its "
+                f"disk quota of {self.limits.max_disk_mb} MiB (max_disk_mb); delete files or start a new run. No code was run."
+            )
+        return baseline
+
+    async def stage(self, binds: list[tuple[str, list[str]]]) -> Stage | None:
+        """The workspace's stage when the engine is root (counted as used: `release` it), else None."""
+        if not self.as_root:
+            return None
+        making = asyncio.ensure_future(asyncio.to_thread(stage_for, self.ws, bind_sources(binds)))
+        try:
+            return await asyncio.shield(making)
+        except StageError as exc:
+            raise _refuse(f"{exc}. No code was run.") from None
+        except asyncio.CancelledError:  # the thread goes on: give the stage back when it is done
+            making.add_done_callback(lambda done: None if done.cancelled() or done.exception() else release(done.result()))
+            raise
+
+    def bootstrap_config(self, process_cap: bool) -> str:
+        limits = {
+            "RLIMIT_AS": self.limits.memory_mb * 2**20,
+            "RLIMIT_CPU": math.ceil(self.limits.timeout) + 1,
+            "RLIMIT_FSIZE": self.limits.max_file_mb * 2**20,
+            "RLIMIT_CORE": 0,
+        }
+        if process_cap:  # no pids cgroup caps this call's tasks (or, not as root, a second bound beside it)
+            limits["RLIMIT_NPROC"] = self.limits.max_processes + 1  # bwrap's init is the other task of the sandbox user
+        return json.dumps({"name": _CODE_NAME, "limits": limits})
+
+    async def start(self, code: str) -> _Started:
+        """Make the call's cgroups and start the sandbox in them (as root, from the workspace's stage)."""
+        binds = system_binds()
+        stage = await self.stage(binds)
+        fds: list[int] = []
+        try:
+            try:
+                groups = cgroups.CallCgroups.create(self.limits.max_processes + 2, self.limits.memory_mb * 2**20)  # + bwrap, its init
+            except OSError as exc:
+                raise _refuse(f"run_python could not create the sandbox's cgroups: {exc}. No code was run.") from None
+            if groups.memory is None:
+                _warn_per_process_memory()
+            process_cap = not self.as_root or cgroups.pids_root() is None
+            program = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, self.bootstrap_config(process_cap), CODE_PATH]
+            try:
+                fds.extend(data_fd(text.encode("utf-8")) for text in (code, self.passwd, self.group))
+                fds.append(data_fd(filter_program() or b""))
+                data = {CODE_PATH: fds[0], "/etc/passwd": fds[1], "/etc/group": fds[2]}
+                nsenter = shutil.which("nsenter") or "nsenter"
+                scratch = self.limits.scratch_mb * 2**20
+                join = tuple(groups.procs_files)
+                launch = Launch(
+                    self.bwrap or "bwrap", nsenter, self.ws, self.limits.writable, binds, data, fds[3], self.env, scratch, stage, join
+                )
+                proc = await asyncio.create_subprocess_exec(
+                    *command(launch, program),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=self.root,
+                    env=self.env,  # bwrap's init keeps its own environment, readable in the sandbox's /proc/1/environ
+                    pass_fds=launch.fds,
+                    start_new_session=True,  # its own process group
+                )
+            except BaseException:
+                groups.remove()
+                raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if stage is not None:
+                release(stage)
+        return _Started(proc, groups, self.limits)
+
+    async def supervise(self, started: _Started, stdin: str, baseline: int) -> tuple[bool, bool, int, float]:
+        """Feed, drain and watch until the code ends, times out or goes over quota; then kill and clean up.
+
+        Returns (timed out, over quota, memory kills, seconds).
+        """
+        proc, groups, begun = started.proc, started.groups, time.monotonic()
+        assert proc.stdin and proc.stdout and proc.stderr
+
+        def used() -> int:
+            return disk_used(self.root, groups.pids() if groups.groups else descendants(proc.pid))[0]
+
+        async def watch() -> None:
+            """Return when the workspace has grown past the run's quota."""
+            while True:
+                await asyncio.sleep(_POLL)
+                if await asyncio.to_thread(used) - baseline > self.quota:
+                    return
+
+        io = asyncio.gather(_feed(proc.stdin, stdin.encode()), started.out.drain(proc.stdout), started.err.drain(proc.stderr))
+        exited = asyncio.ensure_future(proc.wait())
+        watcher = asyncio.ensure_future(watch())
+        try:
+            done, _ = await asyncio.wait({exited, watcher}, timeout=self.limits.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when the step is cancelled: nothing the code started outlives the call
+            watcher.cancel()
+            if proc.returncode is None:  # not reaped yet, so its process group cannot be another's
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap; its init dies with it, and the namespace with that
+            groups.kill()
+            await proc.wait()
+            oom_kills = groups.oom_kills()
+            await groups.close()
+            exited.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            # a process that held the pipes open may take a moment to be reaped; do not wait long for it
+            _, pending = await asyncio.wait([io], timeout=1.0)
+            for task in pending:
+                task.cancel()
+        return not done, watcher in done, oom_kills, round(time.monotonic() - begun, 3)
+
+
 def python_tool(
     workspace: str | Path,
     *,
@@ -189,39 +378,8 @@ def python_tool(
     root = Path(workspace).resolve()
     if not root.is_dir():
         raise NotADirectoryError(f"workspace {str(root)!r} is not a directory")
-    exe = os.fspath(bwrap) if bwrap is not None else None
-    ws = str(root)
-    quota = max_disk_mb * 2**20
-    ledger = _LEDGERS.setdefault(ws, Ledger())
-    env = {**ENV, "HOME": ws}
-    passwd = f"sandbox:x:{SANDBOX_ID}:{SANDBOX_ID}:run_python:{ws}:/usr/sbin/nologin\n"
-    group = f"sandbox:x:{SANDBOX_ID}:\n"
-    as_root = os.geteuid() == 0
-
-    def bootstrap_config(process_cap: bool) -> str:
-        limits = {
-            "RLIMIT_AS": memory_mb * 2**20,
-            "RLIMIT_CPU": math.ceil(timeout) + 1,
-            "RLIMIT_FSIZE": max_file_mb * 2**20,
-            "RLIMIT_CORE": 0,
-        }
-        if process_cap:  # no pids cgroup caps this call's tasks (or, not as root, a second bound beside it)
-            limits["RLIMIT_NPROC"] = max_processes + 1  # bwrap's init is the other task of the sandbox user
-        return json.dumps({"name": _CODE_NAME, "limits": limits})
-
-    async def start_checks(run_id: str | None) -> int:
-        """Refuse what cannot run; the workspace's size the run's growth is counted from."""
-        problem = await asyncio.to_thread(sandbox_problem, exe)  # probed once per binary, then cached
-        if problem is not None:
-            raise _refuse(problem)
-        now, _ = await asyncio.to_thread(disk_used, root, [])
-        baseline = ledger.baseline(run_id, now)
-        if writable and now - baseline > quota:
-            raise _refuse(
-                f"run_python: the workspace has grown by {(now - baseline) / 2**20:.0f} MiB during this run, past its "
-                f"disk quota of {max_disk_mb} MiB (max_disk_mb); delete files or start a new run. No code was run."
-            )
-        return baseline
+    limits = _Limits(timeout, memory_mb, max_output, max_file_mb, max_disk_mb, max_processes, scratch_mb, writable)
+    runner = _Runner(root, os.fspath(bwrap) if bwrap is not None else None, limits)
 
     async def run_python(code: str, context: ToolContext[Any], stdin: str = "") -> PythonRun:
         """Run a Python 3 program in the workspace directory and return its stdout, stderr and exit code.
@@ -231,119 +389,7 @@ def python_tool(
         paths land in the workspace. It is killed when it runs past its
         time limit (`timed_out` is then true); output past a bound is cut.
         """
-        baseline = await start_checks(context.run_id)
-        binds = system_binds()
-        stage: Stage | None = None
-        if as_root:
-            try:
-                stage = await asyncio.to_thread(stage_for, ws, bind_sources(binds))
-            except StageError as exc:
-                raise _refuse(f"{exc}. No code was run.") from None
-        try:
-            await asyncio.to_thread(cgroups.reap)
-            groups = cgroups.CallCgroups.create(max_processes + 2, memory_mb * 2**20)  # + bwrap and its init
-        except OSError as exc:
-            if stage is not None:
-                release(stage)
-            raise _refuse(f"run_python could not create the sandbox's cgroups: {exc}. No code was run.") from None
-        if groups.memory is None:
-            _warn_per_process_memory()
-        process_cap = not as_root or cgroups.pids_root() is None
-        program = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, bootstrap_config(process_cap), CODE_PATH]
-        out, err = _Capture(max_output), _Capture(max_output)
-        timed_out = quota_exceeded = False
-        start, since = time.monotonic(), time.time_ns()
-        fds: list[int] = []
-        try:
-            fds.extend(data_fd(text.encode("utf-8")) for text in (code, passwd, group))
-            fds.append(data_fd(filter_program() or b""))
-            launch = Launch(
-                exe or "bwrap",
-                shutil.which("nsenter") or "nsenter",
-                ws,
-                writable,
-                binds,
-                {CODE_PATH: fds[0], "/etc/passwd": fds[1], "/etc/group": fds[2]},
-                fds[3],
-                env,
-                scratch_mb * 2**20,
-                stage,
-                tuple(groups.procs_files),
-            )
-            proc = await asyncio.create_subprocess_exec(
-                *command(launch, program),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=root,
-                env=env,  # bwrap's init keeps its own environment, readable in the sandbox's /proc/1/environ
-                pass_fds=launch.fds,
-                start_new_session=True,  # its own process group
-            )
-        except BaseException:
-            groups.remove()
-            raise
-        finally:
-            for fd in fds:
-                os.close(fd)
-            if stage is not None:
-                release(stage)
-        assert proc.stdin and proc.stdout and proc.stderr
-
-        def used() -> int:
-            return disk_used(root, groups.pids() if groups.groups else descendants(proc.pid))[0]
-
-        async def watch() -> None:
-            """Return when the workspace has grown past the run's quota."""
-            while True:
-                await asyncio.sleep(_POLL)
-                if await asyncio.to_thread(used) - baseline > quota:
-                    return
-
-        io = asyncio.gather(_feed(proc.stdin, stdin.encode()), out.drain(proc.stdout), err.drain(proc.stderr))
-        exited = asyncio.ensure_future(proc.wait())
-        watcher = asyncio.ensure_future(watch())
-        try:
-            done, _ = await asyncio.wait({exited, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            timed_out = not done
-            quota_exceeded = watcher in done
-        finally:  # also when the step is cancelled: nothing the code started outlives the call
-            watcher.cancel()
-            if proc.returncode is None:  # not reaped yet, so its process group cannot be another's
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap; its init dies with it, and the namespace with that
-            groups.kill()
-            await proc.wait()
-            oom_kills = groups.oom_kills()
-            await groups.close()
-            exited.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            # a process that held the pipes open may take a moment to be reaped; do not wait long for it
-            _, pending = await asyncio.wait([io], timeout=1.0)
-            for task in pending:
-                task.cancel()
-        if proc.returncode == JOIN_FAILED and out.kept == b"" and err.text().startswith(JOIN_MARK):
-            raise _refuse(f"run_python could not put the sandbox in its cgroups: {err.text().strip()}")
-        stripped: list[str] = []
-        if writable:
-            size, setid = await asyncio.to_thread(disk_used, root, [], since)
-            quota_exceeded = quota_exceeded or size - baseline > quota  # it may have finished over the quota between two polls
-            if setid:  # the seccomp filter refuses set-id bits; this sweep is behind it
-                stripped = await asyncio.to_thread(strip_setid, root, since)
-        return PythonRun(
-            stdout=out.text(),
-            stderr=err.text(),
-            exit_code=proc.returncode,
-            timed_out=timed_out,
-            quota_exceeded=quota_exceeded,
-            duration=round(time.monotonic() - start, 3),
-            truncated=bool(out.dropped or err.dropped),
-            isolation="bubblewrap",
-            memory_exceeded=oom_kills > 0,
-            memory_bound="sandbox" if groups.memory is not None else "process",
-            setid_stripped=stripped,
-        )
+        return await runner.call(code, stdin, context.run_id)
 
     if not writable:  # it can change nothing and send nothing anywhere: a check, not an action
         return Tool(run_python, name="run_python", read_only=True, untrusted_output=True)
