@@ -43,6 +43,7 @@ __all__ = ["HOST_ID", "STAGE_DIR", "Stage", "StageError", "discard", "release", 
 HOST_ID = 2147418112  # 2^31 - 2^16: no user on the host, above systemd's dynamic and container ranges
 STAGE_DIR = "/run/planexec-sandbox"  # empty on the host; each stage mounts its own tmpfs here, in its own namespace
 _KEEP = 16
+_SETUP_TIMEOUT = 30.0  # seconds the set-up may take (it takes ~40 ms)
 _HELPER = Path(__file__).with_name("stage_helper.py")  # run by path: it must not import planexec
 
 
@@ -137,13 +138,15 @@ def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
     except OSError as exc:
         raise StageError(f"cannot start the sandbox's set-up ({exc})") from None
     assert helper.stdin is not None and helper.stdout is not None
+    watchdog = threading.Timer(_SETUP_TIMEOUT, helper.kill)  # a set-up that hangs fails instead of holding the lock
+    watchdog.start()
     try:
         line = helper.stdout.readline()
         try:
             answer = json.loads(line)
         except ValueError:
             stderr = helper.communicate(timeout=10)[1].decode(errors="replace").strip()
-            raise StageError(f"the sandbox's set-up failed: {stderr or 'no answer'}") from None
+            raise StageError(f"run_python's set-up of its namespaces as root failed: {stderr or 'no answer'}") from None
         if "error" in answer:
             raise StageError(_explain(answer["step"], answer["error"], workspace))
         pid = answer["pid"]
@@ -155,6 +158,7 @@ def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
             raise
         return Stage(mount_fd, userns_fd, inode)
     finally:
+        watchdog.cancel()
         helper.stdin.close()
         try:
             helper.wait(timeout=10)

@@ -242,6 +242,8 @@ class _Runner:
             return await asyncio.shield(making)
         except StageError as exc:
             raise _refuse(f"{exc}. No code was run.") from None
+        except OSError as exc:  # the workspace is gone, /run is read-only, ...
+            raise _refuse(f"run_python could not prepare the workspace {self.ws!r} for its sandbox: {exc}. No code was run.") from None
         except asyncio.CancelledError:  # the thread goes on: give the stage back when it is done
             making.add_done_callback(lambda done: None if done.cancelled() or done.exception() else release(done.result()))
             raise
