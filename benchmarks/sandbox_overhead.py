@@ -115,9 +115,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "kernel": platform.release(), "cpus": os.cpu_count(), "euid": os.geteuid()},
         "calls": args.calls,
         "rounds": len(rounds["this"]),
-        "figures": {
-            name: {key: round(statistics.median(r[key] for r in runs), 1) for key in runs[0]} for name, runs in rounds.items()
-        },
+        "figures": {name: {key: round(statistics.median(r[key] for r in runs), 1) for key in runs[0]} for name, runs in rounds.items()},
     }
     if args.compare:
         this, other = result["figures"]["this"], result["figures"]["other"]
