@@ -42,6 +42,14 @@ def registry():
 
 
 @pytest.fixture
+def ws(tmp_path):
+    """A sandbox's workspace: a directory inside pytest's tmp dir, so its sibling is a place just outside it."""
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
 def allow_requests():
     """Real model requests on for one test (the suite blocks them), restored afterwards."""
     from planexec.models import base

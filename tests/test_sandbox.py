@@ -36,14 +36,6 @@ def run(tool: Tool, code: str, stdin: str = "") -> dict:
     return asyncio.run(tool.invoke({"code": textwrap.dedent(code), "stdin": stdin}))
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    """The workspace: a directory inside pytest's tmp dir, so its sibling is a place just outside it."""
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
 def size_of(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 

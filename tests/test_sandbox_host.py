@@ -25,24 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from planexec import Tool
 from planexec.errors import ToolError
 from planexec.workers.toolkit import python_tool
+from test_sandbox import MB, needs_bwrap, run  # the escape tests' helpers (the ws fixture is in conftest)
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the engine runs as root here only when the tests do (as in CI)")
-MB = 2**20
-
-
-def run(tool: Tool, code: str, stdin: str = "") -> dict:
-    return asyncio.run(tool.invoke({"code": textwrap.dedent(code), "stdin": stdin}))
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture
@@ -511,3 +498,140 @@ def test_the_seccomp_filter_has_a_program_for_each_architecture_it_names():
         assert jumps and all(i + 1 + max(jt, jf) < len(instructions) for i, jt, jf in jumps)  # every jump lands inside
     assert filter_program("riscv64") is None  # no table here: run_python refuses rather than run unfiltered
     assert {rule.syscall for rule in RULES} >= {"socket", "socketpair", "chmod", "fchmodat", "openat", "io_uring_setup", "unshare"}
+
+
+# -- what a review of the first version found (each failed on it) ----------------------------------
+
+
+@needs_bwrap
+def test_a_tree_deeper_than_a_path_can_name_still_counts_against_the_quota(ws):
+    out = run(
+        python_tool(ws, max_disk_mb=5, timeout=60),
+        """
+        import os
+        for _ in range(20):  # 20 x 251 characters: past PATH_MAX (4096), where a walk by path sees nothing
+            os.mkdir("d" * 250)
+            os.chdir("d" * 250)
+        with open("big", "wb") as f:
+            f.write(bytes(40 * 2**20))
+        """,
+    )
+    assert out["quota_exceeded"] and any("disk quota" in note for note in out["notes"]), out
+
+
+@needs_bwrap
+def test_a_tree_too_deep_to_measure_counts_as_over_the_quota(ws):
+    out = run(
+        python_tool(ws, timeout=60),
+        """
+        import os
+        for _ in range(300):
+            os.mkdir("d")
+            os.chdir("d")
+        """,
+    )
+    assert out["quota_exceeded"] and any("nested deeper than 256" in note for note in out["notes"]), out
+    with pytest.raises(ToolError, match="nested deeper than 256.*No code was run"):
+        run(python_tool(ws), "print('runs')")  # and the next call cannot be measured against its quota
+
+
+@needs_bwrap
+def test_the_code_cannot_fake_the_wrappers_failure(ws):
+    out = run(
+        python_tool(ws),
+        """
+        import os, sys
+        sys.stderr.write("planexec-sandbox: cannot join the call's cgroups\\n")
+        sys.stderr.flush()
+        os._exit(125)
+        """,
+    )
+    assert out["exit_code"] == 125 and "cannot join" in out["stderr"], out  # the code's own output, not the engine's error
+
+
+@needs_bwrap
+def test_no_pseudo_terminal_can_be_opened(ws):
+    out = run(
+        python_tool(ws),
+        """
+        import os
+        print("pts", os.path.exists("/dev/pts"), "ptmx", os.path.exists("/dev/ptmx"))
+        try:
+            os.openpty()
+            print("OPENED")
+        except OSError as exc:
+            print("refused", exc.errno)
+        print(sorted(os.listdir("/dev")))
+        """,
+    )
+    lines = out["stdout"].splitlines()
+    assert lines[:2] == ["pts False ptmx False", "refused 2"], out
+    assert lines[2] == str(sorted(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"]))
+
+
+@needs_bwrap
+@as_root
+def test_calls_at_once_are_different_host_users(ws, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    hog = """
+    import ctypes, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = [libc.inotify_init() for _ in range(1000)]
+    print("held", sum(fd >= 0 for fd in held), flush=True)
+    time.sleep(2)
+    """
+    probe = """
+    import ctypes, time
+    time.sleep(0.7)
+    print("uid", open("/proc/self/uid_map").read().split()[1])
+    print("inotify", ctypes.CDLL(None, use_errno=True).inotify_init() >= 0)
+    """
+
+    async def both() -> list[dict]:
+        return list(
+            await asyncio.gather(
+                python_tool(ws).invoke({"code": textwrap.dedent(hog)}), python_tool(other).invoke({"code": textwrap.dedent(probe)})
+            )
+        )
+
+    held, probed = asyncio.run(both())
+    assert int(held["stdout"].split()[1]) > 0, held
+    assert "inotify True" in probed["stdout"], probed  # the first call's inotify instances are its own user's
+    first = run(python_tool(ws), "print(open('/proc/self/uid_map').read().split()[1])")["stdout"].strip()
+    assert probed["stdout"].split()[1] != "0" and first != "0"
+
+
+@as_root
+def test_reaping_leaves_the_groups_of_another_pid_namespace_alone():
+    from planexec.workers.toolkit.sandbox import cgroups
+
+    root = cgroups.pids_root()
+    if root is None:
+        pytest.skip("no pids cgroup is writable here")
+    dead = 2**22 - 7  # above pid_max's default: no process has it
+    mine = root.path / f"planexec-{dead}-1-{cgroups._pid_namespace()}-0badc0de"
+    foreign = root.path / f"planexec-{dead}-1-{cgroups._pid_namespace() + 1}-0badc0de"
+    for group in (mine, foreign):
+        group.mkdir()
+    try:
+        removed = cgroups.reap()
+        assert mine in removed and not mine.exists()
+        assert foreign.exists() and foreign not in removed  # its pid means nothing in this namespace
+    finally:
+        for group in (mine, foreign):
+            if group.exists():
+                group.rmdir()
+
+
+@needs_bwrap
+@as_root
+def test_a_directory_swapped_in_at_the_workspaces_path_is_not_mounted(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tool = python_tool(ws)
+    ws.rename(tmp_path / "moved")
+    ws.symlink_to("/etc")  # what an attacker controlling the parent might do between two calls
+    with pytest.raises(ToolError, match="no longer the directory run_python was made for") as refused:
+        run(tool, "open('planted', 'w').close()")
+    assert "No code was run" in str(refused.value) and not Path("/etc/planted").exists()

@@ -7,10 +7,11 @@ joined by a shell wrapper before bwrap starts, emptied and removed at the
 end) and `reap` (the groups of an engine that was killed mid-call). Imports
 the stdlib only.
 
-A call's group is named ``planexec-<pid>-<start>-<token>``: the engine's
-pid and its start time (in clock ticks, from ``/proc/<pid>/stat``), so that
-`reap` can tell an engine that is gone from one that still runs, even when
-its pid was reused. An engine killed during a call leaves its groups
+A call's group is named ``planexec-<pid>-<start>-<pidns>-<token>``: the
+engine's pid, its start time (in clock ticks, from ``/proc/<pid>/stat``)
+and its PID namespace, so that `reap` can tell an engine that is gone from
+one that still runs, even when its pid was reused, and leaves alone the
+groups of engines in another PID namespace sharing the cgroup tree. An engine killed during a call leaves its groups
 behind (nobody is left to remove them; the processes in them died with the
 engine, through bwrap's ``--die-with-parent``); the next call of any engine
 under the same cgroup reaps them.
@@ -42,8 +43,9 @@ from pathlib import Path
 
 __all__ = ["CallCgroups", "CgroupRoot", "cgroup_roots", "memory_root", "pids_root", "reap"]
 
-# planexec-<pid>-<start>-<token>; planexec-<pid>-<token> is an earlier planexec's, with no start time
-_NAME = re.compile(r"planexec-(\d+)(?:-(\d+))?-[0-9a-f]+")
+# planexec-<pid>-<start>-<pid namespace>-<token>; planexec-<pid>-<token> is an earlier planexec's
+_NAME = re.compile(r"planexec-(\d+)-(\d+)-(\d+)-[0-9a-f]+")
+_OLD_NAME = re.compile(r"planexec-(\d+)-[0-9a-f]{8}")
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,28 @@ def _alive(pid: int, start: int | None) -> bool:
         return False
 
 
+@functools.cache
+def _pid_namespace() -> int:
+    """This process's PID namespace (its inode): pids in group names mean something only within it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _gone(name: str) -> bool:
+    """Whether `name` is a group made by an engine of this PID namespace that no longer runs.
+
+    A group of another PID namespace (another container sharing the cgroup
+    tree) is never taken for a dead engine's: its pid means nothing here.
+    """
+    match = _NAME.fullmatch(name)
+    if match is not None:
+        return int(match[3]) == _pid_namespace() and not _alive(int(match[1]), int(match[2]))
+    old = _OLD_NAME.fullmatch(name)
+    return old is not None and not _alive(int(old[1]), None)
+
+
 def _procs(group: Path) -> list[int]:
     try:
         return [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
@@ -216,8 +240,7 @@ def reap() -> list[Path]:
         except OSError:
             continue
         for entry in entries:
-            match = _NAME.fullmatch(entry.name)
-            if match is None or not entry.is_dir(follow_symlinks=False) or _alive(int(match[1]), int(match[2]) if match[2] else None):
+            if not entry.is_dir(follow_symlinks=False) or not _gone(entry.name):
                 continue
             group = Path(entry.path)
             deadline = time.monotonic() + 1.0
@@ -240,12 +263,13 @@ class CallCgroups:
     def __init__(self, groups: list[tuple[Path, CgroupRoot]], memory: Path | None) -> None:
         self.groups = groups
         self.memory = memory
+        self.oom_kills_seen = 0  # `oom_kills` read after the call, before the groups are removed
 
     @classmethod
     def create(cls, max_tasks: int, memory_bytes: int) -> CallCgroups:
         """Create the call's groups with their limits; `OSError` (nothing left behind) when one cannot be."""
         pid = os.getpid()
-        name = f"planexec-{pid}-{_start_time(pid) or 0}-{secrets.token_hex(4)}"
+        name = f"planexec-{pid}-{_start_time(pid) or 0}-{_pid_namespace()}-{secrets.token_hex(4)}"
         wanted = {"pids": max_tasks, "memory": memory_bytes}
         groups: list[tuple[Path, CgroupRoot]] = []
         memory: Path | None = None

@@ -7,12 +7,13 @@ Owns `system_binds` (the read-only host paths the interpreter needs),
 
 As another user, bwrap makes its own user namespace (``--unshare-user``,
 uid 1000 is the engine's uid, ``--disable-userns``). As root, ``nsenter``
-first enters the workspace's stage (its mount namespace) and becomes
-`stage.HOST_ID` (no supplementary group); bwrap, run as that user, joins
-the stage's user namespace (``--userns``, where uid 1000 is `HOST_ID`) and
-binds every path from the stage. Either
+first enters the workspace's stage (its mount namespace) and becomes the
+stage's host uid (`Stage.host_id`, no supplementary group); bwrap, run as
+that user, joins the stage's user namespace (``--userns``, where uid 1000
+is that uid) and binds every path from the stage. Either
 way: new PID, network, IPC, UTS and cgroup namespaces, ``--new-session``,
-``--die-with-parent``, no capabilities, a read-only root and ``/proc``,
+``--die-with-parent``, no capabilities, a read-only root, ``/proc`` and
+``/dev`` (six device nodes, no pseudo-terminals),
 the seccomp filter, and the code's file, ``/etc/passwd`` and ``/etc/group``
 given as data.
 """
@@ -25,7 +26,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from planexec.workers.toolkit.sandbox.stage import HOST_ID, Stage
+from planexec.workers.toolkit.sandbox.stage import Stage
 
 __all__ = ["CODE_PATH", "ENV", "JOIN_FAILED", "JOIN_MARK", "SANDBOX_ID", "Launch", "command", "system_binds"]
 
@@ -39,6 +40,11 @@ ENV = {
     "LC_ALL": "C.UTF-8",
     "MALLOC_ARENA_MAX": "2",  # else glibc reserves 64 MiB per thread, and RLIMIT_AS counts reservations
 }
+# /dev: these nodes and links only. No /dev/pts: the kernel's count of pseudo-terminals is one for the host
+# (measured: a call held 3,071 and the next call's openpty() failed with ENOSPC), and their buffers are not charged to
+# the call's memory cgroup; bwrap's --dev would mount a devpts with no bound.
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))
 _SHARED = (
     "--unshare-pid",
     "--unshare-net",
@@ -102,7 +108,9 @@ class Launch:
 
     `data` maps a path in the sandbox to the fd bwrap copies it from
     (``--ro-bind-data``); `seccomp_fd` holds the filter; `stage` is set when
-    the engine is root; `join` lists the ``cgroup.procs`` files to join.
+    the engine is root; `join` lists the ``cgroup.procs`` files to join, and
+    the wrapper writes `JOIN_MARK` to pipe `join_fd` when it cannot, and
+    ``joined`` when it did.
     """
 
     bwrap: str
@@ -116,11 +124,12 @@ class Launch:
     scratch_bytes: int
     stage: Stage | None = None
     join: tuple[Path, ...] = ()
+    join_fd: int = -1
 
     @property
     def fds(self) -> list[int]:
         """The descriptors the command inherits."""
-        fds = [*self.data.values(), self.seccomp_fd]
+        fds = [*self.data.values(), self.seccomp_fd, *([self.join_fd] if self.join else [])]
         if self.stage is not None:
             fds += [self.stage.mount_fd, self.stage.userns_fd]
         return fds
@@ -141,7 +150,9 @@ def command(launch: Launch, program: list[str]) -> list[str]:
     mounts += [(dest, ["--ro-bind-data", str(fd), dest]) for dest, fd in launch.data.items()]
     mounts += [
         ("/proc", ["--proc", "/proc"]),
-        ("/dev", ["--dev", "/dev"]),
+        ("/dev", ["--size", str(2**16), "--tmpfs", "/dev"]),
+        *[(f"/dev/{node}", ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]) for node in _DEVICES],
+        *[(f"/dev/{name}", ["--symlink", target, f"/dev/{name}"]) for name, target in _DEV_LINKS],
         ("/dev/shm", ["--size", scratch, "--tmpfs", "/dev/shm"]),
         ("/tmp", ["--size", scratch, "--tmpfs", "/tmp"]),
         (ws, ["--bind" if launch.writable else "--ro-bind", source(ws), ws]),
@@ -171,9 +182,13 @@ def command(launch: Launch, program: list[str]) -> list[str]:
         *program,
     ]
     if stage is not None:  # enter the stage as root, then become HOST_ID (no supplementary group) to run bwrap
-        argv = [launch.nsenter, f"--mount=/proc/self/fd/{stage.mount_fd}", "-S", str(HOST_ID), "-G", str(HOST_ID), "--", *argv]
+        host = str(stage.host_id)
+        argv = [launch.nsenter, f"--mount=/proc/self/fd/{stage.mount_fd}", "-S", host, "-G", host, "--", *argv]
     if launch.join:  # join the cgroups before exec, so nothing the code forks is outside them
+        # a failure is told through `join_fd`, which the code never holds (a status or a message on stderr it could fake)
         writes = " && ".join(f'echo $$ > "${{{index + 1}}}"' for index in range(len(launch.join)))
-        join = f'{{ {writes}; }} || {{ echo "{JOIN_MARK}" >&2; exit {JOIN_FAILED}; }}; shift {len(launch.join)}; exec "$@"'
+        tell = f"/proc/self/fd/{launch.join_fd}"
+        failed = f'echo "{JOIN_MARK}" > {tell}; exit {JOIN_FAILED}'
+        join = f'{{ {writes}; }} 2>/dev/null || {{ {failed}; }}; echo joined > {tell}; shift {len(launch.join)}; exec "$@"'
         argv = ["/bin/sh", "-c", join, "sh", *[str(path) for path in launch.join], *argv]
     return argv

@@ -22,9 +22,10 @@ import stat
 from collections import OrderedDict
 from pathlib import Path
 
-__all__ = ["MIN_INODE", "Ledger", "descendants", "disk_used", "strip_setid"]
+__all__ = ["MAX_DEPTH", "MIN_INODE", "DiskUnmeasuredError", "Ledger", "descendants", "disk_used", "strip_setid"]
 
 MIN_INODE = 4096  # bytes an inode counts for at least: a block, so a million empty files are not free
+MAX_DEPTH = 256  # folders deep; a deeper workspace cannot be measured, so counts as over quota
 _SETID = stat.S_ISUID | stat.S_ISGID
 
 
@@ -74,31 +75,89 @@ def _held_deleted(pids: list[int], seen: set[tuple[int, int]]) -> int:
     return total
 
 
+class DiskUnmeasuredError(OSError):
+    """The workspace's size could not be measured (a folder unreadable, nested too deep): counted as over quota."""
+
+
+def _subdir(parent: int, name: str) -> int | None:
+    """A descriptor of directory `name` in `parent` (a link is not followed), or None when it is gone."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DiskUnmeasuredError(exc.errno, f"cannot open a folder of the workspace ({exc.strerror})") from None
+
+
+def _scan(fd: int, seen: set[tuple[int, int]], setid_since: int | None) -> tuple[list[str], int, bool]:
+    """One folder: its subfolders' names, the bytes of its entries not seen before, whether a fresh set-id file is there."""
+    try:
+        with os.scandir(fd) as scan:
+            entries = list(scan)
+    except OSError as exc:
+        raise DiskUnmeasuredError(exc.errno, f"cannot read a folder of the workspace ({exc.strerror})") from None
+    folders, total, setid = [], 0, False
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            folders.append(entry.name)
+        elif setid_since is not None and st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
+            setid = True
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen.add(key)
+            total += max(st.st_blocks * 512, MIN_INODE)
+    return folders, total, setid
+
+
 def disk_used(root: Path, pids: list[int], setid_since: int | None = None) -> tuple[int, bool]:
     """Bytes the workspace's files take (each inode once, at least a block) plus deleted files the processes hold.
 
     The second value says whether a regular file with a set-id bit changed
-    at or after `setid_since` (ns) was seen: then `strip_setid` is worth its walk.
+    at or after `setid_since` (ns) was seen: then `strip_setid` is worth its
+    walk. Folders are walked by descriptor, so no path is too long to
+    measure (a tree deeper than PATH_MAX was once counted as empty); a
+    folder that cannot be read, or nesting deeper than `MAX_DEPTH`, raises
+    `DiskUnmeasuredError`, which the caller counts as over quota.
     """
     seen: set[tuple[int, int]] = set()
     total = 0
     setid = False
-    todo = [str(root)]
-    while todo:
-        with contextlib.suppress(OSError), os.scandir(todo.pop()) as entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    opened = {top: 0}  # each open folder fd -> how many of its subfolders are still to be opened (then it is closed)
+    pending: list[tuple[int | None, str, int]] = [(None, "", 0)]  # (parent fd, name, depth), depth-first from the root
+    try:
+        while pending:
+            parent, name, depth = pending.pop()
+            if parent is None:
+                fd: int | None = top
+            else:
+                fd = _subdir(parent, name)
+                opened[parent] -= 1
+                if opened[parent] == 0:
+                    del opened[parent]
+                    os.close(parent)
+                if fd is None:
                     continue
-                if stat.S_ISDIR(st.st_mode):
-                    todo.append(entry.path)
-                elif setid_since is not None and st.st_mode & _SETID and st.st_ctime_ns >= setid_since:
-                    setid = True
-                key = (st.st_dev, st.st_ino)
-                if key not in seen:
-                    seen.add(key)
-                    total += max(st.st_blocks * 512, MIN_INODE)
+                opened[fd] = 0
+            assert fd is not None
+            if depth > MAX_DEPTH:
+                raise DiskUnmeasuredError(0, f"the workspace is nested deeper than {MAX_DEPTH} folders")
+            folders, size, found = _scan(fd, seen, setid_since)
+            total += size
+            setid = setid or found
+            if folders:
+                opened[fd] = len(folders)
+                pending.extend((fd, folder, depth + 1) for folder in folders)
+            else:
+                del opened[fd]
+                os.close(fd)
+    finally:
+        for fd in opened:
+            os.close(fd)
     return total + _held_deleted(pids, seen), setid
 
 

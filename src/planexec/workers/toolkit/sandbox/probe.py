@@ -56,7 +56,8 @@ def sandbox_problem(bwrap: str | None) -> str | None:
     fd = data_fd(program)
     try:
         if os.geteuid() == 0:
-            stage = stage_for(workspace, bind_sources(binds), idmap=False)
+            st = os.stat(workspace)
+            stage = stage_for(workspace, bind_sources(binds), (st.st_dev, st.st_ino), idmap=False)
         launch = Launch(bwrap, nsenter, workspace, True, binds, {}, fd, dict(ENV), 2**20, stage)
         argv = command(launch, [sys.executable, "-I", "-S", "-c", "pass"])
         done = subprocess.run(argv, capture_output=True, env=dict(ENV), timeout=30, check=False, pass_fds=launch.fds)

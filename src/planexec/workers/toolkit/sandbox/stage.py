@@ -38,11 +38,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HOST_ID", "STAGE_DIR", "Stage", "StageError", "discard", "release", "stage_for"]
+__all__ = ["HOST_ID", "SLOTS", "STAGE_DIR", "Stage", "StageError", "discard", "release", "stage_for"]
 
 HOST_ID = 2147418112  # 2^31 - 2^16: no user on the host, above systemd's dynamic and container ranges
+SLOTS = 256  # calls at once: call n of those running is host uid HOST_ID + n
 STAGE_DIR = "/run/planexec-sandbox"  # empty on the host; each stage mounts its own tmpfs here, in its own namespace
-_KEEP = 16
+_KEEP = 32
 _SETUP_TIMEOUT = 30.0  # seconds the set-up may take (it takes ~40 ms)
 _HELPER = Path(__file__).with_name("stage_helper.py")  # run by path: it must not import planexec
 
@@ -53,12 +54,17 @@ class StageError(Exception):
 
 @dataclass
 class Stage:
-    """One workspace's namespaces: `mount_fd` (for ``nsenter --mount``) and `userns_fd` (for ``bwrap --userns``)."""
+    """One workspace's namespaces for one slot: `mount_fd` (``nsenter --mount``), `userns_fd` (``bwrap --userns``).
+
+    `host_id` is the host uid and gid of the slot; `busy` is true while a
+    call holds the stage (from `stage_for` to `release`).
+    """
 
     mount_fd: int
     userns_fd: int
     inode: tuple[int, int]
-    users: int = field(default=0)
+    host_id: int
+    busy: bool = field(default=False)
 
     def source(self, path: str) -> str:
         """Where bwrap finds host path `path` (a source or the workspace) in this stage."""
@@ -72,62 +78,73 @@ class Stage:
                 pass
 
 
-_stages: OrderedDict[tuple[str, tuple[str, ...]], Stage] = OrderedDict()
+_stages: OrderedDict[tuple[str, tuple[str, ...], int], Stage] = OrderedDict()
+_busy: set[int] = set()  # the slots of the calls running now
 _lock = threading.Lock()
 
 
-def _inode(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino)
+def stage_for(workspace: str, sources: tuple[str, ...], inode: tuple[int, int], *, idmap: bool = True) -> Stage:
+    """A stage of `workspace` with `sources` bound read-only, for one call (blocking: call it in a thread).
 
-
-def stage_for(workspace: str, sources: tuple[str, ...], *, idmap: bool = True) -> Stage:
-    """The stage of `workspace` with `sources` bound read-only; made on first use (blocking: call it in a thread).
-
-    The caller counts itself in `Stage.users` while it starts a process
-    with the descriptors, so that the stage is not closed under it, and
-    calls `release` once it has. `idmap` False (the probe's throwaway
-    workspace only) binds the workspace as it is.
+    Each call running at once gets its own slot, so its own host uid: per-user
+    kernel limits (inotify instances, pending signals, message queues, pipe
+    buffers, RLIMIT_NPROC) are not shared between two calls. The stage is
+    the caller's until it calls `release`, after the call's processes are
+    gone. `inode` is the workspace directory's (device, inode) when the tool
+    was made: a directory swapped in at that path since is refused rather
+    than mounted writable. `idmap` False (the probe's throwaway workspace
+    only) binds the workspace as it is.
     """
-    key = (workspace, sources)
     with _lock:
+        slot = next((n for n in range(SLOTS) if n not in _busy), None)
+        if slot is None:
+            raise StageError(f"run_python runs at most {SLOTS} calls at once as root, and {SLOTS} are running")
+        key = (workspace, sources, slot)
         stage = _stages.get(key)
-        if stage is not None and stage.inode == _inode(workspace):
-            _stages.move_to_end(key)
-            stage.users += 1
-            return stage
-        stage = _make(workspace, sources, idmap)
-        old = _stages.pop(key, None)
-        if old is not None and old.users == 0:
-            old.close()
-        _stages[key] = stage
-        idle = [k for k, s in _stages.items() if s.users == 0 and k != key]
-        for k in idle[: max(0, len(_stages) - _KEEP)]:
-            _stages.pop(k).close()
-        stage.users += 1
+        if stage is None or stage.inode != inode:
+            stage = _make(workspace, sources, inode, HOST_ID + slot, idmap)
+            old = _stages.pop(key, None)
+            if old is not None:
+                old.close()
+            _stages[key] = stage
+            idle = [k for k, s in _stages.items() if not s.busy and k != key]
+            for k in idle[: max(0, len(_stages) - _KEEP)]:
+                _stages.pop(k).close()
+        _stages.move_to_end(key)
+        stage.busy = True
+        _busy.add(slot)
         return stage
 
 
 def release(stage: Stage) -> None:
-    """The caller's process has started: it holds its own copies of the descriptors."""
+    """The call that held `stage` is over (its processes are gone): its slot is free again."""
     with _lock:
-        stage.users -= 1
-        if stage.users == 0 and all(s is not stage for s in _stages.values()):
+        stage.busy = False
+        _busy.discard(stage.host_id - HOST_ID)
+        if all(s is not stage for s in _stages.values()):
             stage.close()
 
 
 def discard(workspace: str) -> None:
-    """Forget the stages of `workspace` (a throwaway one): closed now, or by `release` when the last user is done."""
+    """Forget the stages of `workspace` (a throwaway one): closed now, or by `release` when its call is over."""
     with _lock:
         for key in [k for k in _stages if k[0] == workspace]:
             stage = _stages.pop(key)
-            if stage.users == 0:
+            if not stage.busy:
                 stage.close()
 
 
-def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
-    inode = _inode(workspace)
-    config = json.dumps({"workspace": workspace, "sources": list(sources), "stage": STAGE_DIR, "host_id": HOST_ID, "idmap": idmap})
+def _make(workspace: str, sources: tuple[str, ...], inode: tuple[int, int], host_id: int, idmap: bool) -> Stage:
+    config = json.dumps(
+        {
+            "workspace": workspace,
+            "inode": list(inode),
+            "sources": list(sources),
+            "stage": STAGE_DIR,
+            "host_id": host_id,
+            "idmap": idmap,
+        }
+    )
     try:
         helper = subprocess.Popen(
             [sys.executable, "-I", "-S", str(_HELPER), config],
@@ -156,7 +173,7 @@ def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
         except OSError:
             os.close(mount_fd)
             raise
-        return Stage(mount_fd, userns_fd, inode)
+        return Stage(mount_fd, userns_fd, inode, host_id)
     finally:
         watchdog.cancel()
         helper.stdin.close()
@@ -171,9 +188,11 @@ def _make(workspace: str, sources: tuple[str, ...], idmap: bool) -> Stage:
 
 
 def _explain(step: str, error: str, workspace: str) -> str:
+    if step == "workspace":
+        return f"run_python will not mount {workspace!r} for its sandbox: {error}"
     if step.startswith("an idmapped mount"):
         return (
-            f"run_python runs code as an unprivileged user (uid {HOST_ID}) when the engine runs as root, and needs an "
+            f"run_python runs code as an unprivileged user (uid {HOST_ID} and up) when the engine runs as root, and needs an "
             f"idmapped mount of the workspace for that user to write in it; the kernel refused one for {workspace!r} "
             f"({error}): put the workspace on a file system that supports idmapped mounts (ext4, xfs, btrfs; tmpfs on "
             "Linux 6.3+), or run the engine as a non-root user"

@@ -2,7 +2,7 @@
 
 Started by `planexec.workers.toolkit.sandbox.stage` as ``python -I -S
 stage_helper.py CONFIG`` (the standard library only: no site, no planexec),
-it never runs model code. CONFIG is JSON: ``workspace``, ``sources`` (the
+it never runs model code. CONFIG is JSON: ``workspace`` and its ``inode`` (device, inode), ``sources`` (the
 host paths the sandbox binds read-only), ``stage`` (an empty root-owned
 directory to build in), ``host_id`` (the unprivileged host uid and gid) and
 ``idmap`` (false only for the probe's throwaway workspace).
@@ -128,15 +128,32 @@ def user_namespace(uid_map: str, gid_map: str, *, nesting: bool, owner: int = 0)
         os.waitpid(pid, 0)
 
 
-def clone_tree(path: str, attrs: int, *, recursive: bool, userns: int | None = None) -> int:
-    """A detached copy of the mount at `path` with `attrs` set (an idmap through `userns`)."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0)
-    tree = check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, path.encode(), flags), f"open_tree({path})")
+def clone_tree(path: str, attrs: int, *, recursive: bool, userns: int | None = None, at: int = AT_FDCWD) -> int:
+    """A detached copy of the mount at `path` (or of directory fd `at`, `path` empty) with `attrs` (an idmap through `userns`)."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0) | (AT_EMPTY_PATH if at != AT_FDCWD else 0)
+    tree = check(libc.syscall(SYS_OPEN_TREE, at, path.encode(), flags), f"open_tree({path})")
     attr = MountAttr(attrs, 0, 0, userns if userns is not None else 0)
     where = AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)
     what = "an idmapped mount" if userns is not None else "a read-only mount"
     check(libc.syscall(SYS_MOUNT_SETATTR, tree, b"", where, ctypes.byref(attr), ctypes.sizeof(attr)), f"{what} of {path}")
     return tree
+
+
+def anchored(path: str, inode: list[int]) -> int:
+    """An O_PATH descriptor of directory `path`, checked to be the directory (device, inode) the tool was made for.
+
+    The workspace is mounted from this descriptor, not from its path again:
+    a folder swapped in at the path (a link, another directory) in between
+    is refused rather than mounted writable for the sandbox.
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:  # gone, or a link now
+        raise StepError("workspace", f"{path} is no longer the directory run_python was made for ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if [st.st_dev, st.st_ino] != inode:
+        raise StepError("workspace", f"{path} is no longer the directory run_python was made for (it was replaced)")
+    return fd
 
 
 def place(tree: int, source: str, stage: str) -> None:
@@ -168,10 +185,11 @@ def build(config: dict[str, object]) -> int:
     check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making / private")
     locked = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     trees = [(source, clone_tree(source, MOUNT_ATTR_RDONLY | locked, recursive=True)) for source in sources]
+    folder = anchored(workspace, [int(n) for n in config["inode"]])  # type: ignore[attr-defined]  # a list, by construction
     if config.get("idmap", True):
-        trees.append((workspace, clone_tree(workspace, MOUNT_ATTR_IDMAP | locked, recursive=False, userns=idmap)))
+        trees.append((workspace, clone_tree("", MOUNT_ATTR_IDMAP | locked, recursive=False, userns=idmap, at=folder)))
     else:  # the probe's throwaway workspace: what is probed is bwrap in these namespaces, not the file system
-        trees.append((workspace, clone_tree(workspace, locked, recursive=False)))
+        trees.append((workspace, clone_tree("", locked, recursive=False, at=folder)))
     stage_dir(stage)
     check(libc.mount(b"planexec", stage.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m"), f"a tmpfs at {stage}")
     for source, tree in sorted(trees, key=lambda item: item[0].count("/")):

@@ -35,7 +35,6 @@ from planexec.workers.toolkit.sandbox import cgroups
 from planexec.workers.toolkit.sandbox.command import (
     CODE_PATH,
     ENV,
-    JOIN_FAILED,
     JOIN_MARK,
     SANDBOX_ID,
     Launch,
@@ -43,7 +42,7 @@ from planexec.workers.toolkit.sandbox.command import (
     command,
     system_binds,
 )
-from planexec.workers.toolkit.sandbox.disk import Ledger, descendants, disk_used, strip_setid
+from planexec.workers.toolkit.sandbox.disk import DiskUnmeasuredError, Ledger, descendants, disk_used, strip_setid
 from planexec.workers.toolkit.sandbox.probe import data_fd, sandbox_problem
 from planexec.workers.toolkit.sandbox.seccomp import filter_program
 from planexec.workers.toolkit.sandbox.stage import Stage, StageError, release, stage_for
@@ -92,7 +91,8 @@ class PythonRun(BaseModel):
     together (``sandbox``, a memory cgroup) or for each process
     (``process``, where no memory cgroup is writable). `setid_stripped`
     lists workspace files whose setuid/setgid bits were removed after the
-    call. Output beyond the bound is dropped and a ``[... N more bytes
+    call. `notes` says in words what the sandbox cut or killed, and why.
+    Output beyond the bound is dropped and a ``[... N more bytes
     truncated]`` marker says so.
     """
 
@@ -107,6 +107,7 @@ class PythonRun(BaseModel):
     memory_exceeded: bool = False
     memory_bound: Literal["sandbox", "process"] = "process"
     setid_stripped: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
 
 class _Capture:
@@ -170,12 +171,14 @@ class _Limits:
 
 
 class _Started:
-    """A started sandbox: its process, its cgroups, its output so far."""
+    """A started sandbox: its process, its cgroups, its stage (as root), its output so far, what was done to it."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, groups: cgroups.CallCgroups, limits: _Limits) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, groups: cgroups.CallCgroups, stage: Stage | None, limits: _Limits) -> None:
         self.proc = proc
         self.groups = groups
+        self.stage = stage
         self.out, self.err = _Capture(limits.max_output), _Capture(limits.max_output)
+        self.notes: list[str] = []
 
 
 class _Runner:
@@ -183,6 +186,8 @@ class _Runner:
 
     def __init__(self, root: Path, bwrap: str | None, limits: _Limits) -> None:
         self.root, self.ws, self.bwrap, self.limits = root, str(root), bwrap, limits
+        st = root.stat()
+        self.inode = (st.st_dev, st.st_ino)  # the directory the tool is for; as root, no other is mounted
         self.quota = limits.max_disk_mb * 2**20
         self.ledger = _LEDGERS.setdefault(self.ws, Ledger())
         self.env = {**ENV, "HOME": self.ws}
@@ -195,16 +200,26 @@ class _Runner:
         await asyncio.to_thread(cgroups.reap)  # the groups of engines killed mid-call
         since = time.time_ns()  # a set-id file changed from here on is the code's doing
         started = await self.start(code)
-        timed_out, quota_exceeded, oom_kills, duration = await self.supervise(started, stdin, baseline)
+        try:
+            timed_out, quota_exceeded, duration = await self.supervise(started, stdin, baseline)
+        finally:
+            if started.stage is not None:  # its processes are gone: the slot (its host uid) is free
+                release(started.stage)
         proc, out, err = started.proc, started.out, started.err
-        if proc.returncode == JOIN_FAILED and out.kept == b"" and err.text().startswith(JOIN_MARK):
-            raise _refuse(f"run_python could not put the sandbox in its cgroups: {err.text().strip()}")
+        oom_kills = started.groups.oom_kills_seen
+        if oom_kills:
+            started.notes.append(
+                f"the kernel killed {oom_kills} process(es) of the call for going over memory_mb ({self.limits.memory_mb} MiB)"
+            )
         stripped: list[str] = []
         if self.limits.writable:
-            size, setid = await asyncio.to_thread(disk_used, self.root, [], since)
-            quota_exceeded = quota_exceeded or size - baseline > self.quota  # it may have finished over the quota between two polls
+            size, setid = await asyncio.to_thread(self.measure, [], since, started.notes)
+            if not quota_exceeded and size - baseline > self.quota:  # it may have finished over the quota between two polls
+                quota_exceeded = True
+                started.notes.append(self.over_quota(size - baseline))
             if setid:  # the seccomp filter refuses set-id bits; this sweep is behind it
                 stripped = await asyncio.to_thread(strip_setid, self.root, since)
+                started.notes.append(f"setuid/setgid bits removed from {len(stripped)} file(s)")
         return PythonRun(
             stdout=out.text(),
             stderr=err.text(),
@@ -217,6 +232,20 @@ class _Runner:
             memory_exceeded=oom_kills > 0,
             memory_bound="sandbox" if started.groups.memory is not None else "process",
             setid_stripped=stripped,
+            notes=started.notes,
+        )
+
+    def measure(self, pids: list[int], since: int | None, notes: list[str]) -> tuple[int, bool]:
+        """The workspace's size (`disk_used`); one that cannot be measured counts as infinitely large, and a note says why."""
+        try:
+            return disk_used(self.root, pids, since)
+        except DiskUnmeasuredError as exc:
+            notes.append(f"the workspace's size could not be measured, so it counts as over the disk quota: {exc.strerror}")
+            return sys.maxsize, False
+
+    def over_quota(self, grown: int) -> str:
+        return (
+            f"the workspace grew by {grown / 2**20:.0f} MiB in this run, past its disk quota of {self.limits.max_disk_mb} MiB (max_disk_mb)"
         )
 
     async def checks(self, run_id: str | None) -> int:
@@ -224,20 +253,20 @@ class _Runner:
         problem = await asyncio.to_thread(sandbox_problem, self.bwrap)  # probed once per binary, then cached
         if problem is not None:
             raise _refuse(problem)
-        now, _ = await asyncio.to_thread(disk_used, self.root, [])
+        notes: list[str] = []
+        now, _ = await asyncio.to_thread(self.measure, [], None, notes)
+        if notes:
+            raise _refuse(f"run_python: {notes[0]}. No code was run.")
         baseline = self.ledger.baseline(run_id, now)
         if self.limits.writable and now - baseline > self.quota:
-            raise _refuse(
-                f"run_python: the workspace has grown by {(now - baseline) / 2**20:.0f} MiB during this run, past its "
-                f"disk quota of {self.limits.max_disk_mb} MiB (max_disk_mb); delete files or start a new run. No code was run."
-            )
+            raise _refuse(f"run_python: {self.over_quota(now - baseline)}; delete files or start a new run. No code was run.")
         return baseline
 
     async def stage(self, binds: list[tuple[str, list[str]]]) -> Stage | None:
-        """The workspace's stage when the engine is root (counted as used: `release` it), else None."""
+        """A stage of the workspace for this call when the engine is root (the caller must `release` it), else None."""
         if not self.as_root:
             return None
-        making = asyncio.ensure_future(asyncio.to_thread(stage_for, self.ws, bind_sources(binds)))
+        making = asyncio.ensure_future(asyncio.to_thread(stage_for, self.ws, bind_sources(binds), self.inode))
         try:
             return await asyncio.shield(making)
         except StageError as exc:
@@ -248,22 +277,22 @@ class _Runner:
             making.add_done_callback(lambda done: None if done.cancelled() or done.exception() else release(done.result()))
             raise
 
-    def bootstrap_config(self, process_cap: bool) -> str:
+    def bootstrap_config(self) -> str:
         limits = {
             "RLIMIT_AS": self.limits.memory_mb * 2**20,
             "RLIMIT_CPU": math.ceil(self.limits.timeout) + 1,
             "RLIMIT_FSIZE": self.limits.max_file_mb * 2**20,
             "RLIMIT_CORE": 0,
+            # the sandbox user is this call's alone, so this caps the call's tasks (bwrap's init is the other one),
+            # beside the pids cgroup or where there is none
+            "RLIMIT_NPROC": self.limits.max_processes + 1,
         }
-        if process_cap:  # no pids cgroup caps this call's tasks (or, not as root, a second bound beside it)
-            limits["RLIMIT_NPROC"] = self.limits.max_processes + 1  # bwrap's init is the other task of the sandbox user
         return json.dumps({"name": _CODE_NAME, "limits": limits})
 
     async def start(self, code: str) -> _Started:
-        """Make the call's cgroups and start the sandbox in them (as root, from the workspace's stage)."""
+        """Make the call's cgroups and start the sandbox in them (as root, from a stage of the workspace)."""
         binds = system_binds()
         stage = await self.stage(binds)
-        fds: list[int] = []
         try:
             try:
                 groups = cgroups.CallCgroups.create(self.limits.max_processes + 2, self.limits.memory_mb * 2**20)  # + bwrap, its init
@@ -271,18 +300,35 @@ class _Runner:
                 raise _refuse(f"run_python could not create the sandbox's cgroups: {exc}. No code was run.") from None
             if groups.memory is None:
                 _warn_per_process_memory()
-            process_cap = not self.as_root or cgroups.pids_root() is None
-            program = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, self.bootstrap_config(process_cap), CODE_PATH]
             try:
-                fds.extend(data_fd(text.encode("utf-8")) for text in (code, self.passwd, self.group))
-                fds.append(data_fd(filter_program() or b""))
-                data = {CODE_PATH: fds[0], "/etc/passwd": fds[1], "/etc/group": fds[2]}
-                nsenter = shutil.which("nsenter") or "nsenter"
-                scratch = self.limits.scratch_mb * 2**20
-                join = tuple(groups.procs_files)
-                launch = Launch(
-                    self.bwrap or "bwrap", nsenter, self.ws, self.limits.writable, binds, data, fds[3], self.env, scratch, stage, join
-                )
+                proc = await self.spawn(code, binds, stage, groups)
+            except BaseException:
+                groups.remove()
+                raise
+        except BaseException:
+            if stage is not None:
+                release(stage)
+            raise
+        return _Started(proc, groups, stage, self.limits)
+
+    async def spawn(
+        self, code: str, binds: list[tuple[str, list[str]]], stage: Stage | None, groups: cgroups.CallCgroups
+    ) -> asyncio.subprocess.Process:
+        """Start the command; `ToolError` when it cannot start or cannot join its cgroups (nothing ran then)."""
+        program = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, self.bootstrap_config(), CODE_PATH]
+        fds: list[int] = []
+        join_r, join_w = os.pipe()  # the wrapper's word that it could not join the cgroups: the code never holds it
+        try:
+            fds.extend(data_fd(text.encode("utf-8")) for text in (code, self.passwd, self.group))
+            fds.append(data_fd(filter_program() or b""))
+            data = {CODE_PATH: fds[0], "/etc/passwd": fds[1], "/etc/group": fds[2]}
+            nsenter = shutil.which("nsenter") or "nsenter"
+            scratch = self.limits.scratch_mb * 2**20
+            join = tuple(groups.procs_files)
+            launch = Launch(
+                self.bwrap or "bwrap", nsenter, self.ws, self.limits.writable, binds, data, fds[3], self.env, scratch, stage, join, join_w
+            )
+            try:
                 proc = await asyncio.create_subprocess_exec(
                     *command(launch, program),
                     stdin=asyncio.subprocess.PIPE,
@@ -293,32 +339,58 @@ class _Runner:
                     pass_fds=launch.fds,
                     start_new_session=True,  # its own process group
                 )
-            except BaseException:
-                groups.remove()
-                raise
+            except OSError as exc:
+                raise _refuse(f"run_python could not start its sandbox: {exc}. No code was run.") from None
+            os.close(join_w)
+            join_w = -1
+            if join and await self._join_failed(proc, join_r):
+                raise _refuse(f"run_python could not put the sandbox in its cgroups ({', '.join(map(str, join))}). No code was run.")
+            return proc
         finally:
-            for fd in fds:
-                os.close(fd)
-            if stage is not None:
-                release(stage)
-        return _Started(proc, groups, self.limits)
+            for fd in (*fds, join_r, join_w):
+                if fd >= 0:
+                    os.close(fd)
 
-    async def supervise(self, started: _Started, stdin: str, baseline: int) -> tuple[bool, bool, int, float]:
+    @staticmethod
+    async def _join_failed(proc: asyncio.subprocess.Process, join_r: int) -> bool:
+        """Whether the wrapper said it could not join (it says ``joined`` otherwise, at once, before it runs anything)."""
+        loop = asyncio.get_running_loop()
+        said: asyncio.Future[bytes] = loop.create_future()
+
+        def readable() -> None:
+            if not said.done():
+                said.set_result(os.read(join_r, 256))
+
+        loop.add_reader(join_r, readable)
+        try:
+            word = await said
+        finally:
+            loop.remove_reader(join_r)
+        if word.startswith(JOIN_MARK.encode()):
+            await proc.wait()
+            return True
+        return False
+
+    async def supervise(self, started: _Started, stdin: str, baseline: int) -> tuple[bool, bool, float]:
         """Feed, drain and watch until the code ends, times out or goes over quota; then kill and clean up.
 
-        Returns (timed out, over quota, memory kills, seconds).
+        Returns (timed out, over quota, seconds); notes what was done in `started.notes`.
         """
         proc, groups, begun = started.proc, started.groups, time.monotonic()
         assert proc.stdin and proc.stdout and proc.stderr
 
         def used() -> int:
-            return disk_used(self.root, groups.pids() if groups.groups else descendants(proc.pid))[0]
+            pids = groups.pids() if groups.groups else descendants(proc.pid)
+            return self.measure(pids, None, started.notes)[0]
 
         async def watch() -> None:
-            """Return when the workspace has grown past the run's quota."""
+            """Return when the workspace has grown past the run's quota (or cannot be measured)."""
             while True:
                 await asyncio.sleep(_POLL)
-                if await asyncio.to_thread(used) - baseline > self.quota:
+                grown = await asyncio.to_thread(used) - baseline
+                if grown > self.quota:
+                    if grown < sys.maxsize // 2:
+                        started.notes.append(self.over_quota(grown) + ": the call was killed")
                     return
 
         io = asyncio.gather(_feed(proc.stdin, stdin.encode()), started.out.drain(proc.stdout), started.err.drain(proc.stderr))
@@ -333,7 +405,7 @@ class _Runner:
                     os.killpg(proc.pid, signal.SIGKILL)  # bwrap; its init dies with it, and the namespace with that
             groups.kill()
             await proc.wait()
-            oom_kills = groups.oom_kills()
+            groups.oom_kills_seen = groups.oom_kills()
             await groups.close()
             exited.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -342,7 +414,9 @@ class _Runner:
             _, pending = await asyncio.wait([io], timeout=1.0)
             for task in pending:
                 task.cancel()
-        return not done, watcher in done, oom_kills, round(time.monotonic() - begun, 3)
+        if not done:
+            started.notes.append(f"the call ran past its timeout of {self.limits.timeout:g} s and was killed")
+        return not done, watcher in done, round(time.monotonic() - begun, 3)
 
 
 def python_tool(
