@@ -617,3 +617,38 @@ def test_a_step_held_for_a_decision_stays_held_when_its_resumed_run_is_stopped(t
     again = plan_resumption("r", crashed.events("r"), crashed.plan_versions("r"), lambda step: step.action == "slow")
     assert "h" in again.held  # still waiting for a person, not to be run again
     crashed.close()
+
+
+def test_a_retry_waiting_for_a_slot_when_the_run_is_cancelled_was_not_running():
+    """Found by the property test: the retry's record still said running, so its cancel claimed a cut-off attempt."""
+    reg = Registry()
+    attempts: list[str] = []
+
+    @reg.tool
+    async def flaky(name: str) -> str:
+        attempts.append(name)
+        await asyncio.sleep(0.05)  # long enough for the other step to be waiting on the slot when this one fails
+        raise RuntimeError("first attempt fails")
+
+    @reg.tool
+    async def hold(name: str) -> str:
+        await asyncio.sleep(5)  # takes the only slot while the retry waits for it
+        return name
+
+    retry = {"kind": "retry", "max_attempts": 3, "backoff": 0.001, "jitter": 0.0}
+    plan = mkplan(
+        {"id": "a", "action": "flaky", "parameters": {"name": "a"}, "failure_action": retry},
+        {"id": "b", "action": "hold", "parameters": {"name": "b"}},
+    )
+
+    async def go():
+        run = Engine(reg, max_concurrency=1, cancel_grace=0.1).start(plan)
+        while not any(e.type == "step_ready" and e.step_id == "a" for e in run.history):
+            await asyncio.sleep(0.01)
+        run.cancel("stop while the retry waits")
+        return await asyncio.wait_for(run.result(), 5), run
+
+    result, run = asyncio.run(go())
+    assert attempts == ["a"] and result.status.value == "cancelled"
+    story = [(e.type, getattr(e, "was_running", None)) for e in run.history if getattr(e, "step_id", None) == "a"]
+    assert story[-2:] == [("step_ready", None), ("step_cancelled", False)], story

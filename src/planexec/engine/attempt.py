@@ -123,6 +123,8 @@ class Attempts:
             waiting = state.waiting
             if slots.would_wait() and sid not in waiting:  # held by a limit: ready and waiting (one that starts at once needs no event)
                 waiting.add(sid)
+                if attempt > 1:  # a retry waiting for a slot is not running: cancelled now, it says so (and is run again on resume)
+                    update_record(state.records[sid], state=StepState.READY)
                 self._run._emit(StepReady, step_id=sid)
             await slots.wait()
             waiting.discard(sid)

@@ -14,8 +14,9 @@ or ``tests/test_sandbox_host.py``):
 - Who the code is: uid and gid 1000 in its own user namespace, with no
   capabilities, ``no_new_privs`` set and no way to make another user
   namespace. On the host that user is the engine's own uid, except when the
-  engine is root: then it is uid and gid 2147418112 (`stage.HOST_ID`, no
-  user of the host), never root. The workspace is an idmapped mount for it:
+  engine is root: then it is uid and gid 2147418112 + n (`stage.HOST_ID`,
+  no user of the host), never root, where n numbers the calls running at
+  once, so that two calls share no per-user kernel limit. The workspace is an idmapped mount for it:
   files root owns there appear as the sandbox user's, and what the code
   writes is owned by root on disk, as if the engine had written it. Files
   of other host users in the workspace are read by their mode and not
@@ -23,9 +24,9 @@ or ``tests/test_sandbox_host.py``):
 - What it can write: the workspace (read-only for a critic's check), and
   its private ``/tmp`` and ``/dev/shm`` (tmpfs of ``scratch_mb`` each). The
   root of the sandbox, ``/proc`` (so ``/proc/sys``, ``sysrq-trigger``...)
-  and ``/dev`` are read-only; ``/sys`` and the host's cgroups are absent.
-  Every writable mount is ``nosuid,nodev`` (``/dev/pts``, bwrap's private
-  instance for ptys, is ``nosuid,noexec``). Setuid and setgid bits cannot
+  and ``/dev`` (six device nodes, no pseudo-terminals) are read-only;
+  ``/sys`` and the host's cgroups are absent. Every writable mount is
+  ``nosuid,nodev``. Setuid and setgid bits cannot
   be set (the seccomp filter); a set-id file changed during a call is
   swept of its bits before the call returns (`PythonRun.setid_stripped`).
 - What it can read: only what the interpreter needs, read-only: ``/usr``,
@@ -38,9 +39,8 @@ or ``tests/test_sandbox_host.py``):
   filter, no socket but ``AF_UNIX``: no inet, netlink, packet or vsock.
   See `seccomp` for every call the filter refuses.
 - Processes: PID, IPC, UTS and cgroup namespaces, ``--new-session``; at
-  most ``max_processes`` tasks at once through a pids cgroup (where none is
-  writable, ``RLIMIT_NPROC``, which binds the unprivileged sandbox user:
-  per call for an engine that is not root, per workspace for one that is).
+  most ``max_processes`` tasks at once through a pids cgroup, and
+  ``RLIMIT_NPROC`` besides (it binds the sandbox user, the call's own).
 - Memory: ``memory_mb`` for all of a call's processes together, through a
   memory cgroup that also counts tmpfs, shared memory and socket buffers
   (`cgroups`); a process killed for it sets `PythonRun.memory_exceeded`.
@@ -50,8 +50,9 @@ or ``tests/test_sandbox_host.py``):
   ``RLIMIT_AS`` per process is kept in both cases.
 - Disk: ``RLIMIT_FSIZE`` per file (``max_file_mb``); the workspace's growth
   over all the calls of one run bounded by ``max_disk_mb`` (`disk`),
-  watched every 25 ms; past it the call is killed (`quota_exceeded`) and
-  later calls of the run are refused.
+  watched every 25 ms, walked by descriptor; past it, or when it cannot be
+  measured, the call is killed (`quota_exceeded`, `PythonRun.notes` says
+  why) and later calls of the run are refused.
 - Time and output: ``timeout`` wall-clock seconds (and ``RLIMIT_CPU``),
   ``max_output`` bytes kept of stdout and of stderr.
 - The environment: PATH, HOME (the workspace), LANG, LC_ALL and

@@ -1,24 +1,30 @@
 """For an engine that runs as root: the namespaces in which the sandbox's user is an unprivileged host uid.
 
-Owns `HOST_ID` (the host uid and gid the sandbox's user is when the engine
-is root), `Stage` (one workspace's mount and user namespaces, held as
-descriptors), `stage_for` (made once a workspace by `stage_helper`, then
-cached) and `StageError`. Imports the stdlib only; runs `stage_helper` by its path.
+Owns `HOST_ID` and `SLOTS` (the host uids and gids the sandbox's user is
+when the engine is root: one per call running at once), `Stage` (a
+workspace's mount and user namespaces for one slot, held as descriptors),
+`stage_for` and `release` (a stage for one call, made by `stage_helper`
+the first time, then cached) and `StageError`. Imports the stdlib only; runs `stage_helper` by its path.
 
 Why: bwrap started by root with ``--unshare-user --uid 1000`` maps the
 sandbox's uid 1000 to host uid 0 (``/proc/self/uid_map`` read ``1000 0 1``):
 without capabilities, but every root-owned file passed the permission
 checks, so the code wrote ``/proc/sys`` and made setuid-root files. Now,
 as root, bwrap joins a user namespace made beforehand that maps 1000 to
-`HOST_ID` and nothing else, and starts (through ``nsenter``) in a mount
-namespace where the workspace is an idmapped mount: the code is `HOST_ID`
+one host uid and nothing else, and starts (through ``nsenter``) in a mount
+namespace where the workspace is an idmapped mount: the code is that uid
 on the host, owns the workspace's root-owned files and writes files that
-root owns on disk. See `stage_helper` for what the namespaces hold.
+root owns on disk. The uid is `HOST_ID` + the call's slot, so two calls
+running at once never share a user (whose kernel limits, such as inotify
+instances or pending signals, are per user: measured, a call holding 128
+inotify instances made the other's ``inotify_init`` fail). See `stage_helper` for what the namespaces hold.
 
 The namespaces live as long as their descriptors: no mount is left on the
 host, whatever happens to the engine; only the empty directory `STAGE_DIR`
-is. A stage is kept for the last `_KEEP` workspaces and made again when its
-workspace's directory was replaced.
+is. Idle stages are kept for the last `_KEEP` (workspace, slot) pairs. The
+workspace is mounted from a descriptor checked against the directory the
+tool was made for, so a directory or a link swapped in at its path is
+refused, never mounted writable.
 
 An idmapped mount needs Linux 5.12 and a file system that supports one
 (ext4, xfs, btrfs, f2fs, vfat; tmpfs since 6.3; measured: overlayfs refuses
