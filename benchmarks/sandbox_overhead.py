@@ -6,7 +6,8 @@ Times, in one process, `python_tool(ws).invoke({"code": CODE})` for:
 * ``trivial``: ``pass``, median of ``--calls`` calls, in workspaces of ``--files`` files
   (each 1 KiB, in folders of 100: the disk quota walks the workspace before, during and after a call);
 * ``write``: a call that writes a 1 MiB file and reads it back;
-* ``parallel``: ``--calls`` calls of ``time.sleep(0.2)`` at once in one workspace (wall time).
+* ``parallel``: ``--calls`` calls of ``time.sleep(0.2)`` at once in one workspace (wall time), the
+  first time (``parallel, first``: as root, each call at once makes its own namespaces) and again.
 
 ``--compare SRC`` also runs the same measurement with ``PYTHONPATH=SRC`` (another
 checkout's ``src``, e.g. a ``git worktree`` of an earlier commit), both in turns
@@ -77,6 +78,7 @@ def measure(calls: int, sizes: list[int]) -> dict[str, float]:
             await asyncio.gather(*(tool.invoke({"code": "import time\ntime.sleep(0.2)"}) for _ in range(calls)))
             return (time.perf_counter() - started) * 1000
 
+        figures["parallel, first"] = asyncio.run(together())  # as root, each call at once makes its own namespaces once
         figures["parallel"] = asyncio.run(together())
     return figures
 

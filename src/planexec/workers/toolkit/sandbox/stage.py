@@ -105,21 +105,29 @@ def stage_for(workspace: str, sources: tuple[str, ...], inode: tuple[int, int], 
         slot = next((n for n in range(SLOTS) if n not in _busy), None)
         if slot is None:
             raise StageError(f"run_python runs at most {SLOTS} calls at once as root, and {SLOTS} are running")
+        _busy.add(slot)  # the slot is this call's from here: the stage is made outside the lock, calls at once in parallel
         key = (workspace, sources, slot)
         stage = _stages.get(key)
-        if stage is None or stage.inode != inode:
-            stage = _make(workspace, sources, inode, HOST_ID + slot, idmap)
-            old = _stages.pop(key, None)
-            if old is not None:
-                old.close()
-            _stages[key] = stage
-            idle = [k for k, s in _stages.items() if not s.busy and k != key]
-            for k in idle[: max(0, len(_stages) - _KEEP)]:
-                _stages.pop(k).close()
-        _stages.move_to_end(key)
-        stage.busy = True
-        _busy.add(slot)
-        return stage
+        if stage is not None and stage.inode == inode:
+            _stages.move_to_end(key)
+            stage.busy = True
+            return stage
+    try:
+        made = _make(workspace, sources, inode, HOST_ID + slot, idmap)
+    except BaseException:
+        with _lock:
+            _busy.discard(slot)
+        raise
+    with _lock:
+        old = _stages.pop(key, None)
+        if old is not None and not old.busy:
+            old.close()
+        made.busy = True
+        _stages[key] = made
+        idle = [k for k, s in _stages.items() if not s.busy]
+        for k in idle[: max(0, len(_stages) - _KEEP)]:
+            _stages.pop(k).close()
+        return made
 
 
 def release(stage: Stage) -> None:
