@@ -635,3 +635,13 @@ def test_a_directory_swapped_in_at_the_workspaces_path_is_not_mounted(tmp_path):
     with pytest.raises(ToolError, match="no longer the directory run_python was made for") as refused:
         run(tool, "open('planted', 'w').close()")
     assert "No code was run" in str(refused.value) and not Path("/etc/planted").exists()
+
+
+@needs_bwrap
+def test_a_sandbox_that_cannot_join_its_cgroups_runs_nothing(ws, monkeypatch):
+    from planexec.workers.toolkit.sandbox import cgroups
+
+    monkeypatch.setattr(cgroups.CallCgroups, "procs_files", property(lambda self: [Path("/proc/version")]))  # not writable
+    with pytest.raises(ToolError, match="could not put the sandbox in its cgroups.*No code was run"):
+        run(python_tool(ws), "open('ran', 'w').close()")
+    assert not (ws / "ran").exists()

@@ -170,7 +170,6 @@ def _limit_memory(group: Path, v2: bool, limit: int) -> None:
 _LIMITS = {"pids": _limit_pids, "memory": _limit_memory}
 
 
-@functools.cache
 def _start_time(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot, or None when there is no such process."""
     try:
@@ -182,11 +181,13 @@ def _start_time(pid: int) -> int | None:
 
 def _alive(pid: int, start: int | None) -> bool:
     """Whether the engine that made a group still runs: process `pid`, started at `start` (when known)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-        return start is None or int(raw[raw.rindex(b")") + 2 :].split()[19]) == start
-    except (OSError, ValueError, IndexError):
-        return False
+    now = _start_time(pid)
+    return now is not None and (start is None or now == start)
+
+
+@functools.cache
+def _own_start() -> int | None:
+    return _start_time(os.getpid())
 
 
 @functools.cache
@@ -269,7 +270,7 @@ class CallCgroups:
     def create(cls, max_tasks: int, memory_bytes: int) -> CallCgroups:
         """Create the call's groups with their limits; `OSError` (nothing left behind) when one cannot be."""
         pid = os.getpid()
-        name = f"planexec-{pid}-{_start_time(pid) or 0}-{_pid_namespace()}-{secrets.token_hex(4)}"
+        name = f"planexec-{pid}-{_own_start() or 0}-{_pid_namespace()}-{secrets.token_hex(4)}"
         wanted = {"pids": max_tasks, "memory": memory_bytes}
         groups: list[tuple[Path, CgroupRoot]] = []
         memory: Path | None = None

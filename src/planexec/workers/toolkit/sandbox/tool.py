@@ -354,18 +354,7 @@ class _Runner:
     @staticmethod
     async def _join_failed(proc: asyncio.subprocess.Process, join_r: int) -> bool:
         """Whether the wrapper said it could not join (it says ``joined`` otherwise, at once, before it runs anything)."""
-        loop = asyncio.get_running_loop()
-        said: asyncio.Future[bytes] = loop.create_future()
-
-        def readable() -> None:
-            if not said.done():
-                said.set_result(os.read(join_r, 256))
-
-        loop.add_reader(join_r, readable)
-        try:
-            word = await said
-        finally:
-            loop.remove_reader(join_r)
+        word = await asyncio.to_thread(os.read, join_r, 256)
         if word.startswith(JOIN_MARK.encode()):
             await proc.wait()
             return True
