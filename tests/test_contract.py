@@ -239,8 +239,9 @@ def test_a_worker_never_receives_an_upstream_output_its_step_does_not_reference(
     task = referencing.messages[-1].content
     assert "SECRET-MARKER" in task and "untrusted sources (the output of step page)" in task
     assert result.steps["uses"].output.untrusted and not result.steps["after"].output.untrusted
-    labels = [s.label() for s in result.steps["uses"].output.provenance.sources]
-    assert "fetch_page in step 'page' (untrusted)" in labels
+    prov = result.steps["uses"].output.provenance
+    assert prov.inputs == ["page"] and prov.untrusted_from == ["fetch_page@page"]  # a summary: the input, and what it names
+    assert [s.label() for s in result.origins("uses", untrusted_only=True)] == ["fetch_page in step 'page' (untrusted)"]
 
 
 def _found_by_reading(tmp_path, index: str, found_path: str, *, bound: bool = True):

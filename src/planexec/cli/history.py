@@ -265,9 +265,13 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
         lines.append(f"  may call: {grants_text(step)}")
     if rec.output is not None:
         lines.append(f"  output: {_short(rec.output.value)}")
-        untrusted = [s.label() for s in rec.output.provenance.sources if s.untrusted]
+        untrusted = [s.label() for s in view.origins([sid], untrusted_only=True)]
         if untrusted:
             lines.append(f"  output derives from untrusted data: {', '.join(untrusted)}")
+    elif step is not None and step.references:  # no output: what its inputs brought in (a refused call's whole chain)
+        untrusted = [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
+        if untrusted:
+            lines.append(f"  inputs derive from untrusted data: {', '.join(untrusted)}")
     if rec.error is not None:
         lines.append(f"  error: {rec.error.render()}")
     if rec.reason and rec.state.value != "succeeded":

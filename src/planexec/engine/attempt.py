@@ -38,7 +38,7 @@ from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError
 from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
-from planexec.workers.io import Source, StepCall, WorkResult, merge_sources
+from planexec.workers.io import Source, StepCall, WorkResult, derive_untrusted, merge_sources
 from planexec.workers.outputs import encode, encode_inline
 from planexec.workers.tools import in_thread
 from planexec.workers.worker import IncompleteError, WorkerError
@@ -161,7 +161,9 @@ class Attempts:
                     if step.success_criteria or not self._by_criteria:
                         gate = GATE_HOOKS.set(self._hooks.owned_by(step.step_id))  # a critic's calls pass the same gate
                         try:
-                            sources = merge_sources(*(out.provenance.sources for out in call.context.values()), result.sources)
+                            # the critic reads the output as data from where it came: its own sources and the untrusted upstream
+                            upstream, _ = derive_untrusted(result.sources, call.context.values())
+                            sources = merge_sources(result.sources, map(Source.from_key, upstream))
                             judged = await self._check(step, result.output, call, attempt, sources)
                         finally:
                             GATE_HOOKS.reset(gate)
@@ -266,9 +268,8 @@ class Attempts:
                 params, instruction = step.parameters, step.instruction
             else:
                 values = {d: out.value for d, out in context.items()}
-                missing = frozenset(failed)
-                params = resolve_references(step.parameters, values, missing)
-                instruction = resolve_references(step.instruction, values, missing)
+                params = resolve_references(step.parameters, values, failed)
+                instruction = resolve_references(step.instruction, values, failed)
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None
         plan = state.plan

@@ -59,6 +59,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _no_usage(usage: Usage) -> bool:
+    return usage.is_zero()
+
+
+# an attempt's usage, left out of the JSON when it is zero (a tool step: most steps of a large plan), zero when absent
+AttemptUsage = Annotated[Usage, Field(exclude_if=_no_usage)]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Event(Record):
     run_id: str
@@ -275,7 +283,7 @@ class StepSucceeded(_Event):
     step_id: str
     attempt: int
     wall_time: float
-    usage: Usage
+    usage: AttemptUsage = field(default_factory=Usage)
     output: Output
 
 
@@ -291,7 +299,7 @@ class StepFailed(_Event):
     error: ErrorInfo
     then: Literal["retry", "fallback", "skip", "abort", "replan", "none"]
     wall_time: float
-    usage: Usage
+    usage: AttemptUsage = field(default_factory=Usage)
 
 
 @quick_init

@@ -10,7 +10,7 @@ of every process that worked on the run (its start and each resume, each
 from its first event to its last), which a killed process never reports. A `RunResumed` makes
 the run running again; a person's `StepResolved` is left to `resume` to
 apply. Pure: no I/O.
-Imports `events`, `plan`, `results` and `usage`.
+Imports `events`, `plan`, `results`, `usage` and `workers.io` (whose `lineage` `RunView.origins` follows).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
+from planexec.workers.io import Output, Source, lineage
 
 __all__ = ["RunView", "replay"]
 
@@ -51,6 +52,16 @@ class RunView(Record):
     last_seq: int = -1
     processes: int = 0  # how many processes worked on the run: its start, then each resume
     worked: float = 0.0  # seconds, summed over every process, from its first event to its last
+
+    def output_of(self, step_id: str) -> Output | None:
+        """The recorded output of a step (of the current plan, else of one a replan replaced), or None."""
+        rec = self.steps.get(step_id) or self.superseded.get(step_id)
+        return rec.output if rec is not None else None
+
+    def origins(self, step_ids: Iterable[str], *, untrusted_only: bool = False) -> list[Source]:
+        """Every origin the outputs of `step_ids` derive from, upstream included (see `workers.io.lineage`)."""
+        found = [out for out in map(self.output_of, step_ids) if out is not None]
+        return lineage(found, self.output_of, untrusted_only=untrusted_only) if found else []
 
 
 def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:

@@ -19,7 +19,7 @@ from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
 from planexec.usage import Usage
 from planexec.workers.gate import CallRecord
-from planexec.workers.io import Output
+from planexec.workers.io import Output, Source, lineage
 
 __all__ = ["ErrorInfo", "PlanVersion", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
 
@@ -154,6 +154,18 @@ class RunResult(BaseModel):
     )
     versions: list[PlanVersion] = Field(default_factory=list, description="every version of the plan, the first first")
     rollback: RunResult | None = Field(None, description="the rollback plan's own run, when an abort after side effects ran it")
+
+    def origins(self, step_id: str, *, untrusted_only: bool = False) -> list[Source]:
+        """Every origin a step's output derives from, upstream included (its provenance is a summary: see
+        `planexec.workers.io.lineage`); [] when the step has no output."""
+        superseded = {sid: rec for v in self.versions for sid, rec in v.superseded.items()}
+
+        def output_of(sid: str) -> Output | None:
+            rec = self.steps.get(sid) or superseded.get(sid)
+            return rec.output if rec is not None else None
+
+        found = output_of(step_id)
+        return lineage([found], output_of, untrusted_only=untrusted_only) if found is not None else []
 
     def usage_by_role(self) -> dict[str, Usage]:
         """Usage per role: ``planner``, each worker that ran steps, ``synthesizer`` (roles that used nothing are left out)."""

@@ -57,7 +57,7 @@ from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_
 from planexec.engine.synthesis import assemble, default_answer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Usage
-from planexec.workers.io import Output, Provenance, WorkResult, merge_sources
+from planexec.workers.io import Output, Provenance, WorkResult, derive_untrusted
 from planexec.workers.isolated import ISOLATION, Isolation
 
 __all__ = ["Run", "Subscriber"]
@@ -516,9 +516,10 @@ class Run:
         sid = step.step_id
         plan = state.plan
         outputs = state.outputs
-        inputs = [outputs[d].provenance.sources for d in step.references if d in outputs] if step.references else None
-        # a step with no inputs keeps its worker's list of sources when there is nothing to merge (one list a step, not two)
-        sources = result.sources if not inputs and len(result.sources) < 2 else merge_sources(*(inputs or ()), result.sources)
+        # a summary of constant size: the step's own sources, its direct inputs, the untrusted origins they name
+        refs = step.references
+        inputs = [d for d in step.dependencies if d in refs and d in outputs] if refs else []
+        untrusted, more = derive_untrusted(result.sources, [outputs[d] for d in inputs])
         prov = Provenance(
             run_id=self.run_id,
             plan_id=plan.plan_id,
@@ -528,7 +529,10 @@ class Run:
             action=step.action,
             attempt=attempt,
             tools=result.tools,
-            sources=sources,
+            sources=result.sources,
+            inputs=inputs,
+            untrusted_from=untrusted,
+            more_untrusted=more,
         )
         out = Output(value=result.output, provenance=prov)
         outputs[sid] = out

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from datetime import timedelta
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -471,35 +471,34 @@ def lookup(value: Any, path: str) -> Any:
     return value
 
 
-def resolve_references(value: Any, outputs: dict[str, Any], missing: frozenset[str] = frozenset()) -> Any:
+def resolve_references(value: Any, outputs: Mapping[str, Any], missing: Container[str] = frozenset()) -> Any:
     """Replace references with outputs: a whole-string reference keeps the output's type,
     a reference inside a template is formatted as text (JSON for structures). References
     to steps in `missing` (failed inputs a tolerant step accepts) resolve to None."""
-
-    def get(m: re.Match[str]) -> Any:
-        if m.group(1) in missing:
-            return None
-        return lookup(outputs[m.group(1)], m.group(2).lstrip("."))
-
     if isinstance(value, str):
         if "${" not in value:
             return value
         whole = _WHOLE_REF.match(value)
-        if whole:
-            return get(whole)
-
-        def text(m: re.Match[str]) -> str:
-            if m.group(1) is None:  # "$${": a literal "${", in the same pass so outputs are never unescaped
-                return "${"
-            v = get(m)
-            return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
-
-        return _REF_OR_ESCAPE.sub(text, value)
+        if whole is None:
+            return _REF_OR_ESCAPE.sub(partial(_as_text, outputs, missing), value)
+        step_id, path = whole.group(1, 2)
+        if step_id in missing:
+            return None
+        return lookup(outputs[step_id], path.lstrip(".")) if path else outputs[step_id]
     if isinstance(value, dict):
         return {k: resolve_references(v, outputs, missing) for k, v in value.items()}
     if isinstance(value, list):
         return [resolve_references(v, outputs, missing) for v in value]
     return value
+
+
+def _as_text(outputs: Mapping[str, Any], missing: Container[str], m: re.Match[str]) -> str:
+    """One reference inside a template, as text; ``$${`` (a literal ``${``) in the same pass, so outputs are never unescaped."""
+    step_id = m.group(1)
+    if step_id is None:
+        return "${"
+    v = None if step_id in missing else lookup(outputs[step_id], m.group(2).lstrip("."))
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
 
 
 def is_whole_reference(value: Any) -> bool:

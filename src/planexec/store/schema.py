@@ -24,7 +24,10 @@ the verifier never trusts.
 Migration 4 adds ``leases``: the process that runs a run, one row per run
 held (see `leases`). Migration 5 adds ``run_queue``: runs submitted to be
 run by a fleet of ``planexec worker`` processes, one row per run, with the
-state a worker claims it in (see `queue`). Imports `errors` only.
+state a worker claims it in (see `queue`). Migration 6 changes no table: it
+marks a store whose events carry provenance as a summary (see
+`workers.io.Provenance`), so that an older planexec refuses it rather than
+misread it. Imports `errors` only.
 """
 
 from __future__ import annotations
@@ -231,6 +234,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             ),
             "CREATE INDEX run_queue_by_state ON run_queue (state, submitted_at)",
         ),
+    ),
+    Migration(
+        6,
+        "provenance as a summary: an output's own sources, its direct inputs and the untrusted origins they name",
+        # no table changes: events written from here on carry the new shape, which a planexec that knows only
+        # version 5 would misread (it would take an output whose untrusted origins are upstream as trusted),
+        # so it refuses the store instead; events of version 5 and before (every ancestor's sources in
+        # `sources`) are read as they are, and their audit hashes are untouched
+        ddl=(),
     ),
 )
 

@@ -54,7 +54,7 @@ def resolved_inputs(step: Step, view: RunView) -> list[dict[str, Any]]:
                 continue
             prov = rec.output.provenance
             made = f"{prov.worker}.{prov.action}" + (f" with {', '.join(prov.tools)}" if prov.tools else "")
-            origins = [s.label() for s in prov.sources]
+            origins = [s.label() for s in view.origins([sid])]
             untrusted = untrusted or prov.untrusted
             sources.append(
                 f"{where}, made by {made} (attempt {prov.attempt})" + (f"; derives from {', '.join(origins)}" if origins else "")

@@ -182,8 +182,8 @@ def _step(
         "wall": f"{rec.wall_time:.3f}s",
         "usage": describe_usage(rec.usage),
         "output": _text(rec.output.value) if rec.output is not None else None,
-        "produced": _produced(rec),
-        "untrusted": [s.label() for s in rec.output.provenance.sources if s.untrusted] if rec.output is not None else [],
+        "produced": _produced(rec, view),
+        "untrusted": [s.label() for s in view.origins([sid], untrusted_only=True)] if rec.output is not None else [],
         "criteria": criteria_results(step, rec, events) if step is not None else [],
         "policies": [v.render() for v in review.verdicts if sid in v.steps] if review is not None else [],
         "approvals": [_approval_line(a) for a in approvals if a.step_id == sid],
@@ -203,14 +203,16 @@ def _step(
     }
 
 
-def _produced(rec: StepRecord) -> str | None:
-    """Where the step's output came from: its worker and action, the tools that ran, the attempt, its sources."""
+def _produced(rec: StepRecord, view: RunView) -> str | None:
+    """Where the step's output came from: its worker and action, the tools that ran, the attempt, its inputs, every origin."""
     if rec.output is None:
         return None
     prov = rec.output.provenance
     tools = f" with {', '.join(prov.tools)}" if prov.tools else ""
-    sources = f"; derives from {', '.join(s.label() for s in prov.sources)}" if prov.sources else "; derives from the reviewed plan alone"
-    return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{sources}"
+    inputs = f"; takes the output of {', '.join(prov.inputs)}" if prov.inputs else ""
+    origins = view.origins([prov.step_id])
+    sources = f"; derives from {', '.join(s.label() for s in origins)}" if origins else "; derives from the reviewed plan alone"
+    return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{inputs}{sources}"
 
 
 def _approval_line(a: Approval) -> str:

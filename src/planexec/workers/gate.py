@@ -47,7 +47,7 @@ from planexec.errors import CallRefusedError
 from planexec.plan.capabilities import Grant
 from planexec.plan.model import find_references, is_whole_reference
 from planexec.records import Record
-from planexec.workers.io import Source, StepCall, merge_sources
+from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool
 
 __all__ = ["GATE_HOOKS", "CallApprover", "CallRecord", "CallRequest", "Gate", "GateHooks", "admit_direct", "default_grants"]
@@ -153,7 +153,9 @@ class Gate:
         referenced = step.references
         inputs = [out for sid, out in call.context.items() if sid in referenced]
         # the worker has read untrusted text from the start when any input it sees is untrusted
-        self.sources: list[Source] = merge_sources(*(out.provenance.sources for out in inputs))
+        self.sources: list[Source] = []  # what this attempt adds: each untrusted tool output it read
+        inherited, self.more = derive_untrusted((), inputs)  # the untrusted origins its inputs name
+        self.inherited = [Source.from_key(key) for key in inherited]
         goal_trusted = self.hooks.goal_trusted if self.hooks is not None else True
         self.tainted = any(out.untrusted for out in inputs) or not goal_trusted
         self.trusted_text = _trusted_text(call, [out.value for out in inputs if not out.untrusted], goal=goal_trusted)
@@ -189,7 +191,7 @@ class Gate:
             tainted = [out for sid, out in call.context.items() if sid in refs and out.untrusted]
             if not tainted:
                 continue
-            chain = [s.label() for out in tainted for s in out.provenance.sources if s.untrusted]
+            chain = _chain(merge_sources(*(out.provenance.untrusted_origins() for out in tainted)), any(o.provenance.more_untrusted for o in tainted))
             value = call.parameters[name]
             reason = f"argument {name!r} = {_short(value)} comes from untrusted data and no grant bounds it"
             decision = await self._escalate(tool.name, call.parameters, "untrusted_argument", reason, chain)
@@ -244,7 +246,7 @@ class Gate:
             return self._refused(tool, arguments, "outside_grant", f"argument {name!r}: {why}")
         if grant.max_calls is not None and self.counts.get(tool, 0) >= grant.max_calls:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
-        chain = [s.label() for s in self.sources if s.untrusted]
+        chain = _chain(merge_sources(self.inherited, self.sources), self.more) if self.tainted else []
         if self.tainted and not found.read_only:
             if grant.approved and found.sensitive <= grant.arguments.keys():
                 # the reviewed plan fixed where this effect lands (every sensitive argument bounded) and pre-approved it
@@ -332,6 +334,14 @@ async def admit_direct(call: StepCall, tool: Tool, tools: Mapping[str, Tool]) ->
     """`Gate.admit_direct` for a step that names the tool; free when no grant bounds it and no sensitive argument takes a referenced value."""
     if (tool.sensitive and call.context) or call.step.capabilities is not None:
         await Gate(call, tools).admit_direct(tool)
+
+
+def _chain(untrusted: list[Source], more: bool) -> list[str]:
+    """The untrusted origins as a person reads them, with a last line when more upstream were left out of the summary."""
+    chain = [s.label() for s in untrusted if s.untrusted]
+    if more:
+        chain.append("more untrusted origins upstream (planexec show lists every one)")
+    return chain
 
 
 def _trusted_text(call: StepCall, trusted_values: list[Any], *, goal: bool = True) -> list[str]:

@@ -1,0 +1,252 @@
+"""Engine overhead on plans where data flows: every step takes its parents' outputs as ``${id}`` arguments.
+
+The plan is the layered DAG of `engine_overhead.py` (`--width` steps a
+layer, default 20; each step after the first layer depends on 1-3 random
+steps of the layer before), and every step passes the outputs of all its
+dependencies to its tool as references (``{"inputs": ["${s000_003}",
+"${s000_017}"]}``); the tool returns a short string, so each value flows on.
+This is the shape where a cost that grows with a step's ancestry (its
+provenance, its events, its stored rows) shows: a plan of no-op steps that
+pass nothing never sees it.
+
+For each size (`--steps`, default 500, 2,000, 8,000 and 20,000), in a
+fresh child process each, it prints microseconds a step (wall / steps, the
+median of `--repeats`):
+
+* ``bare``: the same DAG and function under graphlib + asyncio (one task a
+  step, a semaphore, a timeout, outputs passed by id): the floor;
+* ``memory``: `Engine.start(plan, validate=False)` to its `RunResult`;
+* ``sqlite``: the same run recorded into a new SQLite store (`record_run`
+  with the `DurableRunner`, as ``planexec run`` does), with the store's
+  bytes a step after the run (database and WAL files);
+
+then the slope: each size's figure over the smallest size's, and the
+targets of issue 24 (memory at most 40 us a step and flat within 25% from
+the smallest size to the largest; SQLite at most 2x memory; store bytes a
+step flat and at most 2 KB).
+
+    python benchmarks/dataflow.py                          # the table (~2 min)
+    python benchmarks/dataflow.py --steps 500,4000 --check 1.5 --no-sqlite
+        # CI: exit 1 when us/step at the largest size exceeds 1.5x that at the smallest
+
+``--check R`` makes the run a test of the slope (in one process, so both
+sizes see the same machine): exit 1 when the largest size's in-memory
+figure is more than R times the smallest's. Without it the exit status is
+0 even when a target is missed (a measurement, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import graphlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from layered import LayeredStep, build_plan, layered_dag, machine, median
+
+from planexec import Engine, Plan, Registry
+
+TARGET_US_PER_STEP = 40.0
+TARGET_FLAT = 1.25  # the largest size's us/step over the smallest's
+TARGET_SQLITE_RATIO = 2.0
+TARGET_STORE_BYTES = 2048
+
+
+def make_registry() -> Registry:
+    """A registry with one tool that takes its inputs and returns a short string."""
+    registry = Registry()
+
+    @registry.tool
+    async def relay(inputs: list[Any] | None = None) -> str:
+        """Take the parents' outputs; return a short value of its own."""
+        return f"from {len(inputs or ())}"
+
+    return registry
+
+
+def parameters(step: LayeredStep) -> dict[str, Any]:
+    """Every dependency's output, as a reference: the data flows along every edge."""
+    return {"inputs": [f"${{{dep}}}" for dep in step.depends_on]}
+
+
+def referencing_plan(steps: int, width: int, seed: int = 0) -> tuple[list[list[LayeredStep]], Plan]:
+    """The layered DAG of about `steps` steps and its plan, each step referencing all its parents."""
+    dag = layered_dag(max(1, steps // width), width, seed=seed)
+    return dag, build_plan(dag, "relay", parameters)
+
+
+async def _bare(graph: dict[str, tuple[str, ...]], fn: Any, limit: int) -> float:
+    sorter = graphlib.TopologicalSorter(graph)
+    sorter.prepare()
+    slots = asyncio.Semaphore(limit)
+    finished = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    outputs: dict[str, Any] = {}
+    tasks: dict[str, asyncio.Task[None]] = {}
+
+    def launch() -> None:
+        for step_id in sorter.get_ready():
+            tasks[step_id] = loop.create_task(run(step_id))
+        if not sorter.is_active():
+            finished.set()
+
+    async def run(step_id: str) -> None:
+        async with slots, asyncio.timeout(300.0):
+            outputs[step_id] = await fn(inputs=[outputs[d] for d in graph[step_id]])
+        sorter.done(step_id)
+        launch()
+
+    t0 = time.perf_counter()
+    launch()
+    await finished.wait()
+    return time.perf_counter() - t0
+
+
+def _memory(registry: Registry, plan: Plan, width: int) -> float:
+    async def go() -> float:
+        engine = Engine(registry, max_concurrency=width, seed=0)
+        t0 = time.perf_counter()
+        result = await engine.start(plan, validate=False).result()
+        wall = time.perf_counter() - t0
+        if not result.ok:
+            raise SystemExit(f"run {result.status.value}: {result.reason}")
+        return wall
+
+    return asyncio.run(go())
+
+
+def _sqlite(registry: Registry, plan: Plan, width: int, folder: Path) -> tuple[float, int]:
+    from planexec.engine.recording import DurableRunner, record_run
+    from planexec.engine.runner import LocalRunner
+    from planexec.store import SqliteRunStore
+
+    path = folder / f"runs-{time.monotonic_ns()}.db"
+    store = SqliteRunStore(path)
+
+    async def go() -> float:
+        engine = Engine(registry, runner=DurableRunner(LocalRunner(registry)), max_concurrency=width, seed=0)
+        t0 = time.perf_counter()
+        run = engine.start(plan, validate=False)
+        record_run(run, store)
+        result = await run.result()
+        wall = time.perf_counter() - t0
+        if not result.ok:
+            raise SystemExit(f"run {result.status.value}: {result.reason}")
+        return wall
+
+    try:
+        wall = asyncio.run(go())
+    finally:
+        store.close()
+    size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    return wall, size
+
+
+def child(steps: int, width: int, repeats: int, sqlite: bool) -> dict[str, Any]:
+    """Every figure of one size, measured in this process."""
+    registry = make_registry()
+    dag, plan = referencing_plan(steps, width)
+    n = len(plan.steps)
+    graph = {s.step_id: s.depends_on for row in dag for s in row}
+    fn = registry.tools["relay"].fn
+    bare, memory, durable, sizes = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="planexec-dataflow-") as folder:
+        for _ in range(repeats):
+            gc.collect()
+            bare.append(asyncio.run(_bare(graph, fn, width)))
+            gc.collect()
+            memory.append(_memory(registry, plan, width))
+            if sqlite:
+                gc.collect()
+                wall, size = _sqlite(registry, plan, width, Path(folder))
+                durable.append(wall)
+                sizes.append(size)
+    row: dict[str, Any] = {
+        "steps": n,
+        "bare_us": round(median(bare) / n * 1e6, 1),
+        "memory_us": round(median(memory) / n * 1e6, 1),
+    }
+    if sqlite:
+        row["sqlite_us"] = round(median(durable) / n * 1e6, 1)
+        row["store_bytes_per_step"] = round(median(sizes) / n)
+    return row
+
+
+def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
+    """The table, the slope against the smallest size, and the targets."""
+    lines = [f"{'steps':>7} {'bare us':>8} {'memory us':>10} {'slope':>6}" + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")]
+    first = rows[0]
+    for r in rows:
+        line = f"{r['steps']:>7,} {r['bare_us']:>8.1f} {r['memory_us']:>10.1f} {r['memory_us'] / first['memory_us']:>6.2f}"
+        if sqlite:
+            line += f" {r['sqlite_us']:>10.1f} {r['sqlite_us'] / r['memory_us']:>6.2f} {r['store_bytes_per_step']:>7,}"
+        lines.append(line)
+    last = rows[-1]
+    worst = max(r["memory_us"] for r in rows)
+    flat = last["memory_us"] / first["memory_us"]
+    lines.append(f"target: memory <= {TARGET_US_PER_STEP:.0f} us/step at every size: {'MET' if worst <= TARGET_US_PER_STEP else 'MISSED'} (worst {worst:.1f})")
+    lines.append(
+        f"target: flat, {last['steps']:,} over {first['steps']:,} steps <= {TARGET_FLAT}x: {'MET' if flat <= TARGET_FLAT else 'MISSED'} ({flat:.2f}x)"
+    )
+    if sqlite:
+        ratio = max(r["sqlite_us"] / r["memory_us"] for r in rows)
+        most = max(r["store_bytes_per_step"] for r in rows)
+        growth = last["store_bytes_per_step"] / first["store_bytes_per_step"]
+        lines.append(f"target: SQLite <= {TARGET_SQLITE_RATIO}x memory: {'MET' if ratio <= TARGET_SQLITE_RATIO else 'MISSED'} (worst {ratio:.2f}x)")
+        lines.append(
+            f"target: store <= {TARGET_STORE_BYTES:,} B/step and flat: "
+            f"{'MET' if most <= TARGET_STORE_BYTES and growth <= TARGET_FLAT else 'MISSED'} (worst {most:,} B, {growth:.2f}x)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure each size (in a child process, or all in this one with --check) and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", default="500,2000,8000,20000", help="comma-separated plan sizes (default 500,2000,8000,20000)")
+    parser.add_argument("--width", type=int, default=20, help="steps per layer (default 20)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each figure; the median is reported (default 3)")
+    parser.add_argument("--no-sqlite", action="store_true", help="in memory only")
+    parser.add_argument("--check", type=float, help="exit 1 when the largest size's us/step exceeds this many times the smallest's")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sqlite = not args.no_sqlite
+    sizes = [int(s) for s in args.steps.split(",") if s]
+    if args.child:
+        print(json.dumps(child(args.child, args.width, args.repeats, sqlite)))
+        return 0
+    rows = []
+    for steps in sizes:
+        if args.check is not None:  # one process: both sizes on the same machine state
+            rows.append(child(steps, args.width, args.repeats, sqlite))
+            continue
+        argv_child = [sys.executable, __file__, "--child", str(steps), "--width", str(args.width), "--repeats", str(args.repeats)]
+        out = subprocess.run(argv_child + (["--no-sqlite"] if not sqlite else []), capture_output=True, text=True, check=False, env=os.environ)
+        if out.returncode != 0:
+            print(out.stderr[-2000:], file=sys.stderr)
+            return 1
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if args.json:
+        print(json.dumps({"machine": machine(), "rows": rows}, indent=2))
+    else:
+        print(report(rows, sqlite))
+    if args.check is not None:
+        slope = rows[-1]["memory_us"] / rows[0]["memory_us"]
+        if slope > args.check:
+            print(f"check FAILED: {rows[-1]['steps']:,} steps cost {slope:.2f}x a step what {rows[0]['steps']:,} do (limit {args.check}x)")
+            return 1
+        print(f"check passed: {rows[-1]['steps']:,} steps cost {slope:.2f}x a step what {rows[0]['steps']:,} do (limit {args.check}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
