@@ -182,7 +182,9 @@ def child(steps: int, width: int, repeats: int, sqlite: bool) -> dict[str, Any]:
 
 def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
     """The table, the slope against the smallest size, and the targets."""
-    lines = [f"{'steps':>7} {'bare us':>8} {'memory us':>10} {'slope':>6}" + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")]
+    lines = [
+        f"{'steps':>7} {'bare us':>8} {'memory us':>10} {'slope':>6}" + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")
+    ]
     first = rows[0]
     for r in rows:
         line = f"{r['steps']:>7,} {r['bare_us']:>8.1f} {r['memory_us']:>10.1f} {r['memory_us'] / first['memory_us']:>6.2f}"
@@ -192,7 +194,9 @@ def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
     last = rows[-1]
     worst = max(r["memory_us"] for r in rows)
     flat = last["memory_us"] / first["memory_us"]
-    lines.append(f"target: memory <= {TARGET_US_PER_STEP:.0f} us/step at every size: {'MET' if worst <= TARGET_US_PER_STEP else 'MISSED'} (worst {worst:.1f})")
+    lines.append(
+        f"target: memory <= {TARGET_US_PER_STEP:.0f} us/step at every size: {'MET' if worst <= TARGET_US_PER_STEP else 'MISSED'} (worst {worst:.1f})"
+    )
     lines.append(
         f"target: flat, {last['steps']:,} over {first['steps']:,} steps <= {TARGET_FLAT}x: {'MET' if flat <= TARGET_FLAT else 'MISSED'} ({flat:.2f}x)"
     )
@@ -200,7 +204,9 @@ def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
         ratio = max(r["sqlite_us"] / r["memory_us"] for r in rows)
         most = max(r["store_bytes_per_step"] for r in rows)
         growth = last["store_bytes_per_step"] / first["store_bytes_per_step"]
-        lines.append(f"target: SQLite <= {TARGET_SQLITE_RATIO}x memory: {'MET' if ratio <= TARGET_SQLITE_RATIO else 'MISSED'} (worst {ratio:.2f}x)")
+        lines.append(
+            f"target: SQLite <= {TARGET_SQLITE_RATIO}x memory: {'MET' if ratio <= TARGET_SQLITE_RATIO else 'MISSED'} (worst {ratio:.2f}x)"
+        )
         lines.append(
             f"target: store <= {TARGET_STORE_BYTES:,} B/step and flat: "
             f"{'MET' if most <= TARGET_STORE_BYTES and growth <= TARGET_FLAT else 'MISSED'} (worst {most:,} B, {growth:.2f}x)"
@@ -230,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(child(steps, args.width, args.repeats, sqlite))
             continue
         argv_child = [sys.executable, __file__, "--child", str(steps), "--width", str(args.width), "--repeats", str(args.repeats)]
-        out = subprocess.run(argv_child + (["--no-sqlite"] if not sqlite else []), capture_output=True, text=True, check=False, env=os.environ)
+        out = subprocess.run(
+            argv_child + (["--no-sqlite"] if not sqlite else []), capture_output=True, text=True, check=False, env=os.environ
+        )
         if out.returncode != 0:
             print(out.stderr[-2000:], file=sys.stderr)
             return 1

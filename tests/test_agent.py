@@ -148,11 +148,11 @@ def _guarded_registry(written: list[str]) -> Registry:
 def test_a_tool_that_needs_approval_is_refused_unless_the_run_was_approved():
     written: list[str] = []
     refused = ScriptedModel([tool_call("write_note", text="hi"), "I could not write the note."])
-    result = _single("write hi", refused, _guarded_registry(written))
-    assert result.status is RunStatus.SUCCEEDED and written == []
-    assert "refused (approval_denied" in refused.requests[1].messages[-1].content
+    result = _single("write hi", refused, _guarded_registry(written))  # no approver configured
+    assert result.status is not RunStatus.SUCCEEDED and written == [] and len(refused.requests) == 1
+    assert result.steps["agent"].error.rule == "approval_required" and "no approver is configured" in result.steps["agent"].error.message
     (call,) = result.steps["agent"].calls
-    assert (call.tool, call.allowed, call.rule, call.ran) == ("write_note", False, "approval_denied", False)
+    assert (call.tool, call.allowed, call.rule, call.ran) == ("write_note", False, "approval_required", False)
 
     # the call itself is approved, with its arguments shown
     asked = []

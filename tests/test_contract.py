@@ -117,8 +117,12 @@ def test_a_side_effecting_call_is_approved_per_call_with_its_arguments(tmp_path)
 
     team, _ = _team(tmp_path, [tool_call("write_file", path="out2.txt", content="hello"), "not written"])  # no approver
     result = team.execute_sync(plan)
-    assert _calls(result, "c") == [("write_file", False, "approval_denied", False)]
+    assert _calls(result, "c") == [("write_file", False, "approval_required", False)]
     assert not (tmp_path / "ws" / "out2.txt").exists()
+    # the plan's own call could not run: the step did not do what the plan says, and the run does not say it did
+    assert result.status is not RunStatus.SUCCEEDED and result.steps["c"].error.rule == "approval_required"
+    assert "--yes" in result.steps["c"].error.message and "call_approver" in result.steps["c"].error.message
+    assert result.refused_calls == {"approval_required": 1}
 
 
 def test_a_pre_approved_call_shape_runs_without_asking_and_nothing_outside_it_runs(tmp_path):

@@ -963,7 +963,6 @@ CUT_OFF_WAITING_FOR_A_SLOT = Scenario(
 )
 
 
-
 def test_a_step_cut_off_while_it_waits_for_its_retrys_slot_is_not_recorded_as_running() -> None:
     """The example hypothesis found on a fresh clone, replayed on every run whatever the draw."""
     out = asyncio.run(execute(CUT_OFF_WAITING_FOR_A_SLOT))

@@ -101,7 +101,9 @@ def _output_of(result):
 
 def test_derive_untrusted_is_the_same_whatever_the_order_of_equal_inputs_and_never_exceeds_its_bound():
     def out(step_id: str, keys: list[str], more: bool = False) -> Output:
-        prov = Provenance(run_id="r", plan_id="p", plan_version=1, step_id=step_id, worker="w", action="a", untrusted_from=keys, more_untrusted=more)
+        prov = Provenance(
+            run_id="r", plan_id="p", plan_version=1, step_id=step_id, worker="w", action="a", untrusted_from=keys, more_untrusted=more
+        )
         return Output(value=None, provenance=prov)
 
     a, b = out("a", ["t@x", "t@y"]), out("b", ["t@y", "t@z"])
@@ -116,7 +118,10 @@ def test_derive_untrusted_is_the_same_whatever_the_order_of_equal_inputs_and_nev
 
 
 def test_a_source_key_names_its_origin_and_reads_back():
-    for source in (Source(kind="tool", step_id="read", tool="mcp.fs@v2", untrusted=True), Source(kind="model", step_id="s1", untrusted=True)):
+    for source in (
+        Source(kind="tool", step_id="read", tool="mcp.fs@v2", untrusted=True),
+        Source(kind="model", step_id="s1", untrusted=True),
+    ):
         assert Source.from_key(source.key) == source
 
 
@@ -138,7 +143,17 @@ def test_a_provenance_of_the_earlier_shape_is_read_and_decides_as_before():
 
 def test_the_summary_fields_are_written_only_when_set():
     prov = Provenance(run_id="r", plan_id="p", plan_version=1, step_id="s", worker="w", action="a")
-    assert set(json.loads(prov.to_json())) == {"run_id", "plan_id", "plan_version", "step_id", "worker", "action", "attempt", "tools", "sources"}
+    assert set(json.loads(prov.to_json())) == {
+        "run_id",
+        "plan_id",
+        "plan_version",
+        "step_id",
+        "worker",
+        "action",
+        "attempt",
+        "tools",
+        "sources",
+    }
     assert Provenance.from_json(prov.to_json()) == prov
 
 
@@ -153,7 +168,9 @@ def _old_store(path) -> None:
         StepSucceeded(run_id="old", seq=1, at=utcnow(), step_id="c", attempt=1, wall_time=0.1, usage=Usage(), output=Output(value="v", provenance=Provenance(run_id="old", plan_id="p", plan_version=1, step_id="c", worker="tool", action="relay"))).to_json()
     )  # fmt: skip
     body["output"]["provenance"]["sources"] = [{"kind": "tool", "step_id": "a", "tool": "fetch", "untrusted": True}]
-    cur.execute("INSERT INTO runs (run_id, status, started_at, goal) VALUES (?, ?, ?, ?)", ("old", "running", "2026-01-01T00:00:00.000000Z", "g"))
+    cur.execute(
+        "INSERT INTO runs (run_id, status, started_at, goal) VALUES (?, ?, ?, ?)", ("old", "running", "2026-01-01T00:00:00.000000Z", "g")
+    )
     for seq, (kind, text) in enumerate([(start.type, start.to_json()), ("step_succeeded", json.dumps(body))]):
         cur.execute("INSERT INTO events (run_id, seq, type, body) VALUES (?, ?, ?, ?)", ("old", seq, kind, text))
     conn.close()

@@ -32,7 +32,7 @@ from planexec.cli import _common as common
 from planexec.cli.progress import describe_call, describe_event
 from planexec.engine.events import RunResumed, StepResolved
 from planexec.engine.replay import RunView, replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState, describe_refused, refused_by_rule
 from planexec.errors import StoreError
 from planexec.plan.model import Step
 from planexec.plan.view import grants_text
@@ -164,6 +164,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     say(f"  usage: {u.input_tokens} tokens in{u.describe_cache()}, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
     if summary.parent_run_id:
         say(f"  sub-run of {summary.parent_run_id} (step {summary.parent_step_id})")
+    refused = describe_refused(refused_by_rule([*view.steps.values(), *view.superseded.values()]))
+    if refused:
+        say(f"  {refused}")
     say(f"plan {summary.plan_id!r} · version {summary.plan_version} · {summary.content_hash}")
     for v in versions:
         diff = f": {v.diff.render().replace(chr(10), '; ')}" if v.diff is not None else ""

@@ -44,6 +44,7 @@ from planexec.engine.events import (
     ToolCallDecided,
     parse_event,
 )
+from planexec.engine.results import describe_refused
 from planexec.events import (
     RunFinished,
     RunStarted,
@@ -411,6 +412,8 @@ def print_summary(console: Console, result: RunResult) -> None:
             )
     if result.error is not None:
         console.print(f"error: {result.error.render()}", markup=False, highlight=False, soft_wrap=True)
+    if result.refused_calls:
+        console.print(describe_refused(result.refused_calls), style="yellow", markup=False, highlight=False, soft_wrap=True)
     for sid, rec in result.steps.items():
         for call in rec.refused:
             console.print(f"{sid}: {describe_call(call)}", markup=False, highlight=False, soft_wrap=True)

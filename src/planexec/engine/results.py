@@ -8,6 +8,8 @@ them; the CLI, store and UI read them. Imports `calls`, `plan`, `usage` and
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
@@ -21,7 +23,17 @@ from planexec.usage import Usage
 from planexec.workers.gate import CallRecord
 from planexec.workers.io import Output, Source, lineage
 
-__all__ = ["ErrorInfo", "PlanVersion", "ReplanRequest", "RunResult", "RunStatus", "StepRecord", "StepState"]
+__all__ = [
+    "ErrorInfo",
+    "PlanVersion",
+    "ReplanRequest",
+    "RunResult",
+    "RunStatus",
+    "StepRecord",
+    "StepState",
+    "describe_refused",
+    "refused_by_rule",
+]
 
 
 class StepState(str, Enum):
@@ -61,8 +73,10 @@ class ErrorInfo(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rule: str = Field(
-        description="timeout, tool_input, tool_output, reference, check_failed, worker, exception, "
-        "approval_required, approval_denied, engine"
+        description="a step's: timeout, tool_input, tool_output, reference, check_failed, incomplete (out of turns with work left), "
+        "worker, exception, approval_required (nobody could approve the step or one of the plan's own calls), approval_denied, "
+        "outside_grant and untrusted_argument (the contract refused the step's own call); a run's: replan_limit, replan_loop, "
+        "replan_invalid, replanner, joiner, budget, plan_rejected, engine"
     )
     type: str
     message: str
@@ -128,6 +142,20 @@ class PlanVersion(BaseModel):
     superseded: dict[str, StepRecord] = Field(default_factory=dict)
 
 
+def refused_by_rule(records: Iterable[StepRecord]) -> dict[str, int]:
+    """How many calls the gate refused in these step records, by rule, most first."""
+    counts = Counter(call.rule or "refused" for rec in records for call in rec.calls if not call.allowed)
+    return dict(counts.most_common())
+
+
+def describe_refused(counts: dict[str, int]) -> str:
+    """``3 refused tool calls: approval_required 2, quarantine 1`` (empty when none were)."""
+    if not counts:
+        return ""
+    total = sum(counts.values())
+    return f"{total} refused tool call{'s' if total != 1 else ''}: " + ", ".join(f"{rule} {n}" for rule, n in counts.items())
+
+
 class RunResult(BaseModel):
     """The outcome of a run: status, every step's record, the answer and total usage."""
 
@@ -153,6 +181,10 @@ class RunResult(BaseModel):
         None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)"
     )
     versions: list[PlanVersion] = Field(default_factory=list, description="every version of the plan, the first first")
+    refused_calls: dict[str, int] = Field(
+        default_factory=dict,
+        description="tool calls the gate refused in this run, by rule (a sub-team's are in its own result); empty: none",
+    )
     rollback: RunResult | None = Field(None, description="the rollback plan's own run, when an abort after side effects ran it")
 
     def origins(self, step_id: str, *, untrusted_only: bool = False) -> list[Source]:

@@ -50,7 +50,7 @@ from planexec.engine.events import (
     utcnow,
 )
 from planexec.engine.history import History
-from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunResult, RunStatus, StepRecord, StepState
+from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunResult, RunStatus, StepRecord, StepState, refused_by_rule
 from planexec.engine.resume import Resumption
 from planexec.engine.revisions import Revisions
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_error, update_record
@@ -275,6 +275,7 @@ class Run:
             replan=state.replan,
             error=state.error,
         )
+        versions = self.plan_versions()
         state.result = RunResult(
             run_id=self.run_id,
             plan=state.plan,
@@ -291,8 +292,9 @@ class Run:
             overhead=dict(state.overhead),
             replan=state.replan,
             error=state.error,
-            versions=self.plan_versions(),
+            versions=versions,
             rollback=rollback,
+            refused_calls=refused_by_rule([*state.records.values(), *(rec for v in versions for rec in v.superseded.values())]),
         )
 
     async def _let_stop(self) -> None:

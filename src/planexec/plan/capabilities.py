@@ -75,7 +75,7 @@ class Constraint(_Frozen):
 
     def admits(self, value: Any) -> str | None:
         """None when `value` is inside every bound; otherwise which bound it breaks."""
-        if self.values is not None and value not in self.values:
+        if self.values is not None and not any(_same_value(value, allowed) for allowed in self.values):
             return f"{_show(value)} is not one of {', '.join(map(_show, self.values))}"
         if self.pattern is not None and not (isinstance(value, str) and re.fullmatch(self.pattern, value)):
             return f"{_show(value)} does not match the pattern {self.pattern!r}"
@@ -193,6 +193,21 @@ def widened_grants(new: Iterable[Grant], old: Iterable[Grant]) -> list[Grant]:
     """The grants of `new` that no grant of `old` covers: what a revision would newly allow."""
     before = list(old)
     return [g for g in new if not any(g.within(o) for o in before)]
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """JSON equality that keeps types apart: ``True`` is not ``1``, ``"1"`` is not ``1`` (``1`` and ``1.0`` are one number)."""
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if type(a) is not type(b) and not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _show(value: Any) -> str:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from planexec.engine.replay import RunView, replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord, describe_refused, refused_by_rule
 from planexec.governance.policies import Policy, Review
 from planexec.plan.model import Plan, Step
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary
@@ -88,6 +88,7 @@ class RunDetail:
     state: dict[str, Any] = field(default_factory=dict)
     roles: list[tuple[str, str]] = field(default_factory=list)  # (role, its usage in words), the costliest first
     usage: str = ""
+    refused: str = ""  # the calls the gate refused, by rule, in words ("" when none were)
     review: Review | None = None  # the policies' verdicts on the version that waits for review
     pending_version: int | None = None  # the version that waits, when it is stored (an edit may answer it)
 
@@ -124,6 +125,7 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
         state=_state(summary, view),
         roles=[(role, describe_usage(u)) for role, u in usage_by_role(view, events, summary.usage)],
         usage=describe_usage(summary.usage),
+        refused=describe_refused(refused_by_rule([*view.steps.values(), *view.superseded.values()])),
         review=review,
         pending_version=waiting.version if waiting is not None else None,
     )

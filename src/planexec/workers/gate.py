@@ -41,7 +41,9 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import Field
 
 from planexec.errors import CallRefusedError
 from planexec.plan.capabilities import Grant
@@ -50,10 +52,14 @@ from planexec.records import Record
 from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool
 
-__all__ = ["GATE_HOOKS", "CallApprover", "CallRecord", "CallRequest", "Gate", "GateHooks", "admit_direct", "default_grants"]
+__all__ = ["GATE_HOOKS", "NO_APPROVER", "CallApprover", "CallRecord", "CallRequest", "Gate", "GateHooks", "admit_direct", "default_grants"]
 
 RequestKind = Literal["call", "escalation"]
-_SHOWN = 2_000  # characters of an argument kept in a request or a record
+_SHOWN = 2_000  # characters of a string argument kept in a request or a record
+NO_APPROVER = (
+    "no approver is configured: approve the plan's own calls with --yes (or call_approver=approve_calls), "
+    "give the Engine or Team a call_approver, or record a person's decisions in the store (planexec approve)"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,9 +85,20 @@ class CallRequest(Record):
     digest: str = ""
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRecord(Record):
-    """What the run records of one tool call inside a worker: allowed or refused (with the rule), and whether it ran."""
+    """What the run records of one tool call inside a worker: allowed or refused (with the rule), and whether it ran.
+
+    `rule` of a refused call: ``unknown_tool``, ``not_granted``, ``outside_grant``, ``call_limit``,
+    ``quarantine``, ``untrusted_argument``, ``approval_required`` (no approver configured),
+    ``approval_denied``, ``bad_arguments`` (the tool's own input schema refused them) or
+    ``turn_limit``. `arguments` keep at most 2,000 characters of each string, marked where cut;
+    `truncated` names the arguments that were.
+    """
 
     step_id: str
     attempt: int
@@ -95,6 +112,7 @@ class CallRecord(Record):
     decided_by: str = "plan"
     ran: bool = False
     error: str | None = None
+    truncated: Annotated[list[str], Field(exclude_if=_empty)] = field(default_factory=list)  # arguments shown cut (see `arguments`)
 
 
 # asked about one call; True approves. A sync approver may block on a person: it runs off the event loop.
@@ -111,6 +129,11 @@ class GateHooks(Protocol):
 
     enforce: bool
     goal_trusted: bool
+
+    @property
+    def approver(self) -> Any:
+        """Who decides the run's calls; None when no one was configured (a plan's own call is then `approval_required`)."""
+        ...
 
     async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
         """(approved, who decided) for a call or an escalation."""
@@ -137,6 +160,7 @@ class _Decision:
     reason: str = ""
     chain: list[str] = field(default_factory=list)
     decided_by: str = "plan"
+    breaks_plan: bool = False  # a refusal of the plan's own call (granted, in bounds): the step cannot do what it says
 
 
 class Gate:
@@ -191,7 +215,9 @@ class Gate:
             tainted = [out for sid, out in call.context.items() if sid in refs and out.untrusted]
             if not tainted:
                 continue
-            chain = _chain(merge_sources(*(out.provenance.untrusted_origins() for out in tainted)), any(o.provenance.more_untrusted for o in tainted))
+            chain = _chain(
+                merge_sources(*(out.provenance.untrusted_origins() for out in tainted)), any(o.provenance.more_untrusted for o in tainted)
+            )
             value = call.parameters[name]
             reason = f"argument {name!r} = {_short(value)} comes from untrusted data and no grant bounds it"
             decision = await self._escalate(tool.name, call.parameters, "untrusted_argument", reason, chain)
@@ -283,13 +309,17 @@ class Gate:
         denied_rule = rule or "approval_required"
         if self.hooks is None:
             return self._refused(tool, arguments, denied_rule, f"{reason}; no one can approve it here", chain)
+        if kind == "call" and self.hooks.approver is None:
+            refused = self._refused(tool, arguments, "approval_required", f"{reason}; {NO_APPROVER}", chain, by="no approver")
+            refused.breaks_plan = True
+            return refused
         call = self.call
         request = CallRequest(
             run_id=call.run_id,
             step_id=call.step_id,
             worker=call.worker,
             tool=tool,
-            arguments=_shown(arguments),
+            arguments=_shown(arguments)[0],
             kind=kind,
             rule=rule,
             reason=reason,
@@ -299,7 +329,11 @@ class Gate:
         approved, by = await self.hooks.approve_call(request)
         if approved:
             return _Decision(True, rule=rule, reason=reason, chain=chain, decided_by=by)
-        return self._refused(tool, arguments, denied_rule if rule else "approval_denied", f"{reason}; not approved by {by}", chain, by=by)
+        refused = self._refused(
+            tool, arguments, denied_rule if rule else "approval_denied", f"{reason}; not approved by {by}", chain, by=by
+        )
+        refused.breaks_plan = kind == "call"
+        return refused
 
     def _refused(
         self, tool: str, arguments: dict[str, Any], rule: str, reason: str, chain: list[str] | None = None, *, by: str = "plan"
@@ -312,13 +346,15 @@ class Gate:
         if self.hooks is None:
             return
         call = self.call
+        shown, cut = _shown(arguments)
         self.hooks.record_call(
             CallRecord(
                 step_id=call.step_id,
                 attempt=call.attempt,
                 worker=call.worker,
                 tool=tool,
-                arguments=_shown(arguments),
+                arguments=shown,
+                truncated=cut,
                 allowed=decision.allowed,
                 rule=decision.rule,
                 reason=decision.reason,
@@ -404,12 +440,33 @@ def _short(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _shown(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Arguments as a request or record keeps them: long strings cut."""
-    return {
-        k: (v[:_SHOWN] + f"... [{len(v) - _SHOWN} more characters]" if isinstance(v, str) and len(v) > _SHOWN else v)
-        for k, v in arguments.items()
-    }
+def _shown(arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Arguments as a request or record keeps them, each string longer than `_SHOWN` characters (at any depth) cut
+    and saying so; and the names of the arguments cut."""
+    shown, cut = {}, []
+    for name, value in arguments.items():
+        shown[name], was_cut = _cut(value)
+        if was_cut:
+            cut.append(name)
+    return shown, cut
+
+
+def _cut(value: Any) -> tuple[Any, bool]:
+    if isinstance(value, str):
+        if len(value) <= _SHOWN:
+            return value, False
+        return f"{value[:_SHOWN]}… [truncated: {_SHOWN:,} of {len(value):,} characters shown]", True
+    if isinstance(value, dict):
+        pairs = {k: _cut(v) for k, v in value.items()}
+        if any(c for _, c in pairs.values()):
+            return {k: v for k, (v, _) in pairs.items()}, True
+        return value, False
+    if isinstance(value, (list, tuple)):
+        items = [_cut(v) for v in value]
+        if any(c for _, c in items):
+            return [v for v, _ in items], True
+        return value, False
+    return value, False
 
 
 def _digest(call: StepCall, tool: str, arguments: dict[str, Any]) -> str:

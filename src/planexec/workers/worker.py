@@ -20,6 +20,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from planexec.errors import (
+    CallRefusedError,
     ModelOutputError,
     PlanexecError,
     RegistryError,
@@ -321,13 +322,20 @@ class RoleWorker:
         """The result the model reads, and whether the tool actually ran."""
         decision = await gate.admit(tc.name, tc.arguments)
         if not decision.allowed:
+            if decision.breaks_plan:  # the plan's own call cannot run: the step cannot do what it says
+                raise CallRefusedError(
+                    f"step {call.step_id!r}: the plan's call to {tc.name!r} was refused ({decision.rule}: {decision.reason})",
+                    tool=tc.name,
+                    rule=decision.rule or "approval_required",
+                    chain=decision.chain,
+                )
             return gate.refuse_text(tc.name, decision), False
         found = self.tools[tc.name]
         try:
             result = await found.invoke(tc.arguments, call)
-        except ToolInputError as exc:  # refused by the tool's own schema before it ran
-            gate.refused.append({"tool": tc.name, "rule": "tool_input", "reason": str(exc)})
-            return f"error: {exc}", False
+        except ToolInputError as exc:  # refused by the tool's own schema before it ran: recorded like any refusal
+            refused = gate.refuse(tc.name, tc.arguments, "bad_arguments", redact(str(exc)))
+            return gate.refuse_text(tc.name, refused), False
         except ToolError as exc:
             gate.ran(tc.name, tc.arguments, decision, error=redact(str(exc)))
             return redact(f"error: {exc}"), True
