@@ -53,10 +53,15 @@ IMMEDIATELY = -1.0  # cancel_after: call run.cancel() right after engine.start()
 WORKERS = ("tool", "alt", "metered")
 FAILURES = ("empty", "raise", "garbage", "refuse", "hang")
 NOT_RETRYABLE = {"tool_input", "reference"}
+# The README's test command draws the same 150 examples on every machine (derandomized: a failure there is
+# reproducible anywhere). CI then runs a second pass with PLANEXEC_PROPERTY_SEED set to the date (.ci/run): other
+# examples every day at a fixed cost, each day's draw reproducible from its seed (--hypothesis-seed), so a case that
+# the fixed draw misses is found within days without making every run slower. Found cases are pinned as @example.
+ROTATED = bool(os.environ.get("PLANEXEC_PROPERTY_SEED"))
 PROPERTIES = settings(
-    max_examples=150,
+    max_examples=int(os.environ.get("PLANEXEC_PROPERTY_EXAMPLES", "150")),
     deadline=None,
-    derandomize=True,  # the same examples on every machine: CI is reproducible
+    derandomize=not ROTATED,
     database=None,
     # Shrinking replays hundreds of timed runs (minutes, and timing makes it noisy); the failing
     # example is reported as found and comes back on every run. PLANEXEC_SHRINK=1 turns shrinking on.
@@ -380,8 +385,10 @@ def predict(scn: Scenario) -> dict[str, Fate]:
             fates[spec.step_id] = Fate(StepState.SKIPPED)
             continue
         if spec.approval in ("no", "error"):
+            # a refusal is not the worker's fault: retry and fallback do not apply, what follows them does
             kind = spec.failure["kind"]
-            fates[spec.step_id] = Fate(StepState.FAILED, 0, kind if kind in ("skip", "replan") else "abort")
+            then = spec.failure.get("then", "abort") if kind in ("retry", "fallback") else kind
+            fates[spec.step_id] = Fate(StepState.FAILED, 0, then if then in ("skip", "replan") else "abort")
             continue
         attempt, rerouted = 0, False
         while True:
@@ -657,6 +664,15 @@ HANGING_UNDER_ONE_SLOT = example_scenario(
     cancel_after=0.12,
 )
 
+
+# found on the draw of seed 20261128 (the rotated pass): a failing approver on a step whose fallback is followed by a
+# replan ends it with the replan, as the engine's final_action says (the model here had it aborting)
+REFUSED_THEN_REPLAN = example_scenario(
+    spec(0, worker="alt", approval="error", failure={"kind": "fallback", "worker": "tool", "then": "replan"}),
+    spec(1, approval="no", failure={**RETRY, "then": "skip"}),
+    spec(2, deps={"s1": "reference"}, tolerant=True),
+    async_approver=True,
+)
 
 # found by hypothesis on a fresh clone (issue 24): a step cut off while it waited for its retry's slot (max_concurrency 1)
 # was recorded as running (StepCancelled was_running=True in phase ready); ../shared/repro/history-property-failure.txt
@@ -976,6 +992,7 @@ def test_a_step_cut_off_while_it_waits_for_its_retrys_slot_is_not_recorded_as_ru
 @given(scenarios())
 @example(USAGE_CARRIED)
 @example(CUT_OFF_WAITING_FOR_A_SLOT)
+@example(REFUSED_THEN_REPLAN)
 @example(HANGING_UNDER_ONE_SLOT)
 @example(dataclasses.replace(HANGING_UNDER_ONE_SLOT, cancel_after=None))
 def test_every_run_terminates_with_every_step_recorded_and_a_consistent_history(scn: Scenario) -> None:
