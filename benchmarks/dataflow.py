@@ -15,10 +15,12 @@ median of `--repeats`):
 
 * ``bare``: the same DAG and function under graphlib + asyncio (one task a
   step, a semaphore, a timeout, outputs passed by id): the floor;
+* ``LangGraph`` (with ``--langgraph``, when it is installed): the same DAG
+  as a `StateGraph`, one node a step, a waiting edge from its parents;
 * ``memory``: `Engine.start(plan, validate=False)` to its `RunResult`;
 * ``sqlite``: the same run recorded into a new SQLite store (`record_run`
-  with the `DurableRunner`, as ``planexec run`` does), with the store's
-  bytes a step after the run (database and WAL files);
+  with the `DurableRunner`, as ``planexec run`` does), with what the run
+  added to the store, a step (database and WAL files, less a new store's);
 
 then the slope: each size's figure over the smallest size's, and the
 targets of issue 24 (memory at most 40 us a step and flat within 25% from
@@ -48,7 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from layered import LayeredStep, build_plan, layered_dag, machine, median
 
@@ -110,6 +112,41 @@ async def _bare(graph: dict[str, tuple[str, ...]], fn: Any, limit: int) -> float
     return time.perf_counter() - t0
 
 
+def _merge(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    current.update(update)  # in place: a reducer that copied would make the peer quadratic, not its design
+    return current
+
+
+class State(TypedDict):
+    """The LangGraph state: every step's output by id, in one channel."""
+
+    out: Annotated[dict[str, Any], _merge]
+
+
+def _langgraph(dag: list[list[LayeredStep]], fn: Any, width: int) -> float:
+    """The same DAG as a LangGraph `StateGraph` (one node a step, a waiting edge from its parents, the outputs in one
+    channel merged in place), run with `ainvoke` in memory: what a peer framework costs for the same job."""
+    from langgraph.graph import START, StateGraph
+
+    graph = StateGraph(State)
+    for row in dag:
+        for s in row:
+
+            async def node(state: State, sid: str = s.step_id, deps: tuple[str, ...] = s.depends_on) -> dict[str, Any]:
+                return {"out": {sid: await fn(inputs=[state["out"][d] for d in deps])}}
+
+            graph.add_node(s.step_id, node)
+            graph.add_edge(list(s.depends_on) if s.depends_on else START, s.step_id)
+    compiled = graph.compile()
+
+    async def go() -> float:
+        t0 = time.perf_counter()
+        await compiled.ainvoke({"out": {}}, {"recursion_limit": len(dag) + 10, "max_concurrency": width})
+        return time.perf_counter() - t0
+
+    return asyncio.run(go())
+
+
 def _memory(registry: Registry, plan: Plan, width: int) -> float:
     async def go() -> float:
         engine = Engine(registry, max_concurrency=width, seed=0)
@@ -150,18 +187,21 @@ def _sqlite(registry: Registry, plan: Plan, width: int, folder: Path) -> tuple[f
     return wall, size
 
 
-def child(steps: int, width: int, repeats: int, sqlite: bool) -> dict[str, Any]:
+def child(steps: int, width: int, repeats: int, sqlite: bool, langgraph: bool = False) -> dict[str, Any]:
     """Every figure of one size, measured in this process."""
     registry = make_registry()
     dag, plan = referencing_plan(steps, width)
     n = len(plan.steps)
     graph = {s.step_id: s.depends_on for row in dag for s in row}
     fn = registry.tools["relay"].fn
-    bare, memory, durable, sizes = [], [], [], []
+    bare, memory, durable, sizes, peer = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="planexec-dataflow-") as folder:
         for _ in range(repeats):
             gc.collect()
             bare.append(asyncio.run(_bare(graph, fn, width)))
+            if langgraph:
+                gc.collect()
+                peer.append(_langgraph(dag, fn, width))
             gc.collect()
             memory.append(_memory(registry, plan, width))
             if sqlite:
@@ -174,23 +214,47 @@ def child(steps: int, width: int, repeats: int, sqlite: bool) -> dict[str, Any]:
         "bare_us": round(median(bare) / n * 1e6, 1),
         "memory_us": round(median(memory) / n * 1e6, 1),
     }
+    if langgraph:
+        row["langgraph_us"] = round(median(peer) / n * 1e6, 1)
     if sqlite:
+        empty = _empty_store()
         row["sqlite_us"] = round(median(durable) / n * 1e6, 1)
-        row["store_bytes_per_step"] = round(median(sizes) / n)
+        row["store_bytes_per_step"] = round((median(sizes) - empty) / n)  # what the run added
+        row["store_bytes"] = round(median(sizes))
+        row["empty_store_bytes"] = empty
     return row
+
+
+def _empty_store() -> int:
+    """The bytes of a new store with no run: what every store costs before its first step."""
+    from planexec.store import SqliteRunStore
+
+    with tempfile.TemporaryDirectory(prefix="planexec-dataflow-") as folder:
+        path = Path(folder) / "empty.db"
+        SqliteRunStore(path).close()
+        return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
 def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
     """The table, the slope against the smallest size, and the targets."""
+    peer = "langgraph_us" in rows[0]
     lines = [
-        f"{'steps':>7} {'bare us':>8} {'memory us':>10} {'slope':>6}" + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")
+        f"{'steps':>7} {'bare us':>8}"
+        + (f" {'LangGraph us':>13}" if peer else "")
+        + f" {'memory us':>10} {'slope':>6}"
+        + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")
     ]
     first = rows[0]
     for r in rows:
-        line = f"{r['steps']:>7,} {r['bare_us']:>8.1f} {r['memory_us']:>10.1f} {r['memory_us'] / first['memory_us']:>6.2f}"
+        line = f"{r['steps']:>7,} {r['bare_us']:>8.1f}" + (f" {r['langgraph_us']:>13.1f}" if peer else "")
+        line += f" {r['memory_us']:>10.1f} {r['memory_us'] / first['memory_us']:>6.2f}"
         if sqlite:
             line += f" {r['sqlite_us']:>10.1f} {r['sqlite_us'] / r['memory_us']:>6.2f} {r['store_bytes_per_step']:>7,}"
         lines.append(line)
+    if sqlite:
+        lines.append(
+            f"(B/step: what a run adds to the store, a new store being {rows[0]['empty_store_bytes']:,} bytes before its first run)"
+        )
     last = rows[-1]
     worst = max(r["memory_us"] for r in rows)
     flat = last["memory_us"] / first["memory_us"]
@@ -221,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=20, help="steps per layer (default 20)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each figure; the median is reported (default 3)")
     parser.add_argument("--no-sqlite", action="store_true", help="in memory only")
+    parser.add_argument("--langgraph", action="store_true", help="also the same DAG on LangGraph (when it is installed)")
     parser.add_argument("--check", type=float, help="exit 1 when the largest size's us/step exceeds this many times the smallest's")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -228,17 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     sqlite = not args.no_sqlite
     sizes = [int(s) for s in args.steps.split(",") if s]
     if args.child:
-        print(json.dumps(child(args.child, args.width, args.repeats, sqlite)))
+        print(json.dumps(child(args.child, args.width, args.repeats, sqlite, args.langgraph)))
         return 0
     rows = []
     for steps in sizes:
         if args.check is not None:  # one process: both sizes on the same machine state
-            rows.append(child(steps, args.width, args.repeats, sqlite))
+            rows.append(child(steps, args.width, args.repeats, sqlite, args.langgraph))
             continue
         argv_child = [sys.executable, __file__, "--child", str(steps), "--width", str(args.width), "--repeats", str(args.repeats)]
-        out = subprocess.run(
-            argv_child + (["--no-sqlite"] if not sqlite else []), capture_output=True, text=True, check=False, env=os.environ
-        )
+        argv_child += (["--no-sqlite"] if not sqlite else []) + (["--langgraph"] if args.langgraph else [])
+        out = subprocess.run(argv_child, capture_output=True, text=True, check=False, env=os.environ)
         if out.returncode != 0:
             print(out.stderr[-2000:], file=sys.stderr)
             return 1

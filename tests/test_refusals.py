@@ -80,7 +80,9 @@ def test_a_call_off_the_plan_is_refused_and_the_step_goes_on(tmp_path):
 
 
 def test_a_call_the_tools_schema_refuses_is_recorded_with_an_event(tmp_path):
-    team, model = _team(tmp_path, [tool_call("write_file", path="out.txt"), tool_call("write_file", path="out.txt", content="hi"), "written"])
+    team, model = _team(
+        tmp_path, [tool_call("write_file", path="out.txt"), tool_call("write_file", path="out.txt", content="hi"), "written"]
+    )
     events = []
 
     async def go():

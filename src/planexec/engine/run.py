@@ -520,7 +520,7 @@ class Run:
         outputs = state.outputs
         # a summary of constant size: the step's own sources, its direct inputs, the untrusted origins they name
         refs = step.references
-        inputs = [d for d in step.dependencies if d in refs and d in outputs] if refs else []
+        inputs = _inputs(step.dependencies, refs, outputs) if refs else []
         untrusted, more = derive_untrusted(result.sources, [outputs[d] for d in inputs])
         prov = Provenance(
             run_id=self.run_id,
@@ -584,3 +584,10 @@ class Run:
         if state.sched.is_handed_out(sid):
             state.sched.cancelled(sid)
         self._emit(StepCancelled, step_id=sid, was_running=was_running, reason=rec.reason)
+
+
+def _inputs(dependencies: list[str], references: frozenset[str], outputs: dict[str, Output]) -> list[str]:
+    """The dependencies a step took outputs from, in the plan's order: the plan's own list when that is all of them
+    (read-only, like every list a record holds: one list a step fewer)."""
+    inputs = [d for d in dependencies if d in references and d in outputs]
+    return dependencies if len(inputs) == len(dependencies) else inputs

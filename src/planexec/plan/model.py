@@ -291,8 +291,8 @@ class Step(_Record):
     def dependencies(self) -> list[str]:
         """Declared dependencies plus those implied by references, in a stable order."""
         deps = list(dict.fromkeys(self.depends_on))
-        if not self.references and len(deps) == len(self.depends_on):
-            return self.depends_on  # the usual case: the same list, not a copy per step (both are read-only)
+        if len(deps) == len(self.depends_on) and (not self.references or self.references.issubset(deps)):
+            return self.depends_on  # the usual cases: the same list, not a copy per step (both are read-only)
         deps += sorted(self.references - set(deps))
         return deps
 
