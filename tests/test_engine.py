@@ -24,6 +24,7 @@ from planexec import (
     StepState,
     parse_event,
 )
+from planexec.policies import approve_calls
 from planexec.testing import ScriptedModel, scripted_tool, tool_call
 
 
@@ -429,7 +430,7 @@ def test_usage_is_recorded_per_step_and_summed(reg):
         {"id": "b", "action": "respond", "worker": "coder", "instruction": "check ${a}"},
         {"id": "c", "action": "add", "parameters": {"a": 1, "b": 1}},
     )
-    _, result = run(Engine(reg), plan)
+    _, result = run(Engine(reg, call_approver=approve_calls), plan)  # `add` is not declared read-only: its calls are approved
     a, b, c = (result.steps[s].usage for s in "abc")
     assert (a.model_calls, b.model_calls, c.model_calls) == (2, 1, 0)
     assert a.output_tokens == len(["add({'a':", "1,", "'b':", "2})"]) + 1
@@ -681,7 +682,8 @@ def test_a_failed_model_attempt_keeps_its_usage(reg):
 
     model = ScriptedModel([tool_call("add", a=1, b=2), ModelServerError("upstream 500")])
     reg.add_worker(RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[reg.tools["add"]]))
-    _, result = run(Engine(reg), mkplan({"id": "a", "action": "respond", "worker": "coder", "failure_action": "skip"}))
+    plan = mkplan({"id": "a", "action": "respond", "worker": "coder", "failure_action": "skip"})
+    _, result = run(Engine(reg, call_approver=approve_calls), plan)
     rec = result.steps["a"]
     assert rec.error.rule == "worker" and "ModelServerError: upstream 500" in rec.error.message
     assert rec.usage.model_calls == 1 and rec.usage.input_tokens > 0  # the turn that succeeded is counted

@@ -7,12 +7,15 @@ from datetime import timedelta
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planexec import FailureAction, Plan, PlanParseError
 from planexec.plan.model import (
     JsonSchemaCriterion,
     NotEmptyCriterion,
     PredicateCriterion,
+    compile_references,
     find_references,
     lookup,
     resolve_references,
@@ -205,3 +208,27 @@ def test_an_exported_plan_shows_decisions_not_defaults_and_round_trips_to_the_sa
     assert "version" not in data and "instruction" not in data["steps"][0]
     back = Plan.from_json(text)
     assert back == plan and back.content_hash == plan.content_hash == data["content_hash"]
+
+
+_REFERENCE_TEXT = st.sampled_from(["${a}", "${b.k}", "${b.k.0}", "x ${a} y", "$${a}", "${a}${b}", "plain", "", "${missing.k}"])
+_VALUES = st.recursive(
+    st.one_of(_REFERENCE_TEXT, st.integers(), st.none(), st.booleans()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(["p", "q", "r"]), inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(_VALUES, st.sampled_from([frozenset(), frozenset({"a"}), frozenset({"missing"})]))
+def test_compiled_references_resolve_exactly_as_resolve_references_does(value, missing):
+    outputs = {"a": 7, "b": {"k": [1, "z"]}}
+
+    def outcome(fn):
+        try:
+            return ("ok", fn())
+        except (LookupError, KeyError) as exc:
+            return ("error", type(exc).__name__)
+
+    resolver = compile_references(value)
+    compiled = outcome(lambda: resolver(outputs, missing) if resolver is not None else value)
+    assert compiled == outcome(lambda: resolve_references(value, outputs, missing))

@@ -215,3 +215,37 @@ def test_a_recorded_run_stores_the_summary_and_verifies(tmp_path):
     assert {s.step_id for s in view.origins(["c39"], untrusted_only=True)} == {f"r{i}" for i in range(10)}
     assert verify_run(store, result.run_id).ok
     store.close()
+
+
+def test_a_denial_shows_its_whole_chain_in_show_and_the_console(tmp_path, monkeypatch, capsys):
+    from planexec.cli.main import main
+    from planexec.web.views import run_detail
+
+    steps = [{"id": f"r{i}", "action": "fetch", "parameters": {"url": f"https://site{i}.example"}} for i in range(10)]
+    steps.append({"id": "c0", "action": "relay", "parameters": {"inputs": [f"${{r{i}}}" for i in range(10)]}})
+    steps += [{"id": f"c{i}", "action": "relay", "parameters": {"inputs": [f"${{c{i - 1}}}"]}} for i in range(1, 30)]
+    steps.append({"id": "write", "action": "save", "parameters": {"path": "${c29}"}})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    store = SqliteRunStore(tmp_path / "runs.db")
+    registry = _registry()
+
+    async def go():
+        run = Engine(registry, runner=DurableRunner(LocalRunner(registry))).start(_plan(steps), run_id="deny-1")
+        record_run(run, store)
+        return await run.result()
+
+    import asyncio
+
+    result = asyncio.run(go())
+    assert result.steps["write"].error.rule == "untrusted_argument"
+    everyone = {f"fetch in step 'r{i}' (untrusted)" for i in range(10)}
+    detail = run_detail(store, "deny-1")
+    (panel,) = [st for st in detail.steps if st["step_id"] == "write"]
+    assert set(panel["inputs_untrusted"]) == everyone  # the summary named 8; the console follows the inputs for all 10
+    store.close()
+    assert main(["show", "deny-1"]) == 0
+    out = capsys.readouterr().out
+    line = next(text for text in out.splitlines() if "inputs derive from untrusted data" in text)
+    assert all(label in line for label in everyone)
+    assert "more untrusted origins upstream (planexec show lists every one)" in out  # the error's own chain, cut

@@ -256,19 +256,22 @@ class Attempts:
         state = self._state
         context = {}
         failed = {}
+        values = {}
         referenced = step.references
+        outputs = state.outputs
         for d in state.deps[step.step_id]:
-            out = state.outputs.get(d)
+            out = outputs.get(d)
             if out is None:
                 failed[d] = state.failure_text(d)
             elif d in referenced:  # ordering is not data flow: a worker sees only what its step references
                 context[d] = out
+                values[d] = out.value
         try:
             if step.step_id in state.verbatim:  # no references, no escapes: nothing to resolve
                 params, instruction = step.parameters, step.instruction
             else:
-                values = {d: out.value for d, out in context.items()}
-                params = resolve_references(step.parameters, values, failed)
+                resolve = step.resolver
+                params = resolve(values, failed) if resolve is not None else step.parameters
                 instruction = resolve_references(step.instruction, values, failed)
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None

@@ -186,6 +186,12 @@ def _step(
         "output": _text(rec.output.value) if rec.output is not None else None,
         "produced": _produced(rec, view),
         "untrusted": [s.label() for s in view.origins([sid], untrusted_only=True)] if rec.output is not None else [],
+        # no output (a refused call, a failure): what its inputs brought in, the whole chain
+        "inputs_untrusted": (
+            [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
+            if rec.output is None and step is not None and step.references
+            else []
+        ),
         "criteria": criteria_results(step, rec, events) if step is not None else [],
         "policies": [v.render() for v in review.verdicts if sid in v.steps] if review is not None else [],
         "approvals": [_approval_line(a) for a in approvals if a.step_id == sid],
