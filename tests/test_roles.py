@@ -150,7 +150,11 @@ def test_json_mode_unknown_tools_and_bad_arguments_go_back_as_tool_results():
         model.requests[1].messages[-1].content
         == "Result of tool rm:\nerror: the call to 'rm' was refused (unknown_tool: no tool 'rm'; available: add); it did not run"
     )
-    assert model.requests[2].messages[-1].content.startswith("Result of tool add:\nerror: tool 'add' refused its arguments")
+    assert (
+        model.requests[2]
+        .messages[-1]
+        .content.startswith("Result of tool add:\nerror: the call to 'add' was refused (bad_arguments: tool 'add' refused its arguments")
+    )
 
 
 def test_json_mode_turn_limit_and_model_errors_keep_usage():

@@ -301,7 +301,7 @@ def test_a_streamed_run_and_a_single_agent_are_traced_too():
     assert tree.parent(tree.parent(tree.one("step s1"))) is run
     exporter.clear()
     agent = ScriptedModel([tool_call("add", a=2, b=5), "7"], name="test:agent")
-    single = Team(agent, tools=[add], mode="single").run_sync("what is 2 plus 5?")
+    single = Team(agent, tools=[add], mode="single", auto_approve=True).run_sync("what is 2 plus 5?")  # `add` is not read-only
     tree = Tree(exporter.get_finished_spans())
     assert single.answer == "7"
     (attempt,) = tree.children(tree.one("step agent"))

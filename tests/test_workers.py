@@ -227,7 +227,9 @@ def test_role_worker_runs_a_tool_loop_and_counts_usage():
     assert first.tools[0].name == "add"
     tool_results = [m.content for m in model.requests[2].messages if m.role == "tool"]
     assert tool_results[0] == "5"
-    assert tool_results[1].startswith("error: tool 'add' refused its arguments")  # the model sees its mistake
+    assert tool_results[1].startswith(
+        "error: the call to 'add' was refused (bad_arguments: tool 'add' refused its arguments"
+    )  # its mistake
 
 
 def test_role_worker_with_a_function_model_and_a_turn_limit():
