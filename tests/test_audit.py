@@ -435,3 +435,11 @@ def test_garbage_in_the_chain_columns_is_reported_not_raised(attacker, target, c
     report = verify(target)
     assert not report.ok and (ProblemKind.INSERTED, 3) in found(report)
     assert cli(target) == 1 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_large_record_is_hashed_in_parts_to_the_same_hash():
+    import hashlib
+
+    for content in ("small", "x" * (2 << 20) + "é\udcff"):  # a 2 MB plan version, with text that is not UTF-8 at the end
+        whole = f'["sha256:prev","run",3,"plan",1]\n{content}'.encode("utf-8", "surrogateescape")
+        assert link_hash("sha256:prev", "run", 3, "plan", 1, content) == "sha256:" + hashlib.sha256(whole).hexdigest()

@@ -270,8 +270,7 @@ class Attempts:
             if step.step_id in state.verbatim:  # no references, no escapes: nothing to resolve
                 params, instruction = step.parameters, step.instruction
             else:
-                resolve = step.resolver
-                params = resolve(values, failed) if resolve is not None else step.parameters
+                params = resolve_references(step.parameters, values, failed)
                 instruction = resolve_references(step.instruction, values, failed)
         except (LookupError, KeyError) as exc:
             raise _ReferenceError(f"a reference in step {step.step_id!r} did not resolve: {exc}") from None

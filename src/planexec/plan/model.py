@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Container, Mapping
 from datetime import timedelta
 from functools import cached_property, partial
 from typing import Annotated, Any, Literal
@@ -40,7 +40,6 @@ __all__ = [
     "RegexCriterion",
     "RollbackPlan",
     "Step",
-    "compile_references",
     "find_references",
     "resolve_references",
 ]
@@ -55,7 +54,7 @@ RiskLevel = Literal["low", "medium", "high", "critical"]
 FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 
-_CACHED = ("content_hash", "references", "dependencies", "resolver")
+_CACHED = ("content_hash", "references", "dependencies")
 
 # one set object per distinct set of given field names (see `_Record._share_fields_set`)
 _FIELD_SETS: dict[frozenset[str], set[str]] = {}
@@ -289,11 +288,6 @@ class Step(_Record):
         return frozenset(ref for ref, _ in found) if found else _NO_REFERENCES
 
     @cached_property
-    def resolver(self) -> Resolver | None:
-        """Its parameters with their references resolved (`compile_references`), parsed once; None: nothing to resolve."""
-        return compile_references(self.parameters)
-
-    @cached_property
     def dependencies(self) -> list[str]:
         """Declared dependencies plus those implied by references, in a stable order."""
         deps = list(dict.fromkeys(self.depends_on))
@@ -339,10 +333,21 @@ class Plan(_Record):
     @computed_field  # type: ignore[prop-decorator]  # pydantic documents computed_field over cached_property; mypy cannot see through it
     @cached_property
     def content_hash(self) -> str:
-        """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version."""
-        content = self.model_dump(mode="json", by_alias=True, include={"goal", "steps", "rollback_plan", "risk_level", "answer_step"})
-        blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+        """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version.
+
+        The canonical JSON of those fields (sorted keys, compact) is hashed
+        a step at a time: the same bytes as encoding the whole at once, without
+        holding a 100,000-step plan as Python data (190 MB) to do it.
+        """
+        head = self.model_dump(mode="json", by_alias=True, include={"goal", "rollback_plan", "risk_level", "answer_step"})
+        text = json.dumps(head, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(text[:-1].encode())  # "steps" sorts after every other key: it goes last
+        digest.update(b',"steps":[')
+        for i, step in enumerate(self.steps):
+            blob = json.dumps(step.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            digest.update((blob if i == 0 else "," + blob).encode())
+        digest.update(b"]}")
+        return "sha256:" + digest.hexdigest()
 
     def step(self, step_id: str) -> Step:
         """The step with this id; KeyError naming it when absent."""
@@ -505,52 +510,6 @@ def _as_text(outputs: Mapping[str, Any], missing: Container[str], m: re.Match[st
         return "${"
     v = None if step_id in missing else lookup(outputs[step_id], m.group(2).lstrip("."))
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
-
-
-# a value's references resolved against (outputs by step id, the failed inputs a tolerant step accepts)
-Resolver = Callable[[Mapping[str, Any], Container[str]], Any]
-
-
-def compile_references(value: Any) -> Resolver | None:
-    """A function that gives `value` with its references resolved, exactly as `resolve_references` does, parsed once
-    (a step's parameters are resolved on every attempt); None when `value` holds no reference or escape. The parts
-    without one are the plan's own objects, shared, as a step without references shares its parameters."""
-    if isinstance(value, str):
-        if "${" not in value:
-            return None
-        whole = _WHOLE_REF.match(value)
-        if whole is None:
-            return partial(_template, value)
-        step_id, path = whole.group(1, 2)
-        path = path.lstrip(".")
-        return partial(_whole_at, step_id, path) if path else partial(_whole, step_id)
-    if isinstance(value, dict):
-        fields = [(k, compile_references(v), v) for k, v in value.items()]
-        return partial(_fields, fields) if any(f is not None for _, f, _ in fields) else None
-    if isinstance(value, list):
-        items = [(compile_references(v), v) for v in value]
-        return partial(_items, items) if any(f is not None for f, _ in items) else None
-    return None
-
-
-def _whole(step_id: str, outputs: Mapping[str, Any], missing: Container[str]) -> Any:
-    return None if step_id in missing else outputs[step_id]
-
-
-def _whole_at(step_id: str, path: str, outputs: Mapping[str, Any], missing: Container[str]) -> Any:
-    return None if step_id in missing else lookup(outputs[step_id], path)
-
-
-def _template(text: str, outputs: Mapping[str, Any], missing: Container[str]) -> str:
-    return _REF_OR_ESCAPE.sub(partial(_as_text, outputs, missing), text)
-
-
-def _fields(fields: list[tuple[str, Resolver | None, Any]], outputs: Mapping[str, Any], missing: Container[str]) -> dict[str, Any]:
-    return {k: v if f is None else f(outputs, missing) for k, f, v in fields}
-
-
-def _items(items: list[tuple[Resolver | None, Any]], outputs: Mapping[str, Any], missing: Container[str]) -> list[Any]:
-    return [v if f is None else f(outputs, missing) for f, v in items]
 
 
 def is_whole_reference(value: Any) -> bool:

@@ -90,13 +90,20 @@ def canonical(data: Any) -> str:
     return _CANONICAL.encode(data)
 
 
+_LARGE = 1 << 20  # characters of content past which a record is hashed in parts
+
+
 def link_hash(prev_hash: str, run_id: str, link: int, kind: str, ref: int | str, content: str) -> str:
     """The hash of one record of a run's chain (see the module docstring)."""
     # json.dumps([prev_hash, run_id, link, kind, ref]) written out: the same text, 8x faster on the store's hot path
     key = str(int(ref)) if isinstance(ref, int) else _string(ref)
     # the header, a newline and the content, hashed in one call (the same bytes as three updates, for less)
-    text = f"[{_string(prev_hash)},{_string(run_id)},{int(link)},{_string(kind)},{key}]\n{content}"
-    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    header = f"[{_string(prev_hash)},{_string(run_id)},{int(link)},{_string(kind)},{key}]\n"
+    if len(content) > _LARGE:  # a large plan version: hashed in two parts, not copied once more into one string
+        digest = hashlib.sha256(header.encode("utf-8", "surrogateescape"))
+        digest.update(content.encode("utf-8", "surrogateescape"))
+        return "sha256:" + digest.hexdigest()
+    return "sha256:" + hashlib.sha256((header + content).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 _QUOTED: dict[str, str] = {}  # an event type as a JSON string, quoted once
