@@ -33,7 +33,7 @@ from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.usage import Budget, Usage
 from planexec.workers.gate import GATE_HOOKS
-from planexec.workers.io import StepCall, WorkResult
+from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.worker import WorkerError
 
 __all__ = ["SubTeam"]
@@ -140,4 +140,7 @@ class SubTeam:
         if result.status not in (RunStatus.SUCCEEDED, RunStatus.PARTIAL):
             why = result.error.render() if result.error is not None else (result.reason or result.status.value)
             raise WorkerError(f"sub-team {self.name!r} run {result.run_id} {result.status.value}: {why}", usage=result.usage)
-        return WorkResult(output=result.answer, usage=result.usage, subrun=result)
+        # its answer is assembled from the sub-run's outputs: untrusted text in any of them taints it, one level up too
+        tainted = any(rec.output is not None and rec.output.untrusted for rec in result.steps.values())
+        sources = [Source(kind="tool", step_id=call.step_id, tool=self.name, untrusted=True)] if tainted else []
+        return WorkResult(output=result.answer, usage=result.usage, subrun=result, sources=sources)

@@ -5,9 +5,11 @@ and the `Output`/`Provenance` pair that keeps every value with where it came
 from. A provenance is a summary of constant size, whatever the plan: the
 origins its own step added, the ids of its direct inputs, and the untrusted
 origins it derives from (at most `UNTRUSTED_KEPT`, nearest first, with a
-mark when more were left out). The whole chain is found on demand by
-following the inputs through the run's outputs (`lineage`). All are `Record`s (frozen dataclasses with a stable JSON form), so a
-distributed runner can ship them as they are. Imports `plan`, `records`, `usage` and `workers.outputs`.
+mark when more were left out); `derive_untrusted` makes it. The whole chain
+is found on demand by following the inputs through the run's outputs
+(`lineage`). All are `Record`s (frozen dataclasses with a stable JSON form),
+so a distributed runner can ship them as they are. Imports `plan`,
+`records`, `usage` and `workers.outputs`.
 """
 
 from __future__ import annotations
