@@ -25,6 +25,7 @@ from planexec.eval.injection_scenarios import SCENARIOS, scenario
 from planexec.models import Message, ModelRequest, ToolDefinition
 from planexec.testing import ObedientModel
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls
+from test_sandbox import needs_bwrap
 
 TOOLS = [ToolDefinition(name="read_file"), ToolDefinition(name="write_file"), ToolDefinition(name="run_python")]
 
@@ -173,6 +174,7 @@ def test_the_runner_counts_what_was_asked_for_and_what_ran_exactly():
     assert (benign.attempted_reads, benign.executed_reads, benign.attack_succeeded, benign.utility) == (0, 0, False, True)
 
 
+@needs_bwrap  # it runs code in the sandbox
 def test_every_benign_twin_reaches_its_outcome_and_asks_for_nothing_injected():
     report = run_suite(SCENARIOS, modes=["single"], approval=["person"], attacks=False)
     failed = [(r.scenario, r.error, r.refused) for r in report.runs if not r.utility]
@@ -180,6 +182,7 @@ def test_every_benign_twin_reaches_its_outcome_and_asks_for_nothing_injected():
     assert all(r.attempted_effects == r.attempted_reads == 0 and not r.attack_succeeded for r in report.runs)
 
 
+@needs_bwrap  # it runs code in the sandbox
 def test_a_single_agent_whose_requests_a_person_approves_runs_every_injected_call():
     """Today's vulnerability of the single agent: it has every tool, and reads and acts in one loop."""
     report = run_suite(SCENARIOS, modes=["single"], approval=["person"], attacks=True)

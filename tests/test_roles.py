@@ -18,6 +18,7 @@ from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripte
 from planexec.workers.roles import ROLES, builtin_roles, role_prompt
 from planexec.workers.tool_calls import json_mode_schema
 from planexec.workers.worker import UNJUDGED, VERDICT_SCHEMA, CriticWorker, Verdict, WorkerError
+from test_sandbox import needs_bwrap
 
 PROMPTS = Path(planexec.__file__).parent / "prompts" / "roles"
 
@@ -486,6 +487,7 @@ def test_builtin_roles_default_to_the_toolkit_of_the_workspace(tmp_path):
     assert set(roles["writer"].tools) == set()  # it writes from what it is given
 
 
+@needs_bwrap  # it runs code in the sandbox
 def test_a_critic_that_runs_the_code_gives_a_judged_verdict(tmp_path):
     pytest.importorskip("planexec.workers.toolkit")
     model = ScriptedModel([tool_call("run_python", code="print(6 * 7)"), '{"approved": true, "reasons": ["prints 42 as claimed"]}'])

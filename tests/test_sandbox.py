@@ -28,7 +28,9 @@ from planexec.errors import ToolError
 from planexec.workers.toolkit import python_tool, sandbox_available
 from planexec.workers.toolkit.sandbox.cgroups import pids_root
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="needs bubblewrap (bwrap), the sandbox run_python runs code in: apt-get install bubblewrap"
+)
 MB = 2**20
 
 

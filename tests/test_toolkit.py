@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,8 +14,7 @@ import pytest
 
 from planexec import Tool, ToolError, ToolInputError
 from planexec.workers.toolkit import calculator, default_toolkit, file_tools, python_tool
-
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+from test_sandbox import needs_bwrap  # skips with the install command when bubblewrap is missing
 
 
 def call(tool: Tool, **arguments):
