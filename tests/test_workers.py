@@ -250,3 +250,45 @@ def test_tool_worker_reports_unknown_actions():
     worker = ToolWorker("w", [])
     with pytest.raises(Exception, match="has no tool 'respond'"):
         asyncio.run(worker.perform(_call()))
+
+
+def test_an_answer_cut_off_by_the_token_limit_or_looping_ends_the_step_incomplete_never_succeeded():
+    from rich.console import Console
+
+    from planexec import Engine, Plan, Registry
+    from planexec.cli.progress import print_summary
+    from planexec.models import ModelResponse
+
+    loop = "The file notes.txt has three words in it. " * 30
+    cases = {
+        "cut": ModelResponse(text="The file notes.txt has three words in it. It also", finish_reason="length"),
+        "loop": ModelResponse(text=loop, finish_reason="stop"),
+        "fine": ModelResponse(text="notes.txt has 3 words.", finish_reason="stop"),
+    }
+    results = {}
+    for name, reply in cases.items():
+        registry = Registry()
+        registry.add_worker(RoleWorker("writer", model=ScriptedModel([reply]), description="writes", system_prompt="Write.", max_tokens=64))
+        plan = Plan.from_data({"plan_id": "p", "goal": "count", "steps": [{"id": "count", "worker": "writer", "action": "respond"}]})
+        results[name] = Engine(registry).run_sync(plan)
+    cut, looping, fine = results["cut"].steps["count"], results["loop"].steps["count"], results["fine"].steps["count"]
+    assert fine.state.value == "succeeded" and fine.output.value == "notes.txt has 3 words."
+    assert cut.state.value == "failed" and cut.error.rule == "incomplete"
+    assert "cut off by its token limit of 64 (finish reason 'length')" in cut.error.message and "max_tokens" in cut.error.message
+    assert looping.state.value == "failed" and looping.error.rule == "incomplete"
+    assert "degenerated into repetition ('The file notes.txt has three words in it.' 30 times)" in looping.error.message
+    assert results["cut"].status.value != "succeeded"
+    console = Console(record=True, width=250)
+    print_summary(console, results["loop"])
+    text = console.export_text()
+    assert "count" in text and "incomplete" in text and "repetition" in text  # the summary says which step and why
+
+
+def test_repetition_is_told_from_prose_lists_and_short_answers():
+    from planexec.workers.worker import repetition
+
+    assert repetition("Tides rise. " * 10) is None  # short pieces (under 12 characters) are not judged
+    assert repetition("The sea breathes twice a day. " * 5) is not None
+    assert repetition("\n".join(f"- item {i}: value {i * 7}" for i in range(60))) is None  # a list is not a loop
+    assert repetition("A first sentence that says one thing. A second one that says another. The answer is 396.") is None
+    assert repetition("ha" * 600) is not None  # no sentences at all: a loop all the same (compresses to under 5%)

@@ -13,6 +13,9 @@ model as text when it is a string, as JSON otherwise. Imports `workers`
 from __future__ import annotations
 
 import json
+import re
+import zlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -54,7 +57,8 @@ class WorkerError(PlanexecError):
 
 
 class IncompleteError(WorkerError):
-    """A worker ran out of turns while it still wanted to call tools: its work is incomplete, never a success (rule ``incomplete``)."""
+    """A worker's work is incomplete, never a success (rule ``incomplete``): it ran out of turns while it still wanted
+    to call tools, its answer was cut off by its token limit, or its answer degenerated into repetition."""
 
 
 @runtime_checkable
@@ -287,6 +291,9 @@ class RoleWorker:
             if not reply.calls:
                 problem = reply.problem or _answer_problem(validator, reply.answer)
                 if problem is None:
+                    unfinished = _unfinished(response.finish_reason, reply.answer, self.max_tokens)
+                    if unfinished is not None:  # a cut-off or looping answer is not the step's work done
+                        raise IncompleteError(f"worker {self.name!r}: {unfinished}; {len(ran)} tool call(s) ran before", usage=usage)
                     output = self.finish(reply.answer, ran)
                     return WorkResult(output=output, usage=usage, tools=ran, sources=gate.sources, refused=gate.refused)
                 messages += self._retry(response.text, problem)
@@ -344,6 +351,38 @@ class RoleWorker:
             return redact(f"error: {type(exc).__name__}: {exc}"), True
         gate.ran(tc.name, tc.arguments, decision)
         return result_text(redact(result)), True  # a key a tool returns never reaches the model
+
+
+def _unfinished(finish_reason: str | None, answer: Any, max_tokens: int | None) -> str | None:
+    """Why an accepted answer is not finished work: cut off by the token limit, or text that repeats itself; else None."""
+    if finish_reason == "length":
+        limit = f" of {max_tokens}" if max_tokens is not None else ""
+        return f"its answer was cut off by its token limit{limit} (finish reason 'length'); give the worker a higher max_tokens"
+    if isinstance(answer, str):
+        loop = repetition(answer)
+        if loop is not None:
+            return f"its answer degenerated into repetition ({loop})"
+    return None
+
+
+def repetition(text: str) -> str | None:
+    """How `text` repeats itself when it is degenerate output (a small model in a loop), else None.
+
+    Two signs, each far from what prose does: one sentence or line of at
+    least 12 characters written 4 times or more and making up over half the
+    text; or, for 1,000 characters or more, text that zlib compresses to
+    under a twentieth (prose keeps a third or more).
+    """
+    pieces = [p.strip() for p in re.split(r"(?<=[.!?])\s+|\n+", text) if len(p.strip()) >= 12]
+    if pieces:
+        piece, times = Counter(pieces).most_common(1)[0]
+        if times >= 4 and times * len(piece) > len(text) / 2:
+            return f"{piece[:60]!r} {times} times"
+    if len(text) >= 1000:
+        ratio = len(zlib.compress(text.encode())) / len(text.encode())
+        if ratio < 0.05:
+            return f"{len(text):,} characters that compress to {ratio:.0%}"
+    return None
 
 
 def _answer_problem(validator: Any, answer: Any) -> str | None:
