@@ -1,40 +1,53 @@
 """The exception tree of planexec, and the `Problem` record that errors carry.
 
-Owns every exception the package raises on purpose. Imports nothing from
+Owns the exceptions the package raises on purpose; the few that belong to
+one module (named in brackets below) live there. Imports nothing from
 planexec. Exceptions carry structured fields (step id, field, rule, value) and
 do no I/O; `str(error)` is the readable rendering.
 
     PlanexecError
-    ├── PlanError                 a plan could not be read or is not acceptable
-    │   ├── PlanParseError        malformed JSON or a shape the Plan model rejects
-    │   ├── PlanValidationError   one or more `Problem`s, all reported at once
-    │   ├── PlanningError         the planner gave up: its last draft and its problems
-    │   └── PlanRejectedError     a review (a policy, a person, no one to ask) did not approve the plan
-    ├── ConfigError               planexec.toml could not be read or is rejected
-    │   └── PolicyError           a policy file or module could not be loaded (names the file, line, rule)
-    ├── RegistryError             a name was registered twice or is unknown
-    ├── ToolError                 a tool call went wrong
-    │   ├── ToolInputError        arguments refused before the function ran
-    │   └── ToolOutputError       the function returned what its type rejects
-    ├── StepTimeoutError          a step ran past its timeout
-    ├── CheckFailedError          a success criterion rejected a step's output
-    ├── StoreError                the run store cannot be opened, read or written (names the file or host)
-    │   ├── RunNotFoundError      no stored run has that id
-    │   ├── EventConflictError    an event re-appended with a different content
-    │   ├── ApprovalError         an approval that is not pending, or asked for twice differently
-    │   └── TemplateNotFoundError no saved plan template has that name (and version)
-    ├── RunError                  a run ended without succeeding
-    │   ├── RunAbortedError       a failure action aborted the run
-    │   ├── RunCancelledError     the run was cancelled from outside
-    │   └── ReplanRequested       a step asked for a new plan (typed signal)
-    └── ModelError                a model call failed
-        ├── ModelAuthError
-        ├── ModelRateLimitError
-        ├── ModelTimeoutError
-        ├── ModelBadRequestError
-        │   └── ModelOutputError  the reply did not match the requested schema
-        ├── ModelServerError
-        └── ModelRequestsBlockedError   real model calls are switched off (tests)
+    ├── PlanError                     a plan could not be read or is not acceptable
+    │   ├── PlanValidationError       one or more `Problem`s, all reported at once
+    │   │   └── PlanParseError        malformed JSON or a shape the Plan model rejects
+    │   ├── PlanningError             the planner gave up: its last draft and its problems
+    │   ├── PlanRejectedError         a review (a policy, a person, no one to ask) did not approve the plan
+    │   └── TemplateError             (library.templates) a template cannot be made, filled in, read or imported
+    ├── ConfigError                   planexec.toml could not be read or is rejected
+    │   └── PolicyError               a policy file or module could not be loaded (names the file, line, rule)
+    ├── RegistryError                 a name was registered twice or is unknown
+    ├── ToolError                     a tool call went wrong
+    │   ├── ToolInputError            arguments refused before the function ran
+    │   │   └── CallRefusedError      the plan's contract refused a tool call (`rule` says which rule)
+    │   └── ToolOutputError           the function returned what its type rejects
+    ├── StepTimeoutError              a step ran past its timeout
+    ├── CheckFailedError              a success criterion rejected a step's output
+    ├── StoreError                    the run store cannot be opened, read or written (names the file or host)
+    │   ├── RunNotFoundError          no stored run has that id
+    │   ├── EventConflictError        an event re-appended with a different content
+    │   ├── ApprovalError             an approval that is not pending, or asked for twice differently
+    │   ├── TemplateNotFoundError     no saved plan template has that name (and version)
+    │   ├── LeaseHeldError            another live process holds the run
+    │   └── LeaseLostError            this process no longer holds the run it writes
+    ├── RunError                      a run ended without succeeding
+    │   ├── RunAbortedError           a failure action aborted the run
+    │   ├── RunCancelledError         the run was cancelled from outside
+    │   └── ReplanRequested           a step asked for a new plan (typed signal)
+    ├── ModelError                    a model call failed
+    │   ├── ModelAuthError
+    │   ├── ModelRateLimitError
+    │   ├── ModelTimeoutError
+    │   ├── ModelBadRequestError
+    │   │   └── ModelOutputError      the reply did not match the requested schema
+    │   ├── ModelServerError
+    │   └── ModelRequestsBlockedError real model calls are switched off (tests)
+    ├── WorkerError                   (workers.worker) a worker could not perform a step
+    │   └── IncompleteError           its work is incomplete: out of turns, cut off, or looping
+    ├── ResumeError                   (engine.resume) a run cannot be resumed
+    ├── JoinerError                   (engine.join) the joiner failed or decided nothing
+    ├── SuiteError                    (eval.suite) a suite file that cannot be used
+    └── ScriptExhaustedError          (testing) a scripted double ran out of answers
+
+A test (tests/test_errors_tree.py) checks this tree against the classes.
 """
 
 from __future__ import annotations
