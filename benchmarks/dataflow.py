@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import graphlib
 import json
 import os
 import subprocess
@@ -52,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from engine_overhead import bare_run
 from layered import LayeredStep, build_plan, layered_dag, machine, median
 
 from planexec import Engine, Plan, Registry
@@ -83,33 +83,6 @@ def referencing_plan(steps: int, width: int, seed: int = 0) -> tuple[list[list[L
     """The layered DAG of about `steps` steps and its plan, each step referencing all its parents."""
     dag = layered_dag(max(1, steps // width), width, seed=seed)
     return dag, build_plan(dag, "relay", parameters)
-
-
-async def _bare(graph: dict[str, tuple[str, ...]], fn: Any, limit: int) -> float:
-    sorter = graphlib.TopologicalSorter(graph)
-    sorter.prepare()
-    slots = asyncio.Semaphore(limit)
-    finished = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    outputs: dict[str, Any] = {}
-    tasks: dict[str, asyncio.Task[None]] = {}
-
-    def launch() -> None:
-        for step_id in sorter.get_ready():
-            tasks[step_id] = loop.create_task(run(step_id))
-        if not sorter.is_active():
-            finished.set()
-
-    async def run(step_id: str) -> None:
-        async with slots, asyncio.timeout(300.0):
-            outputs[step_id] = await fn(inputs=[outputs[d] for d in graph[step_id]])
-        sorter.done(step_id)
-        launch()
-
-    t0 = time.perf_counter()
-    launch()
-    await finished.wait()
-    return time.perf_counter() - t0
 
 
 def _merge(current: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +171,7 @@ def child(steps: int, width: int, repeats: int, sqlite: bool, langgraph: bool = 
     with tempfile.TemporaryDirectory(prefix="planexec-dataflow-") as folder:
         for _ in range(repeats):
             gc.collect()
-            bare.append(asyncio.run(_bare(graph, fn, width)))
+            bare.append(asyncio.run(bare_run(graph, fn, width, with_inputs=True))[0])
             if langgraph:
                 gc.collect()
                 peer.append(_langgraph(dag, fn, width))

@@ -166,7 +166,7 @@ def time_execution(registry: Registry, plan: Plan, max_concurrency: int, repeats
     }
 
 
-async def _bare(graph: dict[str, tuple[str, ...]], fn: Any, limit: int) -> tuple[float, float]:
+async def bare_run(graph: dict[str, tuple[str, ...]], fn: Any, limit: int, *, with_inputs: bool = False) -> tuple[float, float]:
     # the least any asyncio engine does per step: a task once its dependencies end, a concurrency slot,
     # a timeout, the call, and the bookkeeping that releases its dependents; no records, events or checks
     sorter = graphlib.TopologicalSorter(graph)
@@ -185,7 +185,8 @@ async def _bare(graph: dict[str, tuple[str, ...]], fn: Any, limit: int) -> tuple
 
     async def run(step_id: str) -> None:
         async with slots, asyncio.timeout(300.0):
-            outputs[step_id] = await fn()
+            # with_inputs: each call gets its dependencies' outputs (`inputs=[...]`), as data flowing between steps
+            outputs[step_id] = await (fn(inputs=[outputs[d] for d in graph[step_id]]) if with_inputs else fn())
         sorter.done(step_id)
         launch()
 
@@ -203,7 +204,7 @@ def time_bare(dag: list[list[LayeredStep]], registry: Registry, limit: int, repe
     runs = []
     for _ in range(repeats):
         gc.collect()
-        runs.append(asyncio.run(_bare(graph, fn, limit)))
+        runs.append(asyncio.run(bare_run(graph, fn, limit)))
     n = len(graph)
     return {
         "wall_s": spread([w for w, _ in runs]),

@@ -16,12 +16,20 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
-__all__ = ["Record", "json_encoder", "quick_init"]
+__all__ = ["OMIT_EMPTY", "Record", "json_encoder", "quick_init"]
 
 R = TypeVar("R", bound="Record")
+
+
+def _empty(value: Any) -> bool:
+    return not value
+
+
+# a field left out of the JSON when it is empty or False (read back as its default): `Annotated[list[str], OMIT_EMPTY]`
+OMIT_EMPTY = Field(exclude_if=_empty)
 
 
 @functools.cache

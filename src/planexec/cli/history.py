@@ -32,7 +32,7 @@ from planexec.cli import _common as common
 from planexec.cli.progress import describe_call, describe_event
 from planexec.engine.events import RunResumed, StepResolved
 from planexec.engine.replay import RunView, replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState, describe_refused, refused_by_rule
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState, describe_refused
 from planexec.errors import StoreError
 from planexec.plan.model import Step
 from planexec.plan.view import grants_text
@@ -164,7 +164,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     say(f"  usage: {u.input_tokens} tokens in{u.describe_cache()}, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}")
     if summary.parent_run_id:
         say(f"  sub-run of {summary.parent_run_id} (step {summary.parent_step_id})")
-    refused = describe_refused(refused_by_rule([*view.steps.values(), *view.superseded.values()]))
+    refused = describe_refused(view.refused_calls())
     if refused:
         say(f"  {refused}")
     say(f"plan {summary.plan_id!r} · version {summary.plan_version} · {summary.content_hash}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState
+from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState, refused_by_rule
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
@@ -57,6 +57,10 @@ class RunView(Record):
         """The recorded output of a step (of the current plan, else of one a replan replaced), or None."""
         rec = self.steps.get(step_id) or self.superseded.get(step_id)
         return rec.output if rec is not None else None
+
+    def refused_calls(self) -> dict[str, int]:
+        """The tool calls the gate refused in the run, by rule (`RunResult.refused_calls` of a stored run)."""
+        return refused_by_rule([*self.steps.values(), *self.superseded.values()])
 
     def origins(self, step_ids: Iterable[str], *, untrusted_only: bool = False) -> list[Source]:
         """Every origin the outputs of `step_ids` derive from, upstream included (see `workers.io.lineage`)."""

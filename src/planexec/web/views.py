@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from planexec.engine.replay import RunView, replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord, describe_refused, refused_by_rule
+from planexec.engine.results import PlanVersion, RunStatus, StepRecord, describe_refused
 from planexec.governance.policies import Policy, Review
 from planexec.plan.model import Plan, Step
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary
@@ -125,7 +125,7 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
         state=_state(summary, view),
         roles=[(role, describe_usage(u)) for role, u in usage_by_role(view, events, summary.usage)],
         usage=describe_usage(summary.usage),
-        refused=describe_refused(refused_by_rule([*view.steps.values(), *view.superseded.values()])),
+        refused=describe_refused(view.refused_calls()),
         review=review,
         pending_version=waiting.version if waiting is not None else None,
     )

@@ -43,12 +43,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import Field
-
 from planexec.errors import CallRefusedError
 from planexec.plan.capabilities import Grant
 from planexec.plan.model import find_references, is_whole_reference
-from planexec.records import Record
+from planexec.records import OMIT_EMPTY, Record
 from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool
 
@@ -85,10 +83,6 @@ class CallRequest(Record):
     digest: str = ""
 
 
-def _empty(value: Any) -> bool:
-    return not value
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallRecord(Record):
     """What the run records of one tool call inside a worker: allowed or refused (with the rule), and whether it ran.
@@ -112,7 +106,7 @@ class CallRecord(Record):
     decided_by: str = "plan"
     ran: bool = False
     error: str | None = None
-    truncated: Annotated[list[str], Field(exclude_if=_empty)] = field(default_factory=list)  # arguments shown cut (see `arguments`)
+    truncated: Annotated[list[str], OMIT_EMPTY] = field(default_factory=list)  # arguments shown cut (see `arguments`)
 
 
 # asked about one call; True approves. A sync approver may block on a person: it runs off the event loop.

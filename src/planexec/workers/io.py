@@ -20,10 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
-
 from planexec.plan.model import Step
-from planexec.records import Record, quick_init
+from planexec.records import OMIT_EMPTY, Record, quick_init
 from planexec.usage import Usage
 from planexec.workers.outputs import DEFAULT_MAX_OUTPUT_BYTES, encode
 
@@ -31,10 +29,6 @@ __all__ = ["UNTRUSTED_KEPT", "Output", "Provenance", "Source", "StepCall", "Work
 
 SourceKind = Literal["user", "plan", "tool", "model", "person"]
 UNTRUSTED_KEPT = 8  # untrusted origins a provenance names; more are marked, and found by `lineage`
-
-
-def _not(value: Any) -> bool:
-    return not value
 
 
 @quick_init
@@ -181,9 +175,9 @@ class Provenance(Record):
     attempt: int = 1
     tools: list[str] = field(default_factory=list)  # tools that ran to produce it (never a refused call)
     sources: list[Source] = field(default_factory=list)  # what its own step added; empty: the plan and its inputs alone
-    inputs: Annotated[list[str], Field(exclude_if=_not)] = field(default_factory=list)  # steps whose outputs it took
-    untrusted_from: Annotated[list[str], Field(exclude_if=_not)] = field(default_factory=list)  # untrusted origins' keys
-    more_untrusted: Annotated[bool, Field(exclude_if=_not)] = False  # more than `UNTRUSTED_KEPT`: `lineage` finds them all
+    inputs: Annotated[list[str], OMIT_EMPTY] = field(default_factory=list)  # steps whose outputs it took
+    untrusted_from: Annotated[list[str], OMIT_EMPTY] = field(default_factory=list)  # untrusted origins' keys
+    more_untrusted: Annotated[bool, OMIT_EMPTY] = False  # more than `UNTRUSTED_KEPT`: `lineage` finds them all
 
     @property
     def untrusted(self) -> bool:
