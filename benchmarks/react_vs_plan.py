@@ -17,7 +17,12 @@ default): ``json``, the draft schema's JSON, and ``compact``, one line per
 step (`planexec.plan.compact`), where the oracle marks its last call
 ``answer``, so a run whose steps all succeed needs no joiner call. ReAct
 runs once. Each pass sets `EvalOptions.plan_format` (the `Team`'s
-``plan_format``, as ``plan_format`` in planexec.toml does).
+``plan_format``, as ``plan_format`` in planexec.toml does);
+``--plan-format profile`` sets none, so the planner writes its model's
+default form, as `planexec run` does with nothing configured.
+``--profile`` is what the oracle says it can do: ``hosted`` (the default:
+the profile of OpenAI's and Anthropic's models, whose default form is
+compact) or ``embedded`` (SmolLM2's: JSON under a grammar).
 
 Every role is played by the oracle (`planexec.eval.oracle.OracleModel`), which
 answers from each goal's reference solution: every mode makes exactly the
@@ -55,6 +60,7 @@ Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
     python benchmarks/react_vs_plan.py
     python benchmarks/react_vs_plan.py --goals 3 --json
     python benchmarks/react_vs_plan.py --plan-format compact
+    python benchmarks/react_vs_plan.py --plan-format profile             # a hosted model's defaults
     python benchmarks/react_vs_plan.py --model local:smollm2 --plan-format json   # ~20-40 min on 2 CPUs
 
 Exit status 0 whatever the figures.
@@ -77,6 +83,8 @@ from planexec.eval.harness import EvalOptions, EvalReport, configured_models, ru
 from planexec.eval.oracle import LatencyModel
 from planexec.eval.report import ANCHORS
 from planexec.eval.suite import load_suite
+from planexec.models.anthropic import AnthropicModel
+from planexec.models.profile import EMBEDDED
 from planexec.models.settings import ModelSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,19 +152,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--goals", type=int, default=None, metavar="N", help="only the first N goals of each suite")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     parser.add_argument(
-        "--plan-format", choices=(*FORMATS, "both"), default="both", help="what the planner writes: json, compact or both (default)"
+        "--plan-format",
+        choices=(*FORMATS, "both", "profile"),
+        default="both",
+        help="what the planner writes: json, compact, both (default), or profile: the model's default form",
+    )
+    parser.add_argument(
+        "--profile", choices=("hosted", "embedded"), default="hosted", help="what the oracle says it can do (default hosted)"
     )
     parser.add_argument(
         "--model", default=None, metavar="PROVIDER:MODEL", help="a real model plays every role (e.g. local:smollm2); default: the oracle"
     )
     args = parser.parse_args(argv)
-    formats = FORMATS if args.plan_format == "both" else (args.plan_format,)
+    formats: tuple[str, ...] = FORMATS if args.plan_format == "both" else (args.plan_format,)
+    profile = AnthropicModel.profile if args.profile == "hosted" else EMBEDDED
     os.environ["PLANEXEC_EVAL_LATENCY"] = str(args.tool_latency)
 
     latency = {"overhead": args.overhead, "per_input_token": args.per_input_token, "per_output_token": args.per_output_token}
     if args.model is None:
         described: str | None = LatencyModel.describe_values(**latency)
-        models, model_name, tokens = scripted_models(latency), "test:oracle", "planexec.testing.count_tokens: whitespace-separated words"
+        models, model_name, tokens = (
+            scripted_models(latency, profile),
+            "test:oracle",
+            "planexec.testing.count_tokens: whitespace-separated words",
+        )
     else:
         settings = ModelSettings(Config(), planner=args.model, seed=0)
         described, model_name, tokens = None, settings.planner.name, "the model's own counts"
@@ -169,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": tokens,
         "anchors": ANCHORS,
         "plan_formats": list(formats),
+        "oracle_profile": profile.describe() if args.model is None else None,
         "suites": {},
     }
     if not args.json:
@@ -176,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# ReAct (single) against planexec (plan, stream): {player} plays every role")
         timing = f"latency model: {described}" if described else "real model time"
         print(f"{timing}; lookups sleep 50-300 ms x {args.tool_latency:g}; tokens: {tokens}")
+        if args.model is None:
+            print(f"the oracle's profile: {profile.describe()}")
     t0 = time.perf_counter()
     for path in SUITES:
         suite = load_suite(path)
@@ -191,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
                 model_name=model_name,
                 scripted=args.model is None,
                 latency=described,
-                options=EvalOptions(plan_format=plan_format),
+                options=EvalOptions(plan_format=None if plan_format == "profile" else plan_format),  # type: ignore[arg-type]
             )
-            modes |= _figures(report, f" ({plan_format})" if len(formats) > 1 else "")
+            label = f"profile: {profile.plan_format}" if plan_format == "profile" else plan_format
+            modes |= _figures(report, f" ({label})" if len(formats) > 1 or plan_format == "profile" else "")
         figures = {"modes": modes, "ratios_react_over": _ratios(modes)}
         result["suites"][suite.name] = figures
         if not args.json:

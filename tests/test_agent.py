@@ -8,7 +8,7 @@ import json
 import pytest
 
 from planexec import Registry, RunStatus, Tool, Usage
-from planexec.models import ModelResponse
+from planexec.models import EMBEDDED, ModelProfile, ModelResponse
 from planexec.plan.validation import validate_plan
 from planexec.team.agent import AGENT_WORKER, agent_worker, run_single, single_plan
 from planexec.testing import ScriptedModel, tool_call
@@ -120,8 +120,8 @@ def test_the_agent_works_in_json_mode_on_a_model_without_native_tool_calls():
             '{"answer": "Bergen has 291000 people."}',
         ],
         name="test:no-tools",
+        profile=ModelProfile(tool_calling=False),  # like the embedded local model
     )
-    model.supports_tools = False  # like the embedded local model
     result = _single("How many people live in Bergen?", model)
 
     assert result.answer == "Bergen has 291000 people."
@@ -190,8 +190,7 @@ def test_agent_worker_takes_a_name_and_bounds_its_turns():
 
 def test_tools_taking_any_value_can_be_offered_to_a_grammar_decoded_local_model():
     grammar = pytest.importorskip("llama_cpp.llama_grammar", reason="needs llama-cpp-python")
-    model = ScriptedModel(['{"tool": "echo", "arguments": {"value": [1, {"a": null}]}}', '{"answer": "done"}'])
-    model.supports_tools = False
+    model = ScriptedModel(['{"tool": "echo", "arguments": {"value": [1, {"a": null}]}}', '{"answer": "done"}'], profile=EMBEDDED)
     result = _single("echo a list", model, Registry.default())  # the built-ins: echo(value: Any), concat(parts: list[Any]), ...
     assert result.answer == "done" and model.requests[1].messages[-1].content == 'Result of tool echo:\n[1, {"a": null}]'
     schema = model.requests[0].output_schema

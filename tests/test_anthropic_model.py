@@ -126,7 +126,7 @@ def test_text_reply_has_exact_usage_with_cache_tokens_and_the_served_model(allow
 
     model = mock_model(handler)
     response = asyncio.run(model.complete(ask(temperature=0.2, seed=3)))
-    assert model.name == NAME and model.supports_tools and isinstance(model, StreamingModel)
+    assert model.name == NAME and model.profile.tool_calling and isinstance(model, StreamingModel)
     assert response == ModelResponse(
         text="Hello", usage={"input_tokens": 18, "output_tokens": 3, "model_calls": 1, "cached_input_tokens": 5, "cache_write_tokens": 2},
         model="claude-served-1", finish_reason="stop",

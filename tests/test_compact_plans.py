@@ -17,6 +17,7 @@ from planexec import Engine, Plan, Registry, RunStatus
 from planexec.errors import PlanningError, PlanParseError
 from planexec.eval.oracle import OracleModel
 from planexec.eval.suite import SolutionCall
+from planexec.models import ModelProfile
 from planexec.models.base import ModelDelta, ModelRequest, ModelResponse
 from planexec.plan.compact import CompactReader, parse_compact, print_compact, read_compact
 from planexec.plan.formats import parse_llmcompiler
@@ -433,7 +434,8 @@ def test_the_grammar_names_only_the_catalog_and_numbers_earlier_references(regis
 class _GrammarModel(ScriptedModel):
     """A scripted model that says it decodes under a grammar, as `LocalModel` does."""
 
-    constrained_decoding = True
+    def __init__(self, answers, **kwargs):
+        super().__init__(answers, profile=ModelProfile(grammar=True), **kwargs)
 
 
 def test_a_grammar_decoding_model_is_sent_the_compact_grammar_and_a_revision_its_own(divide_registry):

@@ -123,7 +123,7 @@ def scripted_providers(monkeypatch, tmp_path):
         return factory
 
     for name in providers.provider_names():
-        monkeypatch.setitem(providers._providers, name, factory_for(name))
+        monkeypatch.setitem(providers._registered, name, factory_for(name))
     monkeypatch.chdir(tmp_path)
     for key in list(os.environ):
         if key.startswith("PLANEXEC_") or key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):

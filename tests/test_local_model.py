@@ -134,7 +134,7 @@ async def _collect(model, request) -> tuple[list[ModelDelta], ModelResponse]:
 
 def test_local_model_streams_and_has_no_native_tools(model):
     assert isinstance(model, StreamingModel)
-    assert LocalModel.supports_tools is False
+    assert not model.profile.tool_calling and model.profile.small and model.profile.grammar
 
 
 @pytest.mark.parametrize(

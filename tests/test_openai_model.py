@@ -117,7 +117,7 @@ def test_structured_output_validates_and_remembers_the_json_object_schema_fallba
 
 def test_streamed_deltas_make_the_same_text_as_a_plain_call(server_url, allow_requests, fresh_usage_warnings, caplog):
     model = OpenAIModel("smollm2", base_url=server_url)
-    assert isinstance(model, StreamingModel) and OpenAIModel.supports_tools is True
+    assert isinstance(model, StreamingModel) and model.profile.tool_calling and not model.profile.small
     request = ask("What is the capital of France?", temperature=0, seed=5, max_tokens=24)
     whole = asyncio.run(model.complete(request))
     with caplog.at_level(logging.WARNING, logger="planexec.models.openai"):

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus
+from planexec.models.profile import ProfileTable
 from planexec.models.providers import ProviderOptions, resolve_model
 from planexec.planning.planner import Planner
 from planexec.planning.stream import PlanStream
@@ -18,6 +19,8 @@ from planexec.planning.stream import PlanStream
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
 
 GOAL = "Say hello, say world, then join the two greetings with a space."
+# SmolLM2 behind llama.cpp's server is a small model: it says so, as a user would in planexec.toml
+SMALL = {"openai:smollm2": {"size": "small", "compact_plans": False}}
 
 
 def _registry() -> Registry:
@@ -51,7 +54,7 @@ def test_the_embedded_model_writes_a_valid_plan_that_runs(allow_requests):
 
 def test_the_openai_provider_plans_against_a_real_server_and_the_plan_runs(allow_requests, llama_server):
     registry = _registry()
-    model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server))
+    model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server), profiles=ProfileTable(SMALL))
     planning = asyncio.run(Planner(model, registry, max_steps=3, positional=True, max_tokens=400).draft(GOAL))
     assert planning.usage.model_calls == len(planning.drafts)
     assert planning.usage.input_tokens > 500
@@ -61,7 +64,7 @@ def test_the_openai_provider_plans_against_a_real_server_and_the_plan_runs(allow
 
 def test_a_plan_streams_from_a_real_server_into_the_engine(allow_requests, llama_server):
     registry = _registry()
-    model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server))
+    model = resolve_model("openai:smollm2", ProviderOptions(base_url=llama_server), profiles=ProfileTable(SMALL))
 
     async def go():
         stream = PlanStream(Planner(model, registry, max_steps=3, positional=True, max_tokens=400), GOAL)
@@ -77,7 +80,9 @@ def test_a_plan_streams_from_a_real_server_into_the_engine(allow_requests, llama
 
 
 def test_planexec_plan_with_a_server_url_writes_a_plan_file(llama_server, tmp_path):
+    """The model behind the server is marked small in planexec.toml, so it gets the short prompt and JSON plans."""
     out = tmp_path / "plan.json"
+    (tmp_path / "planexec.toml").write_text('[planexec.model_profiles."openai:smollm2"]\nsize = "small"\ncompact_plans = false\n')
     env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "1", "COLUMNS": "200"}
     env.pop("OPENAI_API_KEY", None)
     proc = subprocess.run(
@@ -87,6 +92,7 @@ def test_planexec_plan_with_a_server_url_writes_a_plan_file(llama_server, tmp_pa
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "planner: openai:smollm2 (--model openai:smollm2)" in proc.stderr
+    assert "planner profile: small, tool calls, structured output (model_profiles in planexec.toml over its provider's)" in proc.stderr
     plan = Plan.from_json(out.read_text())
     assert plan.goal == GOAL and 1 <= len(plan.steps) <= 3
     assert json.loads(out.read_text())["content_hash"] == plan.content_hash

@@ -16,7 +16,7 @@ EXPECTED = {
     # execution
     "Engine", "EngineConfig", "Run", "RunResult", "RunStatus", "StepRecord", "StepState", "Usage", "Budget",
     # planning and models
-    "Planner", "Planning", "Model", "resolve_model",
+    "Planner", "Planning", "Model", "ModelProfile", "resolve_model",
     # errors
     "PlanexecError",
 }  # fmt: skip

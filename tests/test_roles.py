@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import planexec
 from planexec import Plan, Registry, RegistryError, RoleWorker, StepCall, Usage, tool
 from planexec.errors import ModelOutputError, ModelServerError
-from planexec.models import ModelRequest, ModelResponse, ToolDefinition
+from planexec.models import ModelProfile, ModelRequest, ModelResponse, ToolDefinition
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
 from planexec.workers.roles import ROLES, builtin_roles, role_prompt
 from planexec.workers.tool_calls import json_mode_schema
@@ -58,9 +58,7 @@ def shift(p: Point, dx: int) -> Point:
 
 
 def _json_model(answers):
-    model = ScriptedModel(answers, name="test:no-tools")
-    model.supports_tools = False  # like the local model
-    return model
+    return ScriptedModel(answers, name="test:no-tools", profile=ModelProfile(tool_calling=False))  # like the local model
 
 
 # --- JSON mode -------------------------------------------------------------
@@ -530,8 +528,7 @@ def test_a_model_that_loops_on_tools_to_its_last_turn_leaves_the_step_incomplete
             return _json.dumps({"tool": "read_file", "arguments": {}})  # it would call tools for ever
         return _json.dumps({"answer": "done at last"})
 
-    model = FunctionModel(model_fn, name="test:looper")
-    model.supports_tools = False
+    model = FunctionModel(model_fn, name="test:looper", profile=ModelProfile(tool_calling=False))
     worker = RoleWorker("w", model=model, description="d", system_prompt="p", tools=[scripted_tool("read_file")], max_turns=3)
     with pytest.raises(IncompleteError, match=r"ran out of turns \(3\) with work left: it still asked for read_file\(\)") as info:
         asyncio.run(worker.perform(_call()))

@@ -9,6 +9,7 @@ import pytest
 
 from planexec.errors import PlanningError, PlanRejectedError
 from planexec.governance.rules import ForbidTools, ToolsNeedPerson
+from planexec.models import EMBEDDED
 from planexec.models.providers import register_provider
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
@@ -58,7 +59,7 @@ def test_the_first_program_runs_on_a_scripted_model(monkeypatch, tmp_path, capsy
     from planexec.models import providers
 
     answers = [ROUTE_PLAN, ADD_PLAN]
-    monkeypatch.setitem(providers._providers, "local", lambda model, options: ScriptedModel(answers, name=f"local:{model}"))
+    monkeypatch.setitem(providers._registered, "local", lambda model, options: ScriptedModel(answers, name=f"local:{model}"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     exec(compile(FIRST_PROGRAM, "first_program.py", "exec"), {})
@@ -162,8 +163,8 @@ def test_a_planner_that_gives_up_raises_planning_error_with_its_usage(script):
     assert info.value.attempts == 3
 
 
-def test_local_models_get_shorter_plans_and_fewer_agent_turns(script):
-    local = Team(ScriptedModel([], name="local:tiny"), tools=[add])
+def test_small_models_get_shorter_plans_and_fewer_agent_turns(script):
+    local = Team(ScriptedModel([], name="local:tiny", profile=EMBEDDED), tools=[add])
     remote = Team("script:p", tools=[add])
     assert (local.planner.max_steps, local.bounds.agent_turns) == (5, 4)
     assert (remote.planner.max_steps, remote.bounds.agent_turns) == (8, 12)

@@ -25,6 +25,7 @@ from planexec.engine.engine import Engine, Run
 from planexec.engine.results import RunResult, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError, Problem
 from planexec.models.base import Model
+from planexec.models.profile import ModelProfile
 from planexec.models.providers import resolve_model
 from planexec.plan.drafts import Planning
 from planexec.plan.model import FailureAction, Plan, Step
@@ -47,6 +48,7 @@ __all__ = [
     "EngineConfig",
     "FailureAction",
     "Model",
+    "ModelProfile",
     "Plan",
     "PlanexecError",
     "Planner",

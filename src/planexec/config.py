@@ -23,7 +23,7 @@ only; must not import the engine, the registry or the CLI.
     max_replans = 2                        # new versions of a plan a run may ask for (0: none)
     joiner = true                          # after the steps, a model decides: finish, or replan
     reuse = true                           # a goal that fits a saved template reuses its plan (false; ["rules"]: no model call)
-    plan_format = "compact"                # what the planner writes: "json" (default) or "compact", one line a step
+    plan_format = "compact"                # what the planner writes: "json" or "compact", one line a step (default: the model's profile)
     routing = "router"                     # auto mode: "planner" (default: no router call) or "router" (one call first)
 
     [planexec.role_models]
@@ -32,6 +32,10 @@ only; must not import the engine, the registry or the CLI.
     [planexec.providers.openai]
     base_url = "http://127.0.0.1:8080/v1"
     api_key_env = "MY_SERVER_KEY"
+
+    [planexec.model_profiles."openai:smollm2"]  # what a model can do, over its provider's profile (models.profile)
+    size = "small"                         # the short prompt and bounds of a small model (default: "capable")
+    compact_plans = false                  # its default plan form is JSON
 
     [planexec.prices]                      # US dollars per million tokens
     "openai:my-finetune*" = {input = 0.3, output = 1.2}
@@ -260,6 +264,9 @@ class Config(BaseModel):
     role_models: dict[str, str] = Field(default_factory=dict, description="role -> 'provider:model'")
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict, description="model -> {input, output} per 1M tokens")
+    model_profiles: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="model or 'prefix*' -> what it can do, over its provider's profile (models.profile)"
+    )
     model_timeout: float | None = Field(None, gt=0, description="seconds per model call")
     model_retries: int | None = Field(None, ge=0, description="retries of a rate-limited or failed call")
     workspace: str | None = Field(None, description="folder the built-in file and code tools work in")
@@ -273,7 +280,9 @@ class Config(BaseModel):
         None, description="plan reuse from the store's templates: true, false, or the matchers ['rules', 'model'] (default on)"
     )
     plan_format: Literal["json", "compact"] | None = Field(
-        None, description="what the planner model writes: the JSON draft, or the compact one-line-per-step language (default json)"
+        None,
+        description="what the planner model writes: the JSON draft, or the compact one-line-per-step language "
+        "(default: its profile's, compact for hosted models, JSON for the embedded one)",
     )
     routing: Literal["planner", "router"] | None = Field(
         None,

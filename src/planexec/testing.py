@@ -21,6 +21,7 @@ from typing import Any
 
 from planexec.errors import PlanexecError
 from planexec.models.base import Message, ModelDelta, ModelRequest, ModelResponse, ToolCall
+from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.usage import Usage
 from planexec.workers.tools import Tool
 
@@ -77,11 +78,23 @@ class ScriptedModel:
     unless a `ModelResponse` brings its own. `delay` seconds are awaited per
     call, to simulate latency; `token_delay` seconds more per output token
     (a word, as `count_tokens` counts), both when completing and when
-    streaming, where each token arrives as its own `ModelDelta`.
+    streaming, where each token arrives as its own `ModelDelta`. `profile`
+    is what it says it can do (default: a capable model that writes JSON
+    plans; ``ModelProfile(tool_calling=False)`` plays the embedded model's
+    JSON-mode workers, ``compact_plans=True`` a hosted planner's default).
     """
 
-    def __init__(self, answers: Iterable[Any], *, name: str = "test:scripted", delay: float = 0.0, token_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        answers: Iterable[Any],
+        *,
+        name: str = "test:scripted",
+        delay: float = 0.0,
+        token_delay: float = 0.0,
+        profile: ModelProfile = CAPABLE,
+    ) -> None:
         self.name = name
+        self.profile = profile
         self.answers = list(answers)
         self.requests: list[ModelRequest] = []
         self.delay = delay
@@ -120,8 +133,9 @@ class ScriptedModel:
 class FunctionModel:
     """A model played by ``fn(request) -> str | ToolCall | list[ToolCall] | ModelResponse`` (sync or async)."""
 
-    def __init__(self, fn: Callable[[ModelRequest], Any], *, name: str = "test:function") -> None:
+    def __init__(self, fn: Callable[[ModelRequest], Any], *, name: str = "test:function", profile: ModelProfile = CAPABLE) -> None:
         self.name = name
+        self.profile = profile
         self.fn = fn
         self.requests: list[ModelRequest] = []
 
@@ -321,7 +335,7 @@ class ObedientModel:
     else ``"done"``; as ``{"answer": ...}`` in JSON mode, as JSON when the
     request has an output schema. `requests` holds every request, `calls`
     every call it made, `usage` what it used. ``supports_tools=False``
-    sends a role worker into JSON mode. It keeps no state per conversation
+    (its profile's `tool_calling`) sends a role worker into JSON mode. It keeps no state per conversation
     (what it made is read back from the messages), so one instance can play
     every role of a team at once.
     """
@@ -335,7 +349,7 @@ class ObedientModel:
     ) -> None:
         self.name = name
         self.answer_with = answer_with
-        self.supports_tools = supports_tools
+        self.profile = ModelProfile(tool_calling=supports_tools)
         self.requests: list[ModelRequest] = []
         self.calls: list[ToolCall] = []
         self.usage = Usage()

@@ -42,6 +42,7 @@ from planexec.eval.suite import GoalCase, Suite, answer_text
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
 from planexec.models.pricing import PriceTable
+from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.planning.joiner import joiner_note
 from planexec.planning.stream import PlanStream
 from planexec.records import Record
@@ -104,7 +105,7 @@ class EvalOptions:
     seed: int = 0
     timeout: float | None = 900.0
     step_timeout: float | None = 300.0
-    plan_format: Literal["json", "compact"] = "json"
+    plan_format: Literal["json", "compact"] | None = None  # None: the planner model's profile's (`Team`'s default)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,15 +202,17 @@ class EvalReport(Record):
 # --- models -----------------------------------------------------------------------------------------
 
 
-def scripted_models(latency: dict[str, float] | None = None) -> ModelFactory:
+def scripted_models(latency: dict[str, float] | None = None, profile: ModelProfile = CAPABLE) -> ModelFactory:
     """The oracle of each goal (see `oracle`), priced like any model (``test:*`` is free), behind a `LatencyModel` when `latency` is given.
 
-    `latency` holds `LatencyModel`'s ``overhead``, ``per_input_token`` and ``per_output_token``.
+    `latency` holds `LatencyModel`'s ``overhead``, ``per_input_token`` and
+    ``per_output_token``; `profile` is what the oracle says it can do (a
+    hosted model's, to measure a hosted model's defaults).
     """
     prices = PriceTable.default()
 
     def make(case: GoalCase) -> Model:
-        model: Model = OracleModel(case.solution)
+        model: Model = OracleModel(case.solution, profile=profile)
         if latency is not None:
             model = LatencyModel(model, **latency)
         return ManagedModel(model, retries=0, timeout=None, prices=prices)

@@ -46,6 +46,7 @@ from planexec.models.base import (
     ToolCall,
     stream_response,
 )
+from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.plan.compact import print_compact
 from planexec.plan.model import Plan, resolve_references
 from planexec.planning.compact_form import is_compact_request
@@ -123,11 +124,11 @@ class OracleModel(FunctionModel):
     `requests` records every request, as `FunctionModel` does.
     """
 
-    def __init__(self, solution: Sequence[SolutionCall], *, name: str = "test:oracle") -> None:
+    def __init__(self, solution: Sequence[SolutionCall], *, name: str = "test:oracle", profile: ModelProfile = CAPABLE) -> None:
         if not solution:
             raise ValueError("an oracle needs at least one solution call")
         self.solution = list(solution)
-        super().__init__(self.answer, name=name)
+        super().__init__(self.answer, name=name, profile=profile)
 
     # --- the roles -----------------------------------------------------------------------------
 

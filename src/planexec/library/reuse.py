@@ -51,6 +51,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from planexec.errors import ModelError, PlanError, PlanningError
 from planexec.library.templates import PARAM_NAME, instantiate
 from planexec.models.base import Message, Model, ModelRequest
+from planexec.models.profile import profile_of
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
 from planexec.planning.planner import Planner
@@ -486,7 +487,7 @@ async def find_reuse(
     record = Reuse(matcher="model", model=model.name, candidates=[t.name for t in shortlist])
     t0 = time.perf_counter()
     try:
-        spans = bool(getattr(model, "constrained_decoding", False))
+        spans = profile_of(model).grammar
         response = await model.complete(choose_request(goal, shortlist, registry, spans=spans))
     except ModelError as exc:
         used = getattr(exc, "usage", None)

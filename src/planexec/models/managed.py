@@ -1,6 +1,8 @@
 """What every model named in configuration gets: retries, a per-call timeout and prices.
 
-Owns `ManagedModel`, a wrapper around any provider's `Model`. A call that
+Owns `ManagedModel`, a wrapper around any provider's `Model`, whose
+`profile` is the provider's with planexec.toml's overrides and the price
+table's price (`models.profile`). A call that
 fails with a retryable `ModelError` (rate limit, server error, timeout) is
 tried again after an exponential backoff with jitter (or the wait the
 provider asked for), up to `retries` more times; each call is bounded by
@@ -8,7 +10,7 @@ provider asked for), up to `retries` more times; each call is bounded by
 `PriceTable`. A streamed call is retried only while nothing has been yielded
 yet, so a caller never sees text twice. Each call (its retries included) is
 reported to the observer telemetry installs (`models.observe`), if any.
-Imports `errors`, `usage`, `pricing`, `models.base` and `models.observe`;
+Imports `errors`, `usage`, `pricing`, `models.base`, `models.profile` and `models.observe`;
 never the engine, planner or telemetry.
 """
 
@@ -24,6 +26,7 @@ from planexec.models import observe
 from planexec.models.base import Model, ModelDelta, ModelRequest, ModelResponse, stream_response
 from planexec.models.observe import CallWatch
 from planexec.models.pricing import PriceTable
+from planexec.models.profile import ModelProfile, ProfileTable, profile_of
 from planexec.usage import record_usage
 
 __all__ = ["ManagedModel"]
@@ -49,6 +52,7 @@ class ManagedModel:
         backoff: float = 0.5,
         max_backoff: float = 20.0,
         prices: PriceTable | None = None,
+        profiles: ProfileTable | None = None,
         seed: int | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
@@ -64,19 +68,17 @@ class ManagedModel:
         self.random = random.Random(seed)
         self.sleep = sleep
         self.attempts = 0  # calls sent, retries included
+        profile = profile_of(inner)
+        self.profile_source = "its provider's"  # where `profile` came from, for people
+        if profiles is not None and profiles.overrides(self.name):
+            profile = profiles.apply(self.name, profile)
+            self.profile_source = "model_profiles in planexec.toml over its provider's"
+        if profile.price is None and (price := self.prices.lookup(self.name)) is not None:
+            profile = profile.model_copy(update={"price": price})
+        self.profile: ModelProfile = profile
 
     def __repr__(self) -> str:
         return f"ManagedModel({self.inner!r}, retries={self.retries}, timeout={self.timeout})"
-
-    @property
-    def supports_tools(self) -> bool:
-        """Whether the provider calls tools natively."""
-        return bool(getattr(self.inner, "supports_tools", True))
-
-    @property
-    def constrained_decoding(self) -> bool:
-        """Whether the provider enforces the output schema while decoding (a grammar)."""
-        return bool(getattr(self.inner, "constrained_decoding", False))
 
     @property
     def base_url(self) -> str | None:

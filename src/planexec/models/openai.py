@@ -3,7 +3,7 @@
 Owns `OpenAIModel`. The same provider reaches OpenAI and OpenAI-compatible
 servers (vLLM, Ollama, LM Studio, llama.cpp's ``python -m llama_cpp.server``)
 through ``base_url``. Imports ``openai`` lazily (with an install hint) and
-only `errors`, `usage`, `secrets` and `models.base` from planexec; never
+only `errors`, `usage`, `secrets`, `models.base` and `models.profile` from planexec; never
 the engine, planner or store. Its api key is registered as a secret.
 
 Structured output is negotiated per server. Three ``response_format`` modes
@@ -58,6 +58,7 @@ from planexec.models.base import (
     ToolDefinition,
     ensure_requests_allowed,
 )
+from planexec.models.profile import ModelProfile
 from planexec.secrets import register_secret
 from planexec.usage import Usage
 
@@ -134,10 +135,11 @@ class OpenAIModel:
     0 tokens (one model call): nothing is estimated. OpenAI caches a prompt
     of 1024 tokens or more by itself; nothing is sent to ask for it, so the
     callers keep their prompts' stable part first. `stream` yields text as it arrives (see the module
-    docstring). Tools are called natively (``supports_tools``).
+    docstring). Its `profile` is a capable model's, whatever the server:
+    native tool calls, structured output, compact plans, and prompt caching
+    on OpenAI's own API; a small model behind a server says so in
+    planexec.toml (``[planexec.model_profiles]``).
     """
-
-    supports_tools = True
 
     def __init__(
         self,
@@ -158,6 +160,7 @@ class OpenAIModel:
         self.timeout = timeout
         self.max_retries = max_retries
         self.http_client = http_client
+        self.profile = ModelProfile(compact_plans=True, prompt_caching=self.base_url is None)
 
     def _sdk_client(self) -> Any:
         openai = _import_openai()

@@ -9,8 +9,9 @@ explicit argument (the CLI's ``--model``), the environment
 ``OPENAI_API_KEY`` set, ``openai:gpt-4o-mini``; with nothing, the embedded
 ``local:smollm2``. Workers use the planner's model unless told otherwise.
 Every api key it resolves is registered as a secret (`secrets`), so no
-event, log line or printout shows it. Imports `config`, `errors`,
-`pricing`, `secrets` and `models.providers`.
+event, log line or printout shows it. The profile ``[planexec.model_profiles]`` gives a model name is laid over
+its provider's (`models.profile`). Imports `config`, `errors`, `pricing`,
+`secrets`, `models.profile` and `models.providers`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from planexec.config import Config
 from planexec.models.managed import ManagedModel
 from planexec.models.pricing import PriceTable
+from planexec.models.profile import ProfileTable
 from planexec.models.providers import ProviderOptions, parse_model_name, resolve_model
 from planexec.secrets import register_secret
 
@@ -60,6 +62,7 @@ class ModelSettings:
         register_secret(api_key, "api_key")
         self.seed = seed
         self.prices = PriceTable.default(self.config.prices)
+        self.profiles = ProfileTable(self.config.model_profiles)
         picked = self._pick(planner, "--model", "PLANEXEC_PLANNER_MODEL", self.config.planner_model, "planner_model")
         if picked is None:
             if base_url:
@@ -118,6 +121,7 @@ class ModelSettings:
                 retries=self.config.model_retries if self.config.model_retries is not None else 2,
                 timeout=self.config.model_timeout or 300.0,
                 prices=self.prices,
+                profiles=self.profiles,
                 seed=self.seed,
             )
         return self._models[name]

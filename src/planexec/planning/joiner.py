@@ -16,6 +16,7 @@ from typing import Any
 from planexec.engine.join import FunctionJoiner, JoinContext, JoinDecision, Joiner, JoinerError, read_decision
 from planexec.errors import ModelOutputError, PlanexecError
 from planexec.models.base import Message, Model, ModelRequest
+from planexec.models.profile import profile_of
 from planexec.usage import Usage
 from planexec.workers.tool_calls import prompt_file
 
@@ -106,7 +107,7 @@ def _longest_string_bound(schema: Any) -> int:
 def joiner_note(model: Model) -> str | None:
     """Why a plan run on this model gets no model joiner (None: it gets one)."""
     bound = _longest_string_bound(JOIN_SCHEMA)
-    if getattr(model, "constrained_decoding", False) and bound > GRAMMAR_STRING_MAX:
+    if profile_of(model).grammar and bound > GRAMMAR_STRING_MAX:
         return (
             f"no model joiner on {model.name}: its schema bounds a string at {bound} characters, and a grammar "
             f"over {GRAMMAR_STRING_MAX} crashes llama.cpp; the answer is the plan's last step's output"

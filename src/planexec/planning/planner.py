@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from planexec.errors import ModelOutputError, PlanningError, PlanParseError, Problem
 from planexec.models.base import Message, Model, ModelRequest
+from planexec.models.profile import profile_of
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
@@ -151,22 +152,25 @@ class Planner:
     `max_steps` bounds a plan; `max_repairs` how many times problems go back
     to the model; `examples` replace the shipped few-shot examples (an
     example is shown as an earlier turn when every action it uses exists); `positional` picks the schema shape (default: positional
-    when the model decodes under a grammar, see `plan_schema`); `workers`
-    restricts which workers it may use. `write_grants` teaches the model to
+    when the model's profile says it decodes under a grammar, see `plan_schema`); `workers`
+    restricts which workers it may use. Every default below is read from
+    the model's profile (`models.profile`), never guessed from its class or
+    its ``base_url``. `write_grants` teaches the model to
     give role steps capabilities and typed answers (``output_schema``);
-    by default on for a provider's hosted model, off for a model under a
-    grammar or behind a local server, which plan worse with the longer prompt.
+    by default on for a capable model, off for a small one or one under a
+    grammar, which plan worse with the longer prompt.
     `name_answer` asks a JSON draft to name the step whose result answers
     the goal (``answer_step``; a run whose plan names it needs no joiner
-    call), by default for those same hosted models: SmolLM2 wrote plans of
+    call), by default for those same capable models: SmolLM2 wrote plans of
     3-6 steps instead of 1-3 when asked (a compact plan marks its answer
     line in any case).
     `nearest_example_last` puts the example turn most like the goal last, which
-    a small model copies; by default on for those same models, off for a
-    hosted one, whose prompt then starts with the same system message and
+    a small model copies; by default on for a small model, off for a
+    capable one, whose prompt then starts with the same system message and
     example turns for every goal, a prefix its provider caches.
-    `plan_format` is what the model writes: ``"json"`` (the draft schema,
-    the default) or ``"compact"`` (one line per step, `plan.compact`; no
+    `plan_format` is what the model writes: ``"json"`` (the draft schema)
+    or ``"compact"`` (one line per step, `plan.compact`; by default when
+    the profile says the model writes it well, as hosted models do; no
     output schema is sent, and `grammar` is its GBNF for a caller that
     decodes under a grammar itself).
     """
@@ -186,14 +190,16 @@ class Planner:
         examples: list[dict[str, Any]] | None = None,
         write_grants: bool | None = None,
         nearest_example_last: bool | None = None,
-        plan_format: Literal["json", "compact"] = "json",
+        plan_format: Literal["json", "compact"] | None = None,
         name_answer: bool | None = None,
     ) -> None:
         if max_repairs < 0:
             raise ValueError("max_repairs must be 0 or more")
+        self.profile = profile_of(model)
+        plan_format = plan_format or self.profile.plan_format
         if plan_format not in ("json", "compact"):
             raise ValueError(f"plan_format must be 'json' or 'compact', not {plan_format!r}")
-        self.plan_format = plan_format
+        self.plan_format: Literal["json", "compact"] = plan_format
         self.model = model
         self.registry = registry
         self.max_steps = max_steps
@@ -201,15 +207,15 @@ class Planner:
         self.seed = seed
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.positional = bool(getattr(model, "constrained_decoding", False)) if positional is None else positional
+        self.positional = self.profile.grammar if positional is None else positional
         self.workers = workers
         # few-shot examples: {"uses": ["worker.action", ...], "goal", "plan", "catalog"?}; shipped ones by default
         self.examples = examples if examples is not None else json.loads(load_prompt("planner/examples.json"))
-        # whether the prompt and schema teach capabilities and typed answers: a provider's hosted model by default; a small
-        # model behind a local server (a base_url of its own) or under a grammar plans worse with the longer prompt
-        self.write_grants = (not self.positional and getattr(model, "base_url", None) is None) if write_grants is None else write_grants
-        # the same small models copy the nearest example; a hosted model's provider caches a prompt that starts the same
-        small = self.positional or getattr(model, "base_url", None) is not None
+        # whether the prompt and schema teach capabilities and typed answers: a capable model's by default; a small model
+        # (its profile says so: the embedded one, or one planexec.toml marks small) or one under a grammar plans worse with it
+        small = self.positional or self.profile.small
+        self.write_grants = not small if write_grants is None else write_grants
+        # the same small models copy the nearest example; a capable model's provider caches a prompt that starts the same
         self.nearest_example_last = small if nearest_example_last is None else nearest_example_last
         self.name_answer = (not small) if name_answer is None else name_answer
         self.schema = draft_schema(
@@ -265,7 +271,7 @@ class Planner:
     def request(self, messages: list[Message], *, grammar: str | None = None) -> ModelRequest:
         """One planning call: the conversation so far, the draft schema (for the compact form: its grammar, when the model
         decodes under one; `grammar` replaces the planner's own, a revision's), the seed."""
-        if self.compact and grammar is None and getattr(self.model, "constrained_decoding", False):
+        if self.compact and grammar is None and self.profile.grammar:
             grammar = self.grammar
         return ModelRequest(
             messages=messages,

@@ -157,7 +157,7 @@ class PlannerReplanner:
         # a compact revision on a grammar-decoding model: new steps numbered from `first`, referring to finished ones too
         grammar = (
             draft_grammar(self.planner.registry, max_steps=self.planner.max_steps, workers=self.planner.workers, done=done, first=first)
-            if self.planner.compact and getattr(self.planner.model, "constrained_decoding", False)
+            if self.planner.compact and self.planner.profile.grammar
             else None
         )
         planning = await self.planner.attempts(self.messages(context, first), check, goal=context.goal, schema=schema, grammar=grammar)

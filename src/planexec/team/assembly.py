@@ -3,8 +3,8 @@
 Owns `TeamModels` (the planner's model, the workers' model and each role's,
 as objects, with the lines that say which was chosen and why), the one set
 of planner and agent bounds every front end shares (`PlannerBounds`,
-`bounds_for`: a small grammar-decoding local model gets shorter plans and
-fewer agent turns), and `build_registry` (the entry-point built-ins, the
+`bounds_for`: a model whose profile says it is small gets shorter plans
+and fewer agent turns), and `build_registry` (the entry-point built-ins, the
 caller's tools and tools modules, the tools of MCP servers, the toolkit and
 the built-in roles on request). Imports `models`, `workers`, `mcp`, `config`
 and `errors`.
@@ -20,20 +20,17 @@ from typing import Any
 from planexec.config import Config, McpServerConfig
 from planexec.mcp.tools import load as load_mcp
 from planexec.models.base import Model
+from planexec.models.managed import ManagedModel
+from planexec.models.profile import profile_of
 from planexec.models.settings import ModelSettings
 from planexec.workers.registry import Registry
 from planexec.workers.roles import ROLES, builtin_roles
 from planexec.workers.toolkit import check_tools, default_toolkit
 from planexec.workers.tools import Tool
 
-__all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry", "is_local"]
+__all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry"]
 
 ModelRef = str | Model
-
-
-def is_local(model: Model) -> bool:
-    """True for an embedded model that decodes under a grammar (slow turns, short plans)."""
-    return bool(getattr(model, "constrained_decoding", False)) or model.name.startswith("local:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +42,15 @@ class PlannerBounds:
     agent_turns: int
 
 
-LOCAL_BOUNDS = PlannerBounds(max_steps=5, max_tokens=640, agent_turns=4)
+SMALL_BOUNDS = PlannerBounds(max_steps=5, max_tokens=640, agent_turns=4)
 """A 135M model writes short plans faster and better, rambles under its grammar past a few hundred
 tokens, and loops on tools: each of its turns re-reads the prompt for tens of seconds on a CPU."""
-REMOTE_BOUNDS = PlannerBounds(max_steps=8, max_tokens=4096, agent_turns=12)
+CAPABLE_BOUNDS = PlannerBounds(max_steps=8, max_tokens=4096, agent_turns=12)
 
 
 def bounds_for(model: Model) -> PlannerBounds:
-    """The planner and agent bounds for a planner model: the same in `planexec run`, `plan`, `eval` and the library."""
-    return LOCAL_BOUNDS if is_local(model) else REMOTE_BOUNDS
+    """The planner and agent bounds for a planner model, by its profile: the same in `planexec run`, `plan`, `eval` and the library."""
+    return SMALL_BOUNDS if profile_of(model).small else CAPABLE_BOUNDS
 
 
 @dataclass
@@ -91,9 +88,11 @@ class TeamModels:
         notes = settings.describe()
         if not isinstance(model, str) and model is not None:
             notes[0] = f"planner: {planner.name} (given as an object)"
+        source = planner.profile_source if isinstance(planner, ManagedModel) else "its own"
+        notes.insert(1, f"planner profile: {profile_of(planner).describe()} ({source})")
         if worker_model is not None and not isinstance(worker_model, str):
             worker = worker_model
-            notes[1] = f"workers: {worker.name} (given as an object)"
+            notes[2] = f"workers: {worker.name} (given as an object)"
         elif worker_model is None and settings.worker.reason == "same as the planner":
             worker = planner  # the planner's object, not a second instance of its name
         else:

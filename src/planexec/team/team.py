@@ -37,6 +37,7 @@ from planexec.governance.review import NO_ONE, ReviewOutcome
 from planexec.library.reuse import ReusePlanning, latest_templates, match_rules, matchers_of, plan_with_reuse, reuse_overhead
 from planexec.mcp.tools import hold_servers
 from planexec.models.base import Model
+from planexec.models.profile import profile_of
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import check_plan
@@ -87,8 +88,10 @@ class Team:
     tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
     start while the plan is written; nothing can be reviewed first).
     `max_steps`, `planner_max_tokens` and `max_turns` (the single agent's)
-    default to `bounds_for(model)`: shorter on a small local model;
-    `positional` picks the planner's draft shape (see `Planner`).
+    default to `bounds_for(model)`: shorter on a model whose profile says
+    it is small; `positional` picks the planner's draft shape and
+    `plan_format` its form (default: the profile's, compact for a hosted
+    model, JSON for the embedded one; see `Planner`).
 
     Review: every plan goes through `policies`; then `reviewer`, if given,
     decides (a person at a terminal, a web page, a program). Without one, a
@@ -187,7 +190,8 @@ class Team:
         self.max_steps = self.bounds.max_steps
         self.max_repairs = max_repairs
         self.positional = positional
-        self.plan_format: Literal["json", "compact"] = plan_format or self.config.plan_format or "json"
+        # the planner's model writes its profile's form unless told: compact for a hosted model, JSON for the embedded one
+        self.plan_format: Literal["json", "compact"] = plan_format or self.config.plan_format or profile_of(self.models.planner).plan_format
         if self.plan_format not in ("json", "compact"):
             raise ValueError(f"plan_format must be 'json' or 'compact'; got {self.plan_format!r}")
         self.routing: Routing = routing or self.config.routing or "planner"

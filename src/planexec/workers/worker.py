@@ -31,6 +31,7 @@ from planexec.errors import (
     ToolInputError,
 )
 from planexec.models.base import Message, Model, ToolCall
+from planexec.models.profile import profile_of
 from planexec.secrets import redact
 from planexec.usage import Usage
 from planexec.workers.arguments import InputModel
@@ -212,7 +213,7 @@ class RoleWorker:
     def json_mode(self) -> bool:
         """True when tool calls go through JSON replies (the model has no native tool calling)."""
         if self.tool_calling == "auto":
-            return not getattr(self.model, "supports_tools", True)
+            return not profile_of(self.model).tool_calling
         return self.tool_calling == "json"
 
     def input_model(self, action: str) -> InputModel | None:
