@@ -10,20 +10,10 @@ import time
 
 import pytest
 
-from planexec import (
-    Engine,
-    FunctionSynthesizer,
-    Plan,
-    PlanValidationError,
-    Registry,
-    ReplanRequested,
-    RoleWorker,
-    RunAbortedError,
-    RunStatus,
-    StepCall,
-    StepState,
-    parse_event,
-)
+from planexec import Engine, Plan, Registry, RoleWorker, RunStatus, StepCall, StepState
+from planexec.engine.synthesis import FunctionSynthesizer
+from planexec.errors import PlanValidationError, ReplanRequested, RunAbortedError
+from planexec.events import parse_event
 from planexec.policies import approve_calls
 from planexec.testing import ScriptedModel, scripted_tool, tool_call
 
@@ -500,7 +490,8 @@ def test_a_cancel_after_every_step_ended_does_not_undo_the_outcome(reg):
 
 
 def test_hot_path_records_are_validated_when_read_back():
-    from planexec import Output, Provenance, StepSucceeded
+    from planexec.events import StepSucceeded
+    from planexec.workers.io import Output, Provenance
 
     prov = Provenance(run_id="r", plan_id="p", plan_version=1, step_id="s", worker="w", action="a", tools=["a"])
     out = Output(value={"x": [1, 2]}, provenance=prov)
@@ -602,7 +593,7 @@ def test_engine_edge_cases_found_in_review(reg):
     assert r2.status is RunStatus.CANCELLED and r2.steps["f"].state is StepState.CANCELLED and r2.steps["f"].attempts == 1
 
     # a custom worker whose output is not JSON fails the step instead of breaking the result
-    from planexec import WorkResult
+    from planexec.workers.io import WorkResult
 
     class Odd:
         name, description, max_concurrency = "odd", "returns an object", None

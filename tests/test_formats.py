@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from planexec import Engine, Plan, PlanParseError, Registry, RunStatus, validate_plan
+from planexec import Engine, Plan, Registry, RunStatus, validate_plan
+from planexec.errors import PlanParseError
 from planexec.plan.formats import parse_llmcompiler, parse_rewoo
 from planexec.plan.model import resolve_references
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from planexec import Engine, FunctionSynthesizer, Registry, RoleWorker, RunStatus
+from planexec import Engine, Registry, RoleWorker, RunStatus
+from planexec.engine.synthesis import FunctionSynthesizer
 from planexec.planning.planner import Planner
 from planexec.team.subteam import SubTeam
 from planexec.testing import FunctionModel, ScriptedModel

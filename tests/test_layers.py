@@ -49,3 +49,40 @@ def test_no_import_inside_a_function_except_optional_dependencies():
                 if relative or len(ours) > len(optional):
                     inner.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
     assert inner == []
+
+
+def _architecture_rows() -> dict[str, tuple[int, str]]:
+    """docs/architecture.md's layer table: the first backticked name of each row -> (layer, the row's text)."""
+    import re
+
+    text = (SRC.parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| (\d+) \| (.*?) \| (.*) \|$", line)
+        if m:
+            for name in re.findall(r"`([a-z_]+)(?:/|\.py)`", m.group(2)):
+                rows[name] = (int(m.group(1)), m.group(3))
+    return rows
+
+
+def test_the_architecture_page_draws_every_package_and_module_in_its_layer():
+    """Each package and top-level module of planexec has a row in docs/architecture.md, in the layer import-linter checks,
+    and each module of a package is named in its package's row (a new module cannot be left off the map)."""
+    import tomllib
+
+    rows = _architecture_rows()
+    config = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    layers = config["tool"]["importlinter"]["contracts"][0]["layers"]
+    expected = {name.strip(): n for n, layer in enumerate(layers, 1) for name in layer.split("|")}
+    for name, layer in expected.items():
+        assert name in rows, f"docs/architecture.md has no row for {name}"
+        assert rows[name][0] == layer, f"docs/architecture.md puts {name} in layer {rows[name][0]}; import-linter in {layer}"
+    packages = [p for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    modules = [p.stem for p in SRC.glob("*.py") if not p.stem.startswith("_")]
+    for name in [p.name for p in packages] + modules:
+        assert name in rows or name in ("events", "policies"), f"docs/architecture.md does not draw planexec.{name}"
+    for package in packages:
+        row = rows[package.name][1]
+        for module in sorted(package.glob("*.py")):
+            if module.stem != "__init__":
+                assert f"`{module.stem}`" in row, f"docs/architecture.md's {package.name}/ row does not name {module.stem}"

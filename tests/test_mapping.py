@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from planexec import Engine, PlanMapping, PlanParseError, Registry, RunStatus, StepState, load_foreign_plan
+from planexec import Engine, Registry, RunStatus, StepState
+from planexec.errors import PlanParseError
+from planexec.plan.vocabulary import PlanMapping, load_foreign_plan
 
 DATA = Path(__file__).parent / "data" / "deploy_foreign.json"
 TOOLS = Path(__file__).parents[1] / "examples" / "deploy" / "tools.py"

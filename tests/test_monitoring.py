@@ -7,17 +7,10 @@ import json
 
 import pytest
 
-from planexec import (
-    Engine,
-    Plan,
-    PlanValidationError,
-    Registry,
-    RoleWorker,
-    RunStatus,
-    StepState,
-    parse_event,
-)
+from planexec import Engine, Plan, Registry, RoleWorker, RunStatus, StepState
 from planexec.engine.config import EngineConfig
+from planexec.errors import PlanValidationError
+from planexec.events import parse_event
 from planexec.testing import ScriptedModel, tool_call
 from planexec.usage import Budget, Usage, record_usage
 from planexec.workers.tools import tool

@@ -9,7 +9,8 @@ from datetime import timedelta
 import jsonschema
 import pytest
 
-from planexec import FailureAction, Plan, PlanParseError
+from planexec import FailureAction, Plan
+from planexec.errors import PlanParseError
 from planexec.plan.model import (
     JsonSchemaCriterion,
     NotEmptyCriterion,

@@ -22,14 +22,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 
-from planexec import (
-    Engine,
-    Plan,
-    Registry,
+from planexec import Engine, Plan, Registry, RunStatus, StepCall, StepState, Usage
+from planexec.errors import ToolInputError
+from planexec.events import (
     RunFinished,
     RunStarted,
-    RunStatus,
-    StepCall,
     StepCancelled,
     StepFailed,
     StepReady,
@@ -37,13 +34,10 @@ from planexec import (
     StepRetried,
     StepSkipped,
     StepStarted,
-    StepState,
     StepSucceeded,
-    ToolInputError,
-    Usage,
-    WorkResult,
     parse_event,
 )
+from planexec.workers.io import WorkResult
 
 TIMEOUT = 0.25  # the timeout of a step that hangs in some attempt: only the timeout ends a hang
 CALM_TIMEOUT = 30.0  # every other step's: a loaded 2-core machine can stall the loop for 0.4 s, never for this

@@ -80,10 +80,12 @@ def test_the_errors_submodule_lists_every_exception_it_defines():
     assert defined <= set(errors.__all__)
 
 
-def test_a_name_that_left_the_top_level_still_imports_with_a_warning_naming_its_home():
+def test_names_that_left_the_top_level_are_gone_not_deprecated():
+    """0.1.0 was never released: the 122 names that moved to their homes have no aliases left to warn about."""
     import pytest
 
-    with pytest.warns(DeprecationWarning, match="planexec.MaxSteps moved: import it from planexec.policies"):
+    with pytest.raises(ImportError, match="cannot import name 'MaxSteps' from 'planexec'"):
         from planexec import MaxSteps  # noqa: F401
+    assert not hasattr(planexec, "__getattr__")
     with pytest.raises(AttributeError):
         planexec.NoSuchName  # noqa: B018

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from planexec import Engine, Plan, Registry, RunStatus, StepState, parse_event
+from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec.events import parse_event
 from planexec.planning.joiner import FunctionJoiner, JoinDecision, ModelJoiner
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import FunctionReplanner, PlannerReplanner, ReplanContext

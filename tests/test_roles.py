@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 import planexec
-from planexec import Plan, Registry, RegistryError, RoleWorker, StepCall, Usage, tool
-from planexec.errors import ModelOutputError, ModelServerError
+from planexec import Plan, Registry, RoleWorker, StepCall, Usage, tool
+from planexec.errors import ModelOutputError, ModelServerError, RegistryError
 from planexec.models import ModelProfile, ModelRequest, ModelResponse, ToolDefinition
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
 from planexec.workers.roles import ROLES, builtin_roles, role_prompt

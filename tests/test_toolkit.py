@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from planexec import Tool, ToolError, ToolInputError
+from planexec import Tool
+from planexec.errors import ToolError, ToolInputError
 from planexec.workers.toolkit import calculator, default_toolkit, file_tools, python_tool
 from test_sandbox import needs_bwrap  # skips with the install command when bubblewrap is missing
 

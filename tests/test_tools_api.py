@@ -428,3 +428,33 @@ def test_a_register_hook_that_adds_nothing_is_an_error_and_a_module_loads_twice(
 def test_a_plain_worker_tool_still_works_with_a_step_call():
     worker = ToolWorker("shop", [read_note])
     assert asyncio.run(worker.perform(_call("read_note"))).output == TEXT
+
+
+def test_tool_options_are_written_once_and_every_way_of_declaring_a_tool_takes_them_all():
+    """`ToolOptions` is `Tool`'s keyword arguments; `tool(...)` and `Registry.tool(...)` pass any of them through
+    (before, `Registry.tool` silently lacked resources, input_schema and output_schema)."""
+    import inspect
+
+    from planexec.workers.tools import ToolOptions
+
+    keywords = {p.name for p in inspect.signature(Tool.__init__).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    assert set(ToolOptions.__annotations__) == keywords
+
+    registry = Registry()
+
+    @registry.tool(resources={"num_cpus": 2}, output_schema={"type": "integer"}, read_only=True, sensitive=["x"])
+    def double(x: int) -> int:
+        """Twice x."""
+        return 2 * x
+
+    registered = registry.tools["double"]
+    assert registered.resources == {"num_cpus": 2} and registered.read_only and registered.sensitive == {"x"}
+    assert registered.output_schema() == {"type": "integer"}
+
+    def handler(args: dict) -> str:
+        return args["q"]
+
+    by_schema = registry.tool(handler, name="lookup", input_schema={"type": "object", "properties": {"q": {"type": "string"}}})
+    assert registry.tools["lookup"] is by_schema and by_schema.input_schema()["properties"]["q"] == {"type": "string"}
+    with pytest.raises(RegistryError, match="resources takes"):
+        registry.tool(lambda: 1, name="bad", resources={"gpus": 1})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planexec import Plan, PlanValidationError, Registry, check_plan, validate_plan
+from planexec import Plan, Registry, check_plan, validate_plan
+from planexec.errors import PlanValidationError
 
 
 @pytest.fixture

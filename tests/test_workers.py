@@ -9,20 +9,11 @@ import textwrap
 import pytest
 from pydantic import BaseModel
 
-from planexec import (
-    Plan,
-    Registry,
-    RegistryError,
-    RoleWorker,
-    StepCall,
-    Tool,
-    ToolInputError,
-    ToolOutputError,
-    ToolWorker,
-    tool,
-)
+from planexec import Plan, Registry, RoleWorker, StepCall, Tool, tool
+from planexec.errors import RegistryError, ToolInputError, ToolOutputError
 from planexec.models import Message, ModelRequest
 from planexec.testing import FunctionModel, ScriptedModel, tool_call
+from planexec.workers.worker import ToolWorker
 
 
 class Point(BaseModel):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from planexec import predicate, tool
+from planexec import tool
+from planexec.workers.tools import predicate
 
 STATE = Path(os.environ.get("DEPLOY_STATE_DIR", ".deploy-demo"))
 

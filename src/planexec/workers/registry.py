@@ -17,13 +17,13 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from planexec.errors import RegistryError
-from planexec.workers.tools import Predicate, Tool
+from planexec.workers.tools import Predicate, Tool, ToolOptions
 from planexec.workers.tools import tool as make_tool
 from planexec.workers.worker import ToolWorker, Worker
 
@@ -56,41 +56,13 @@ class Registry:
 
     # --- registration ---------------------------------------------------
 
-    def tool(
-        self,
-        fn: Callable[..., Any] | None = None,
-        *,
-        name: str | None = None,
-        worker: str | None = None,
-        description: str | None = None,
-        idempotent: bool = False,
-        requires_approval: bool = False,
-        read_only: bool = False,
-        sensitive: Iterable[str] = (),
-        untrusted_output: bool = True,
-        isolated: bool = False,
-    ) -> Any:
-        """Register a function as a tool (decorator, bare or with options); returns the `Tool`.
+    def tool(self, fn: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]) -> Any:
+        """Register a function as a tool (decorator, bare or with options: any of `ToolOptions`); returns the `Tool`.
 
         ``isolated=True`` runs each call in a child process (see `workers.isolated`)."""
 
         def wrap(f: Callable[..., Any]) -> Tool:
-            t = (
-                f
-                if isinstance(f, Tool)
-                else make_tool(
-                    f,
-                    name=name,
-                    description=description,
-                    worker=worker,
-                    idempotent=idempotent,
-                    requires_approval=requires_approval,
-                    read_only=read_only,
-                    sensitive=sensitive,
-                    untrusted_output=untrusted_output,
-                    isolated=isolated,
-                )
-            )
+            t = f if isinstance(f, Tool) else make_tool(f, **options)
             self.add_tool(t)
             return t
 

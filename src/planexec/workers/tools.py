@@ -21,7 +21,7 @@ import math
 import threading
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, overload
+from typing import Any, TypedDict, Unpack, overload
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
@@ -37,7 +37,29 @@ from planexec.workers.io import StepCall
 from planexec.workers.isolated import FunctionRef, IsolatedCall, reference
 from planexec.workers.outputs import encode, encode_inline
 
-__all__ = ["Predicate", "Tool", "in_thread", "predicate", "tool"]
+__all__ = ["Predicate", "Tool", "ToolOptions", "in_thread", "predicate", "tool"]
+
+
+class ToolOptions(TypedDict, total=False):
+    """What a tool may declare besides its function: `Tool`'s keyword arguments, in one place.
+
+    `tool(...)` and `Registry.tool(...)` take exactly these (a test checks
+    they are `Tool`'s); their meaning is on `Tool`.
+    """
+
+    name: str | None
+    description: str | None
+    worker: str | None
+    idempotent: bool
+    requires_approval: bool
+    read_only: bool
+    sensitive: Iterable[str]
+    untrusted_output: bool
+    input_schema: Mapping[str, Any] | None
+    output_schema: Mapping[str, Any] | None
+    isolated: bool
+    resources: Mapping[str, Any] | None
+
 
 _SCALARS = frozenset({type(None), bool, int, float, str})
 
@@ -470,73 +492,22 @@ async def _awaited(awaitable: Any) -> Any:
 
 
 @overload
-def tool(
-    fn: Callable[..., Any],
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    worker: str | None = None,
-    idempotent: bool = False,
-    requires_approval: bool = False,
-    read_only: bool = False,
-    sensitive: Iterable[str] = (),
-    untrusted_output: bool = True,
-    isolated: bool = False,
-    resources: Mapping[str, Any] | None = None,
-) -> Tool: ...
+def tool(fn: Callable[..., Any], **options: Unpack[ToolOptions]) -> Tool: ...
 
 
 @overload
-def tool(
-    fn: None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    worker: str | None = None,
-    idempotent: bool = False,
-    requires_approval: bool = False,
-    read_only: bool = False,
-    sensitive: Iterable[str] = (),
-    untrusted_output: bool = True,
-    isolated: bool = False,
-    resources: Mapping[str, Any] | None = None,
-) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(fn: None = None, **options: Unpack[ToolOptions]) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(
-    fn: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    worker: str | None = None,
-    idempotent: bool = False,
-    requires_approval: bool = False,
-    read_only: bool = False,
-    sensitive: Iterable[str] = (),
-    untrusted_output: bool = True,
-    isolated: bool = False,
-    resources: Mapping[str, Any] | None = None,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``).
+def tool(fn: Callable[..., Any] | None = None, **options: Unpack[ToolOptions]) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a `Tool` from a function; usable bare (``@tool``) or with options (``@tool(worker="db")``): any of `ToolOptions`.
 
     ``isolated=True`` runs each call in a child process (`workers.isolated`):
     the function must be a ``def`` at the top level of a module.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(
-            f,
-            name=name,
-            description=description,
-            worker=worker,
-            idempotent=idempotent,
-            requires_approval=requires_approval,
-            read_only=read_only,
-            sensitive=sensitive,
-            untrusted_output=untrusted_output,
-            isolated=isolated,
-            resources=resources,
-        )
+        return Tool(f, **options)
 
     return wrap(fn) if fn is not None else wrap
 
