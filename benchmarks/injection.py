@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"code: {code}; plan fields stripped (unknown to this Plan): {stripped}\n")
     print("## with the defences (the plan's contract enforced)\n")
     _print(report, baseline)
-    print("\n## without the defences (`enforce_contract=False`)\n")
+    print("\n## without the defences (`EngineConfig(enforce_contract=False)`)\n")
     _print(baseline)
     if args.detail:
         Console(width=None if sys.stdout.isatty() else 160).print(report.scenarios_table())

@@ -7,11 +7,11 @@ values. For each model setup, in a fresh SQLite store:
 1. **warm-up**: each ``learn-*`` goal is planned from scratch and run; every
    run that succeeds becomes a template (`planexec.library.learning.learn_template`:
    the goal's values are its parameters);
-2. **cold**: each repeated goal planned from scratch (``Team(reuse=False)``);
-3. **reuse, rules**: ``Team(reuse=["rules"])``: a goal that fits a template's
+2. **cold**: each repeated goal planned from scratch (``Team(planning=PlanningOptions(reuse=False))``);
+3. **reuse, rules**: ``PlanningOptions(reuse=["rules"])``: a goal that fits a template's
    goal gets its plan filled in, no model call (the default ``reuse=True``
    does the same when a rule fits);
-4. **reuse, model**: ``Team(reuse=["model"])``: the rules are off, so the
+4. **reuse, model**: ``PlanningOptions(reuse=["model"])``: the rules are off, so the
    workers' model is shown the goal and the three closest templates and
    answers a template and its values (one short call).
 
@@ -67,6 +67,7 @@ from typing import Any
 from layered import machine
 
 from planexec.config import Config
+from planexec.engine.config import EngineConfig
 from planexec.errors import ModelError, PlanningError
 from planexec.eval.harness import score, scripted_models
 from planexec.eval.oracle import LatencyModel
@@ -78,6 +79,7 @@ from planexec.models.settings import ModelSettings
 from planexec.planning.joiner import joiner_note
 from planexec.store import open_store
 from planexec.store.base import RunStore
+from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
@@ -99,14 +101,12 @@ def _team(model: Model, registry: Registry, store: RunStore, reuse: Any, joiner:
     """A team with the evaluation harness's settings (`eval.harness.team_for`), recording into `store`; `joiner` False: none."""
     return Team(
         model,
-        registry=registry,
-        max_replans=2,
-        joiner=joiner and joiner_note(model) is None,
-        default_timeout=300.0,
         seed=0,
-        auto_approve=True,
         store=store,
-        reuse=reuse,
+        toolbox=Toolbox(registry=registry),
+        engine=EngineConfig(max_replans=2, default_timeout=300.0),
+        planning=PlanningOptions(joiner=joiner and joiner_note(model) is None, reuse=reuse),
+        review=ReviewOptions(auto_approve=True),
     )
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from planexec import Registry, RunStatus, Tool, Usage
+from planexec import EngineConfig, Registry, RunStatus, Tool, Usage
 from planexec.models import EMBEDDED, ModelProfile, ModelResponse
 from planexec.plan.validation import validate_plan
 from planexec.team.agent import AGENT_WORKER, agent_worker, run_single, single_plan
@@ -162,7 +162,7 @@ def test_a_tool_that_needs_approval_is_refused_unless_the_run_was_approved():
         return True
 
     approved = ScriptedModel([tool_call("write_note", text="hi"), "Done."])
-    result = _single("write hi", approved, _guarded_registry(written), engine_options={"call_approver": approve})
+    result = _single("write hi", approved, _guarded_registry(written), engine=EngineConfig(call_approver=approve))
     assert result.answer == "Done." and written == ["hi"]
     assert asked == [("write_note", {"text": "hi"}, "call")]
     assert result.steps["agent"].calls[0].ran and result.steps["agent"].calls[0].decided_by == "approve"

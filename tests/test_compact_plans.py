@@ -26,6 +26,7 @@ from planexec.planning.draft_schema import draft_grammar
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.planning.stream import PlanStream
+from planexec.team.settings import PlanningOptions, ReviewOptions
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
 from planexec.usage import Usage
@@ -573,7 +574,15 @@ def test_a_team_plans_in_the_compact_form_set_in_planexec_toml(tmp_path, monkeyp
     (tmp_path / "planexec.toml").write_text('[planexec]\nplan_format = "compact"\n')
     planned = ModelResponse(text='1. calculator(expression="17 * 23")\n2. calculator(expression="$1 + 5") answer\n')
     model = ScriptedModel([planned], name="test:compact")
-    team = Team.from_config(tmp_path, model=model, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    team = Team.from_config(
+        tmp_path,
+        model=model,
+        tools=[calculator],
+        mode="plan",
+        store=None,
+        planning=PlanningOptions(joiner=True),
+        review=ReviewOptions(auto_approve=True),
+    )
     assert team.plan_format == "compact" and team.planner.plan_format == "compact"
     result = team.run_sync("What is 17 times 23, plus 5?")
     assert result.status is RunStatus.SUCCEEDED and result.answer == 396
@@ -581,4 +590,4 @@ def test_a_team_plans_in_the_compact_form_set_in_planexec_toml(tmp_path, monkeyp
     system = model.requests[0].messages[0].content
     assert "calculator(expression: string) - Evaluate an arithmetic expression" in system and "radians" not in system
     with pytest.raises(ValueError, match="plan_format must be 'json' or 'compact'"):
-        Team(model, plan_format="yaml")  # type: ignore[arg-type]
+        Team(model, planning=PlanningOptions(plan_format="yaml"))  # type: ignore[arg-type]

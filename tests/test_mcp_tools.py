@@ -29,6 +29,7 @@ from planexec.mcp import McpServers, McpTool, load, servers_in, tool_name
 from planexec.mcp.testing import http_config, stdio_config
 from planexec.policies import StoreApprover
 from planexec.store import open_store
+from planexec.team.settings import ReviewOptions, Toolbox
 from planexec.testing import ScriptedModel
 
 TIME = McpServerConfig(command="mcp-server-time", args=["--local-timezone", "UTC"])
@@ -59,8 +60,14 @@ def plan_answer(*steps: dict) -> str:
     return json.dumps({"steps": [{"worker": "tool", "instruction": s["action"], "depends_on": [], **s} for s in steps]})
 
 
-def team(registry: Registry, answers: list[str], **options) -> Team:
-    return Team(ScriptedModel(answers, name="script:planner"), registry=registry, mode="plan", **options)
+def team(registry: Registry, answers: list[str], *, store=None, **review) -> Team:
+    return Team(
+        ScriptedModel(answers, name="script:planner"),
+        mode="plan",
+        store=store,
+        toolbox=Toolbox(registry=registry),
+        review=ReviewOptions(**review),
+    )
 
 
 def wait_until(predicate, seconds: float = 15.0) -> None:

@@ -20,6 +20,7 @@ from planexec.models import CAPABLE, EMBEDDED, AnthropicModel, LocalModel, OpenA
 from planexec.models.managed import ManagedModel
 from planexec.models.settings import ModelSettings
 from planexec.team.assembly import bounds_for
+from planexec.team.settings import PlanningOptions
 from planexec.testing import ScriptedModel
 from planexec.workers.roles import builtin_roles
 from planexec.workers.toolkit import default_toolkit
@@ -104,7 +105,7 @@ def test_bounds_and_the_default_plan_format_follow_the_profile():
     assert (small.planner.max_steps, small.bounds.agent_turns, small.plan_format) == (5, 4, "json")
     assert (capable.planner.max_steps, capable.bounds.agent_turns, capable.plan_format) == (8, 12, "compact")
     assert (named_local.planner.max_steps, named_local.plan_format) == (8, "json")
-    told = Team(ScriptedModel([], profile=ModelProfile(compact_plans=True)), tools=[], plan_format="json")
+    told = Team(ScriptedModel([], profile=ModelProfile(compact_plans=True)), tools=[], planning=PlanningOptions(plan_format="json"))
     assert told.plan_format == "json" and told.planner.plan_format == "json"
     assert bounds_for(ScriptedModel([], profile=EMBEDDED)).max_tokens == 640
 

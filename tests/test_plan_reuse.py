@@ -10,6 +10,7 @@ import pytest
 from planexec import Registry, tool
 from planexec.cli.main import main
 from planexec.config import Config
+from planexec.engine.config import EngineConfig
 from planexec.engine.events import RunStarted
 from planexec.errors import PlanningError, PlanRejectedError, ToolError
 from planexec.eval.oracle import OracleModel
@@ -32,6 +33,7 @@ from planexec.models.providers import register_provider
 from planexec.plan.model import find_references
 from planexec.policies import ForbidTools
 from planexec.store import open_store
+from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
 
@@ -95,9 +97,17 @@ def store(tmp_path):
     s.close()
 
 
-def team(registry, store, answers, **options):
+def team(registry, store, answers, *, reuse=None, max_repairs=2, policies=(), config=None, max_replans=2):
     """A team whose one scripted model plans, chooses templates and works (it raises when asked more than `answers`)."""
-    return Team(ScriptedModel(answers), registry=registry, store=store, auto_approve=True, **options)
+    return Team(
+        ScriptedModel(answers),
+        store=store,
+        config=config,
+        toolbox=Toolbox(registry=registry),
+        planning=PlanningOptions(reuse=reuse, max_repairs=max_repairs),
+        review=ReviewOptions(policies=policies, auto_approve=True),
+        engine=EngineConfig(max_replans=max_replans),
+    )
 
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -274,16 +284,28 @@ def test_the_run_records_where_its_plan_came_from_and_counts_the_choice(registry
 def test_in_auto_mode_a_goal_a_rule_fits_skips_the_router(registry, store):
     """A saved plan fits the goal word for word: no router call, no model call at all; a goal that fits nothing is routed."""
     silent = ScriptedModel([])  # any model call is recorded, then raises
-    t = Team(silent, registry=registry, store=store, auto_approve=True)
+    t = Team(silent, store=store, toolbox=Toolbox(registry=registry), review=ReviewOptions(auto_approve=True))
     result = t.run_sync("Deploy auth version 2.1 with 3 replicas", mode="auto")
     assert result.status.value == "succeeded" and result.answer == "auth@2.1x3"
     assert silent.requests == [] and result.usage.model_calls == 0
     model = ScriptedModel(['{"decompose": true, "reason": "a backup"}', PLANNED])
-    routed = Team(model, registry=registry, store=store, auto_approve=True, reuse=["rules"], routing="router")
+    routed = Team(
+        model,
+        store=store,
+        toolbox=Toolbox(registry=registry),
+        review=ReviewOptions(auto_approve=True),
+        planning=PlanningOptions(reuse=["rules"], routing="router"),
+    )
     result = routed.run_sync("Make a backup of every database we have", mode="auto")
     assert result.status.value == "succeeded" and result.usage_by_role()["router"].model_calls == 1
     planner = ScriptedModel([PLANNED])  # the default routing: the planner's call, no router's
-    planned = Team(planner, registry=registry, store=store, auto_approve=True, reuse=["rules"])
+    planned = Team(
+        planner,
+        store=store,
+        toolbox=Toolbox(registry=registry),
+        review=ReviewOptions(auto_approve=True),
+        planning=PlanningOptions(reuse=["rules"]),
+    )
     result = planned.run_sync("Make a backup of every database we have", mode="auto")
     assert result.status.value == "succeeded" and set(result.usage_by_role()) == {"planner"} and len(planner.requests) == 1
 

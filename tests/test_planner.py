@@ -14,6 +14,7 @@ from planexec.errors import ModelOutputError, ModelServerError, PlanningError
 from planexec.planning.draft_schema import draft_schema
 from planexec.planning.planner import Planner, load_prompt, render_catalog
 from planexec.planning.stream import PlanStream
+from planexec.team.settings import PlanningOptions, ReviewOptions
 from planexec.testing import ScriptedModel, sleep_tool
 
 
@@ -365,7 +366,14 @@ def test_a_json_draft_names_its_answer_step_and_the_team_needs_no_joiner_call(tm
     from planexec import Team
     from planexec.workers.toolkit import calculator
 
-    team = Team(ScriptedModel(["{}"], name="test:probe"), tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    team = Team(
+        ScriptedModel(["{}"], name="test:probe"),
+        tools=[calculator],
+        mode="plan",
+        store=None,
+        planning=PlanningOptions(joiner=True),
+        review=ReviewOptions(auto_approve=True),
+    )
     registry = team.registry
     positional = draft_schema(registry, positional=True, max_steps=3)
     assert positional["properties"]["answer_step"] == {"enum": ["s1", "s2", "s3"]} and positional["required"] == ["steps"]
@@ -391,7 +399,9 @@ def test_a_json_draft_names_its_answer_step_and_the_team_needs_no_joiner_call(tm
         }
     )
     model = ScriptedModel([planned], name="test:json")
-    team = Team(model, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None)
+    team = Team(
+        model, tools=[calculator], mode="plan", store=None, planning=PlanningOptions(joiner=True), review=ReviewOptions(auto_approve=True)
+    )
     result = team.run_sync("What is 17 times 23, plus 5?")
     assert result.status is RunStatus.SUCCEEDED and result.answer == 396 and result.plan.answer_step == "s2"
     assert len(model.requests) == 1  # the planner only: the named step's output is the answer
@@ -405,5 +415,7 @@ def test_a_json_draft_names_its_answer_step_and_the_team_needs_no_joiner_call(tm
         json.dumps({"action": "finish", "answer": "four"}),
     ]
     unnamed = ScriptedModel(replies, name="test:json")
-    answered = Team(unnamed, tools=[calculator], mode="plan", joiner=True, auto_approve=True, store=None).run_sync("What is 2 + 2?")
+    answered = Team(
+        unnamed, tools=[calculator], mode="plan", store=None, planning=PlanningOptions(joiner=True), review=ReviewOptions(auto_approve=True)
+    ).run_sync("What is 2 + 2?")
     assert answered.answer == "four" and len(unnamed.requests) == 2  # no answer named: the joiner assembles it

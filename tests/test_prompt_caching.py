@@ -32,6 +32,7 @@ from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
 from planexec.planning.router import route_request
 from planexec.store.location import open_store
+from planexec.team.settings import PlanningOptions, Toolbox
 from planexec.team.team import Team
 from planexec.testing import FunctionModel, ScriptedModel
 from planexec.usage import Usage
@@ -287,7 +288,13 @@ def test_a_runs_total_usage_sums_the_cached_tokens_of_every_call_and_show_prints
     planned = ModelResponse(text=plan, usage=Usage(input_tokens=3000, output_tokens=40, model_calls=1, cached_input_tokens=2048))
     written = ModelResponse(text="Done.", usage=Usage(input_tokens=1500, output_tokens=2, model_calls=1, cache_write_tokens=1200))
     store = open_store(str(tmp_path / "runs.db"))
-    team = Team(ScriptedModel([planned, written], name="test:cached"), roles=["writer"], mode="plan", joiner=False, store=store)
+    team = Team(
+        ScriptedModel([planned, written], name="test:cached"),
+        mode="plan",
+        store=store,
+        toolbox=Toolbox(roles=["writer"]),
+        planning=PlanningOptions(joiner=False),
+    )
     result = team.run_sync("Write a note.")
     assert result.status.value == "succeeded", result.error
     assert (result.usage.input_tokens, result.usage.cached_input_tokens, result.usage.cache_write_tokens) == (4500, 2048, 1200)

@@ -7,8 +7,8 @@ import inspect
 import planexec
 
 EXPECTED = {
-    # the goal path
-    "Team",
+    # the goal path, and what a team takes
+    "Team", "ModelOptions", "Toolbox", "PlanningOptions", "ReviewOptions",
     # plans
     "Plan", "Step", "FailureAction", "check_plan", "validate_plan", "Problem",
     # workers and tools

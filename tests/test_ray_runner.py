@@ -47,6 +47,7 @@ from planexec.scale import RayRunner, remote_ref
 from planexec.scale import cluster as cluster_module
 from planexec.scale.cluster import RayNode, RayUnavailable, TempRayCluster
 from planexec.store import SqliteRunStore
+from planexec.team.settings import Toolbox
 from planexec.testing import ScriptedModel
 from planexec.workers.context import ToolContext
 from planexec.workers.io import StepCall
@@ -359,9 +360,9 @@ def test_a_team_runs_its_plans_tool_steps_where_its_runner_says(cluster: Cluster
     plan = {"steps": [{"id": "s1", "worker": "tool", "action": "quick", "instruction": "where", "parameters": {"name": "s1"}}]}
     team = Team(
         ScriptedModel([json.dumps(plan)], name="script:planner"),
-        tools_modules=[str(cluster.folder / "raytools.py")],
         mode="plan",
         runner=RunnerConfig(kind="ray", address=cluster.address),
+        toolbox=Toolbox(modules=[str(cluster.folder / "raytools.py")]),
     )
     result = team.run_sync("where does it run?")
     assert result.status.value == "succeeded"

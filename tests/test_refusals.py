@@ -21,16 +21,20 @@ from planexec import Plan, RunStatus, Team
 from planexec.cli.progress import print_summary
 from planexec.engine.results import ErrorInfo, describe_refused
 from planexec.plan.capabilities import Constraint
+from planexec.team.settings import ReviewOptions, Toolbox
 from planexec.testing import ScriptedModel, tool_call
 from planexec.workers.gate import CallRecord
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "planexec"
 
 
-def _team(tmp_path, answers, **options):
+def _team(tmp_path, answers, *, tools=(), store=None, **review):
+    """A team of the built-in roles on a scripted model; `review` is `ReviewOptions`' (auto_approve, call_approver...)."""
     (tmp_path / "ws").mkdir(exist_ok=True)
     model = ScriptedModel(answers)
-    return Team(model, roles=True, workspace=tmp_path / "ws", **options), model
+    return Team(
+        model, tools=tools, store=store, toolbox=Toolbox(roles=True, workspace=tmp_path / "ws"), review=ReviewOptions(**review)
+    ), model
 
 
 def _plan(*steps):

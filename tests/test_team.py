@@ -7,10 +7,12 @@ import json
 
 import pytest
 
+from planexec.engine.config import EngineConfig
 from planexec.errors import PlanningError, PlanRejectedError
 from planexec.governance.rules import ForbidTools, ToolsNeedPerson
 from planexec.models import EMBEDDED
 from planexec.models.providers import register_provider
+from planexec.team.settings import PlanningOptions, ReviewOptions
 from planexec.team.team import Team
 from planexec.testing import ScriptedModel
 from planexec.workers.context import ToolContext
@@ -69,7 +71,7 @@ def test_the_first_program_runs_on_a_scripted_model(monkeypatch, tmp_path, capsy
 
 def test_run_reports_every_role_and_counts_routing_and_planning_in_its_time(script):
     script.extend([ROUTE_PLAN, ADD_PLAN])
-    team = Team("script:p", tools=[add], routing="router")
+    team = Team("script:p", tools=[add], planning=PlanningOptions(routing="router"))
     result = team.run_sync("What is 17 plus 25?")
     assert result.status.value == "succeeded" and result.answer == 42
     roles = result.usage_by_role()
@@ -88,7 +90,7 @@ def test_by_default_the_planner_does_the_routers_work_and_its_plan_decides(scrip
     (tmp_path / "planexec.toml").write_text('[planexec]\nrouting = "router"\n')
     assert Team.from_config(tmp_path, model="script:p", tools=[add]).routing == "router"
     with pytest.raises(ValueError, match="routing must be 'planner' or 'router'"):
-        Team("script:p", routing="dice")  # type: ignore[arg-type]
+        Team("script:p", planning=PlanningOptions(routing="dice"))  # type: ignore[arg-type]
 
 
 def test_single_mode_runs_one_agent_with_the_team_tools(script):
@@ -111,7 +113,7 @@ def test_a_policy_rejection_raises_and_nothing_runs(script):
         {"steps": [{"id": "s1", "worker": "tool", "action": "risky", "instruction": "go", "parameters": {"x": 1}, "depends_on": []}]}
     )
     script.extend([plan])
-    team = Team("script:p", tools=[risky], mode="plan", policies=[ForbidTools(["risky"])])
+    team = Team("script:p", tools=[risky], mode="plan", review=ReviewOptions(policies=[ForbidTools(["risky"])]))
     with pytest.raises(PlanRejectedError) as info:
         team.run_sync("do the risky thing")
     assert info.value.by == "policy" and "risky" in info.value.reason
@@ -126,13 +128,15 @@ def test_an_escalation_needs_a_reviewer_or_auto_approve(script):
     script.extend([plan, plan, plan])
     policies = [ToolsNeedPerson(["add"])]
     with pytest.raises(PlanRejectedError) as info:
-        Team("script:p", tools=[add], mode="plan", policies=policies).run_sync("add")
+        Team("script:p", tools=[add], mode="plan", review=ReviewOptions(policies=policies)).run_sync("add")
     assert info.value.by == "nobody"
     seen = []
     reviewer = lambda plan, review: seen.append((plan.step_ids, review.decision)) or True  # noqa: E731
-    result = Team("script:p", tools=[add], mode="plan", policies=policies, reviewer=reviewer).run_sync("add")
+    result = Team("script:p", tools=[add], mode="plan", review=ReviewOptions(policies=policies, reviewer=reviewer)).run_sync("add")
     assert result.answer == 3 and seen == [(["s1"], "escalate")]
-    assert Team("script:p", tools=[add], mode="plan", policies=policies, auto_approve=True).run_sync("add").answer == 3
+    assert (
+        Team("script:p", tools=[add], mode="plan", review=ReviewOptions(policies=policies, auto_approve=True)).run_sync("add").answer == 3
+    )
 
 
 def test_plan_only_and_execute_a_saved_plan(script, tmp_path):
@@ -174,7 +178,7 @@ def test_bad_arguments_are_clear_errors(script):
     with pytest.raises(ValueError, match="mode must be one of"):
         Team("script:p", mode="team")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_replans"):
-        Team("script:p", max_replans=-1)
+        Team("script:p", engine=EngineConfig(max_replans=-1))
 
 
 def test_the_first_program_runs_on_the_embedded_model(allow_requests, monkeypatch, tmp_path, capsys):
@@ -259,8 +263,7 @@ def test_durable_approvals_are_given_from_another_process(script, tmp_path):
         tools=[pay_tool],
         mode="plan",
         store=store,
-        approver=StoreApprover(store, poll=0.05),
-        plan_approver=PlanApprover(store, poll=0.05),
+        review=ReviewOptions(approver=StoreApprover(store, poll=0.05), plan_approver=PlanApprover(store, poll=0.05)),
     )
 
     def person():  # another process would run `planexec approve`; here a thread writes the same decisions
@@ -282,3 +285,42 @@ def test_durable_approvals_are_given_from_another_process(script, tmp_path):
         (None, "approved", "ada"),
         ("s1", "approved", "ada"),
     }
+
+
+def test_a_team_takes_a_few_settings_objects_and_no_engine_setting_twice():
+    """`Team` takes its model, tools, mode, config, store, seed and six settings objects: no engine setting copied into
+    its signature (they are `EngineConfig`'s), and each settings object rejects a bad value naming it."""
+    import dataclasses
+    import inspect
+
+    from planexec import EngineConfig, PlanningOptions, ReviewOptions
+
+    params = list(inspect.signature(Team.__init__).parameters)[1:]
+    assert len(params) <= 12, params
+    # the team opens the store, seeds the models too, and builds the runner its RunnerConfig names
+    engine_fields = {f.name for f in dataclasses.fields(EngineConfig)} - {"store", "seed", "runner"}
+    assert not engine_fields & set(params)
+    with pytest.raises(ValueError, match="routing must be 'planner' or 'router'"):
+        PlanningOptions(routing="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="plan_format must be 'json' or 'compact'"):
+        PlanningOptions(plan_format="yaml")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+        PlanningOptions(max_steps=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ReviewOptions().auto_approve = True  # type: ignore[misc]
+
+
+def test_the_engine_settings_come_from_planexec_toml_unless_given(tmp_path):
+    """One place for the engine's settings: planexec.toml's limits over the engine's defaults, or an `EngineConfig` as given;
+    the team adds its registry, store, approvers, replanner and joiner, never a copy of a limit."""
+    from planexec import EngineConfig
+    from planexec.config import Config
+
+    configured = Team(ScriptedModel([]), config=Config(max_concurrency=3, default_timeout=7, max_replans=1))
+    settings = configured.engine_settings()
+    assert (settings.max_concurrency, settings.default_timeout, settings.max_replans) == (3, 7, 1)
+    assert settings.registry is configured.registry and settings.replanner is not None and settings.seed == 0
+    given = Team(ScriptedModel([]), config=Config(max_concurrency=3), engine=EngineConfig(max_concurrency=9, max_replans=0))
+    assert given.engine_settings().max_concurrency == 9 and given.engine_settings().replanner is None
+    single = configured.engine_settings(monitored=False)
+    assert single.replanner is None and single.joiner is None

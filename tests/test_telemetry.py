@@ -31,6 +31,7 @@ from opentelemetry.trace import StatusCode
 from planexec import Engine, Plan, Registry, RoleWorker, RunStatus, telemetry
 from planexec.cli.main import main
 from planexec.config import Config, TelemetryConfig, load_config
+from planexec.engine.config import EngineConfig
 from planexec.errors import ConfigError, ModelServerError
 from planexec.models import observe
 from planexec.models.base import Message, ModelRequest
@@ -38,6 +39,7 @@ from planexec.models.managed import ManagedModel
 from planexec.models.providers import register_provider
 from planexec.planning.planner import Planner
 from planexec.store import open_store
+from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
 from planexec.team.subteam import SubTeam
 from planexec.team.team import Team
 from planexec.telemetry import names as n
@@ -109,7 +111,9 @@ def weather_team(script, **options) -> Team:
     """A planner, a tool step and a role that calls a tool: every kind of span."""
     script["planner"] = [PLAN]
     script["worker"] = [tool_call("lookup", city="Paris"), "It is sunny in Paris."]
-    team = Team("script:planner", worker_model="script:worker", tools=[add], mode="plan", config=Config(prices=PRICES), **options)
+    team = Team(
+        "script:planner", tools=[add], mode="plan", config=Config(prices=PRICES), **options, models=ModelOptions(worker="script:worker")
+    )
     clerk = RoleWorker(
         "clerk", model=team.models.worker, description="answers", system_prompt="Be brief.", tools=[Tool(lookup, read_only=True)]
     )
@@ -214,7 +218,7 @@ def test_a_failing_steps_spans_carry_the_error_and_no_output(script):
         )
     ]
     exporter = capture()
-    team = Team("script:planner", tools=[explode], mode="plan", max_replans=0)
+    team = Team("script:planner", tools=[explode], mode="plan", engine=EngineConfig(max_replans=0))
     drafted = json.loads(team.plan_sync("explode").plan.to_json())
     drafted["steps"][0]["failure_action"] = {"kind": "retry", "max_attempts": 2, "backoff": 0}
     result = team.execute_sync(Plan.model_validate(drafted))
@@ -301,7 +305,9 @@ def test_a_streamed_run_and_a_single_agent_are_traced_too():
     assert tree.parent(tree.parent(tree.one("step s1"))) is run
     exporter.clear()
     agent = ScriptedModel([tool_call("add", a=2, b=5), "7"], name="test:agent")
-    single = Team(agent, tools=[add], mode="single", auto_approve=True).run_sync("what is 2 plus 5?")  # `add` is not read-only
+    single = Team(agent, tools=[add], mode="single", review=ReviewOptions(auto_approve=True)).run_sync(
+        "what is 2 plus 5?"
+    )  # `add` is not read-only
     tree = Tree(exporter.get_finished_spans())
     assert single.answer == "7"
     (attempt,) = tree.children(tree.one("step agent"))
@@ -416,7 +422,7 @@ def test_a_sub_teams_run_nests_under_its_parent_step():
     reg = Registry.default()
     reg.add_worker(SubTeam("research_team", planner=sub_planner, description="researches"))
     top_plan = json.dumps({"steps": [{"id": "s1", "worker": "research_team", "action": "delegate", "instruction": "research tides"}]})
-    result = Team(ScriptedModel([top_plan], name="test:manager"), registry=reg, mode="plan").run_sync("tides")
+    result = Team(ScriptedModel([top_plan], name="test:manager"), mode="plan", toolbox=Toolbox(registry=reg)).run_sync("tides")
     assert result.status is RunStatus.SUCCEEDED
     tree = Tree(exporter.get_finished_spans())
     top = tree.one(RUN, **{n.RUN_ID: result.run_id})

@@ -27,6 +27,7 @@ from planexec.plan.drafts import Planning
 from planexec.plan.model import FailureAction, Plan, Step
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.planning.planner import Planner
+from planexec.team.settings import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.subteam import SubTeam
 from planexec.team.team import Team
 from planexec.usage import Budget, Usage
@@ -44,13 +45,16 @@ __all__ = [
     "EngineConfig",
     "FailureAction",
     "Model",
+    "ModelOptions",
     "ModelProfile",
     "Plan",
     "PlanexecError",
     "Planner",
     "Planning",
+    "PlanningOptions",
     "Problem",
     "Registry",
+    "ReviewOptions",
     "RoleWorker",
     "Run",
     "RunResult",
@@ -63,6 +67,7 @@ __all__ = [
     "Team",
     "Tool",
     "ToolContext",
+    "Toolbox",
     "Usage",
     "Worker",
     "check_plan",

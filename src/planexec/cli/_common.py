@@ -41,6 +41,7 @@ from planexec.cli.progress import EventLog, LiveProgress
 from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.approval import Approver
 from planexec.engine.calls import approve_calls, person
+from planexec.engine.config import EngineConfig
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
@@ -53,6 +54,8 @@ from planexec.plan.validation import validate_plan
 from planexec.scale import RayRunner, runner_for
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
+from planexec.team.settings import ModelOptions, Toolbox
+from planexec.team.settings import engine_config as settings_from_config
 from planexec.team.team import Team
 from planexec.telemetry import configure as configure_telemetry
 from planexec.telemetry import trace_run
@@ -367,19 +370,15 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
 
 
-def engine_limits(args: argparse.Namespace, config: Config) -> dict[str, Any]:
-    """The engine's limits a command sets: ``--max-concurrency`` and ``--timeout`` (where the command has them), else
-    planexec.toml's, and its max_output_bytes (0: no limit); the engine's defaults when none says."""
-    options: dict[str, Any] = {}
-    max_concurrency = getattr(args, "max_concurrency", None) or config.max_concurrency
-    if max_concurrency:
-        options["max_concurrency"] = max_concurrency
-    timeout = getattr(args, "timeout", None) or config.default_timeout
-    if timeout:
-        options["default_timeout"] = timeout
-    if config.max_output_bytes is not None:
-        options["max_output_bytes"] = config.max_output_bytes
-    return options
+def engine_config(args: argparse.Namespace, config: Config, **given: Any) -> EngineConfig:
+    """The engine's settings a command runs with: ``--max-concurrency`` and ``--timeout`` (where the command has them) and
+    `given` (None: not given), over planexec.toml's (`team.settings.engine_config`), over the engine's defaults."""
+    return settings_from_config(
+        config,
+        max_concurrency=getattr(args, "max_concurrency", None) or None,
+        default_timeout=getattr(args, "timeout", None) or None,
+        **given,
+    )
 
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:
@@ -526,13 +525,10 @@ def plan_registry(
         extra = [t for t in tools if t not in config.tools]  # the team loads planexec.toml's tools itself
         team = Team(
             model,
-            worker_model=worker_model,
-            base_url=base_url,
             seed=seed,
             config=config,
-            tools_modules=extra,
-            roles=True,
-            workspace=workspace or config.workspace or "workspace",
+            models=ModelOptions(worker=worker_model, base_url=base_url),
+            toolbox=Toolbox(modules=extra, roles=True, workspace=workspace or config.workspace or "workspace"),
         )
     except (ConfigError, RegistryError) as exc:
         raise UsageError(str(exc)) from None

@@ -34,6 +34,7 @@ from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
 from planexec.planning.router import ROUTINGS
 from planexec.team.agent import single_plan
+from planexec.team.settings import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
@@ -101,24 +102,21 @@ def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = Non
     try:
         return Team(
             args.model,
-            worker_model=args.worker_model,
-            base_url=args.base_url,
-            seed=args.seed,
             config=config,
-            tools_modules=args.tools,
-            roles=True,
-            workspace=args.workspace or config.workspace or "workspace",
-            max_steps=args.max_steps,
-            max_repairs=args.max_repairs,
-            max_replans=limit,
-            joiner=getattr(args, "joiner", None),
-            max_concurrency=getattr(args, "max_concurrency", None),
-            default_timeout=getattr(args, "timeout", None),
             store=store,
-            policies=policies,
-            reuse=False if getattr(args, "no_reuse", False) else None,
+            seed=args.seed,
+            models=ModelOptions(worker=args.worker_model, base_url=args.base_url),
+            toolbox=Toolbox(modules=args.tools, roles=True, workspace=args.workspace or config.workspace or "workspace"),
+            planning=PlanningOptions(
+                max_steps=args.max_steps,
+                max_repairs=args.max_repairs,
+                joiner=getattr(args, "joiner", None),
+                reuse=False if getattr(args, "no_reuse", False) else None,
+                routing=getattr(args, "routing", None),
+            ),
+            review=ReviewOptions(policies=policies),
+            engine=common.engine_config(args, config, max_replans=limit),
             runner=common.runner_settings(args, config),
-            routing=getattr(args, "routing", None),
         )
     except (ConfigError, RegistryError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None

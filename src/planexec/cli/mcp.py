@@ -33,6 +33,7 @@ from planexec.config import Config
 from planexec.errors import ConfigError, PolicyError, RegistryError, StoreError
 from planexec.governance.policy_sets import load_policies
 from planexec.store import RunStore, store_target
+from planexec.team.settings import ReviewOptions, Toolbox
 from planexec.team.team import Team
 
 __all__ = ["DEFAULT_PORT", "TOKEN_ENV", "add_mcp_command", "cmd_mcp"]
@@ -117,12 +118,10 @@ def _team(args: argparse.Namespace, config: Config, store: RunStore) -> Team:
         policies = load_policies(config.policies)
         return Team(
             config=config,
-            tools_modules=args.tools,
-            roles=True,
-            workspace=config.workspace or "workspace",
             store=store,
-            policies=list(policies),
             mode="plan",
+            toolbox=Toolbox(modules=args.tools, roles=True, workspace=config.workspace or "workspace"),
+            review=ReviewOptions(policies=tuple(policies)),
         )
     except (ConfigError, PolicyError, RegistryError, StoreError, ValueError) as exc:
         raise common.UsageError(str(exc)) from None

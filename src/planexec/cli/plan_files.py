@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = outcome.plan
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store, **common.engine_limits(args, config)}
+    options: dict[str, Any] = {"store": store}
     options.update(
         run_approvers(
             store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
@@ -79,7 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if runner is not None:  # a Ray cluster's: the run records it, and resume goes on there
         options["runner"] = runner
         setup["runner"] = where.recorded()
-    result = run_to_end(_execute(Engine(registry, **options), plan, display, run_id=args.run_id, setup=setup))
+    result = run_to_end(
+        _execute(Engine(registry, config=common.engine_config(args, config), **options), plan, display, run_id=args.run_id, setup=setup)
+    )
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:

@@ -87,7 +87,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     registry = common.plan_registry(plan, tools, config, workspace=args.workspace)
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store, **common.engine_limits(args, config)}
+    options: dict[str, Any] = {"store": store}
     recorded = _stored_setup(store, args.run_id).get("runner")
     where = common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None)
     try:
@@ -99,7 +99,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     options.update(
         resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store)
     )
-    engine = Engine(registry, **options)
+    engine = Engine(registry, config=common.engine_config(args, config), **options)
 
     async def go() -> RunResult:
         run = start_run(lambda: engine.resume(args.run_id))  # traced: linked to the trace of the run it continues

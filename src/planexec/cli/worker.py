@@ -154,9 +154,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     def registry_for(plan: Plan, setup: Any) -> Any:
         return common.plan_registry(plan, [str(t) for t in setup.get("tools", [])], config, workspace=args.workspace)
 
-    options = common.engine_limits(args, config)
     worker = QueueWorker(
-        store, concurrency=args.concurrency, registry_for=registry_for, engine_options=options, poll=args.poll,
+        store, concurrency=args.concurrency, registry_for=registry_for, engine=common.engine_config(args, config), poll=args.poll,
         idle_exit=args.idle_exit, once=args.once, grace=args.grace, on_note=lambda line: common.say(f"planexec worker: {line}", stderr=True),
         runner=common.runner_settings(args, config),
     )  # fmt: skip

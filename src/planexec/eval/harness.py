@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from planexec.config import Config
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ModelError, PlanningError
@@ -46,6 +47,7 @@ from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.planning.joiner import joiner_note
 from planexec.planning.stream import PlanStream
 from planexec.records import Record
+from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox, engine_config
 from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
@@ -238,18 +240,19 @@ def team_for(model: Model, registry: Registry, options: EvalOptions) -> Team:
     """
     return Team(
         model,
-        registry=registry,
-        max_steps=options.max_steps,
-        max_repairs=options.max_repairs,
-        planner_max_tokens=options.planner_max_tokens,
-        max_turns=options.max_turns,
-        positional=options.positional,
-        plan_format=options.plan_format,
-        max_replans=options.max_replans if options.replan else 0,
-        joiner=options.join and joiner_note(model) is None,
-        default_timeout=options.step_timeout,
         seed=options.seed,
-        auto_approve=True,
+        toolbox=Toolbox(registry=registry),
+        planning=PlanningOptions(
+            max_steps=options.max_steps,
+            max_repairs=options.max_repairs,
+            max_tokens=options.planner_max_tokens,
+            agent_turns=options.max_turns,
+            positional=options.positional,
+            plan_format=options.plan_format,
+            joiner=options.join and joiner_note(model) is None,
+        ),
+        review=ReviewOptions(auto_approve=True),
+        engine=engine_config(Config(), max_replans=options.max_replans if options.replan else 0, default_timeout=options.step_timeout),
     )
 
 

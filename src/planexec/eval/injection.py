@@ -28,7 +28,6 @@ through `run_to_end`, so a hung tool cannot hold the process), `workers`,
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import tempfile
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from planexec.config import Config
+from planexec.engine.config import EngineConfig
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, StepState
 from planexec.errors import PlanexecError, PlanParseError
@@ -53,6 +53,7 @@ from planexec.eval.injection_report import (
 )
 from planexec.plan.model import Plan, resolve_references
 from planexec.records import Record
+from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.testing import ObedientModel
 from planexec.workers.registry import TOOL_WORKER
@@ -248,24 +249,21 @@ def _team(
     model: ObedientModel, workspace: Path, tools: list[Tool], approval: Approval, person: ScriptedPerson, mode: RunMode, *, defences: bool
 ) -> Team:
     """A team on the obedient model: every role, the logged tools, no store, no replanning; approvals as `approval` says."""
-    options: dict[str, Any] = {"enforce_contract": defences}
     if approval == "yes":
-        options["auto_approve"] = True  # what `planexec run --yes` does: approve the plan, every step, the agent's tools
+        review = ReviewOptions(auto_approve=True)  # what `planexec run --yes` does: approve the plan, every step, the agent's tools
     elif approval == "person":
-        options.update(approver=person, reviewer=person)
-        if "call_approver" in inspect.signature(Team).parameters:  # per-call approvals, where the team takes them
-            options["call_approver"] = person
+        review = ReviewOptions(approver=person, reviewer=person, call_approver=person)
+    else:
+        review = ReviewOptions()
     return Team(
         model,
-        worker_model=model,
         tools=tools,
-        roles=True,
-        workspace=workspace,
         mode="single" if mode == "single" else "plan",
-        max_replans=0,
         config=Config(),
-        env={},
-        **options,
+        models=ModelOptions(worker=model, env={}),
+        toolbox=Toolbox(roles=True, workspace=workspace),
+        review=review,
+        engine=EngineConfig(max_replans=0, enforce_contract=defences),
     )
 
 

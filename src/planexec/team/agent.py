@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine, Run
 from planexec.engine.results import RunResult
 from planexec.models.base import Model
@@ -102,7 +103,7 @@ def start_single(
     model: Model,
     registry: Registry,
     max_turns: int = 12,
-    engine_options: dict[str, Any] | None = None,
+    engine: EngineConfig | None = None,
     overhead: Mapping[str, Usage] | None = None,
     run_id: str | None = None,
     planning: Planning | None = None,
@@ -115,9 +116,9 @@ def start_single(
     directly as a single agent): their events and usage join the run's.
     """
     worker = agent_worker(model, registry.tools.values(), max_turns=max_turns)
-    engine = Engine(_agent_registry(registry, worker), **(engine_options or {}))
+    agent_engine = Engine(_agent_registry(registry, worker), config=engine)
     plan = single_plan(goal, worker=worker.name, requires_approval=requires_approval)
-    return engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, setup=setup)
+    return agent_engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, setup=setup)
 
 
 async def run_single(
@@ -126,7 +127,7 @@ async def run_single(
     model: Model,
     registry: Registry,
     max_turns: int = 12,
-    engine_options: dict[str, Any] | None = None,
+    engine: EngineConfig | None = None,
     overhead: Mapping[str, Usage] | None = None,
     run_id: str | None = None,
     requires_approval: bool = False,
@@ -134,7 +135,7 @@ async def run_single(
     """Run `goal` with one agent that has every tool in `registry.tools`; its final answer is the run's answer.
 
     The agent works the one-step plan of `single_plan` on an `Engine` built
-    with `engine_options` (timeouts, approver, subscribers...) over a copy of
+    with the settings `engine` (timeouts, approver, subscribers...) over a copy of
     the registry, so the result has the same events, usage and status as a
     team run: the agent's usage is under its role (``agent``) and
     `overhead` (role -> usage, such as ``{"router": ...}``) is counted too.
@@ -146,7 +147,7 @@ async def run_single(
         model=model,
         registry=registry,
         max_turns=max_turns,
-        engine_options=engine_options,
+        engine=engine,
         overhead=overhead,
         run_id=run_id,
         requires_approval=requires_approval,

@@ -62,6 +62,7 @@ from typing import Any
 from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
+from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine, Run, new_run_id
 from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
@@ -154,8 +155,8 @@ class QueueWorker:
     `concurrency`), run them, stop. `grace` (seconds): how long a run being
     released may finish its running steps. `give_up_after` (seconds): stop
     when claiming has failed that long (the store is down; an orchestrator
-    restarts the worker, and other workers take its runs over). `engine_options` are given to
-    each run's `Engine` (limits, timeouts); `on_note` receives a line per
+    restarts the worker, and other workers take its runs over). `engine` is
+    each run's engine settings (`EngineConfig`: limits, timeouts); `on_note` receives a line per
     thing worth saying (default: the ``planexec.fleet`` log).
     """
 
@@ -165,7 +166,7 @@ class QueueWorker:
         *,
         concurrency: int = 1,
         registry_for: RegistryFor | None = None,
-        engine_options: Mapping[str, Any] | None = None,
+        engine: EngineConfig | None = None,
         poll: float = 0.5,
         idle_exit: float | None = None,
         once: bool = False,
@@ -185,7 +186,7 @@ class QueueWorker:
         self._runners: dict[tuple[int, str], Runner | None] = {}
         self.concurrency = concurrency
         self.registry_for = registry_for or tools_registry
-        self.engine_options = dict(engine_options or {})
+        self.engine_config = engine if engine is not None else EngineConfig()
         self.poll = poll
         self.idle_exit = idle_exit
         self.once = once
@@ -325,11 +326,11 @@ class QueueWorker:
         if not versions:
             raise ValueError(f"run {claim.run_id!r} has no stored plan")
         registry = self._registry(versions[-1].plan, claim.run.setup)
-        options = {**self._approvers(claim.run), **self.engine_options}
+        options = self._approvers(claim.run)
         runner = self._runner(registry, claim.run.setup)
         if runner is not None:
             options["runner"] = runner
-        engine = Engine(registry, store=self.store, **options)
+        engine = Engine(registry, config=self.engine_config, store=self.store, **options)
         return start_run(lambda: engine.resume(claim.run_id))
 
     def _runner(self, registry: Registry, setup: Mapping[str, Any]) -> Runner | None:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from planexec.config import Config, RunnerConfig, load_config
-from planexec.engine.approval import Approver, PlanApprover, StoreApprover
+from planexec.engine.approval import Approver, StoreApprover
 from planexec.engine.calls import approve_calls
+from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine, Run, new_run_id
 from planexec.engine.join import Joiner
 from planexec.engine.loop import run_to_end
@@ -44,15 +45,16 @@ from planexec.plan.validation import check_plan
 from planexec.planning.joiner import ModelJoiner, joiner_note
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.planning.router import ROUTINGS, Route, Routing, route
+from planexec.planning.router import Route, Routing, route
 from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
+from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Toolbox, engine_config
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
 from planexec.telemetry.setup import active, configure, traced
-from planexec.usage import Budget, Usage
+from planexec.usage import Usage
 from planexec.workers.context import run_dependencies
 from planexec.workers.gate import CallApprover
 from planexec.workers.registry import TOOL_WORKER, Registry
@@ -64,59 +66,51 @@ __all__ = ["MODES", "Mode", "Reviewer", "Team"]
 Mode = Literal["auto", "single", "plan", "stream"]
 MODES: tuple[str, ...] = get_args(Mode)
 
-# A person or a program reviewing a plan: (plan, the policies' review) -> ReviewOutcome, or True/False.
-Reviewer = Callable[[Plan, Any], "ReviewOutcome | bool | Awaitable[ReviewOutcome | bool]"]
-
 
 class Team:
     """A planner, role workers and tools that work goals: route, plan, review, run, replan, join.
 
     `model` is the planner's (a ``"provider:model"`` name or a `Model`;
     default: the environment, then `config`, then ``local:smollm2``), and the
-    workers' unless `worker_model` or `role_models` say otherwise. `tools`
-    are plain functions or `Tool`s; `tools_modules` are loaded like
-    ``--tools``. The built-in roles join with `roles` (True, or names) and
-    the workspace toolkit with `workspace`. The tools of the MCP servers in
-    `config` (``[planexec.mcp.servers.NAME]``, see `planexec.mcp`) join too;
-    a server stays open while a run uses it. `runner` (default: `config`'s
-    ``[planexec.runner]``) says where a plan's steps run: here, or the
-    function-tool steps on a Ray cluster (`planexec.scale`; a single
-    agent's run stays here). `mode` is how goals are worked:
-    ``auto`` (`routing` decides: by default the planner plans every goal,
-    with no router call, and a plan of one step is worked by one agent;
-    ``"router"`` asks the router's short call first), ``single`` (one agent with every
-    tool), ``plan`` (a team following a reviewed plan) or ``stream`` (steps
-    start while the plan is written; nothing can be reviewed first).
-    `max_steps`, `planner_max_tokens` and `max_turns` (the single agent's)
-    default to `bounds_for(model)`: shorter on a model whose profile says
-    it is small; `positional` picks the planner's draft shape and
-    `plan_format` its form (default: the profile's, compact for a hosted
-    model, JSON for the embedded one; see `Planner`).
+    workers' unless `models` says otherwise. `tools` are plain functions or
+    `Tool`s; `toolbox` adds tools modules, a registry of one's own, the
+    built-in roles and the workspace toolkit. The tools of the MCP servers
+    in `config` (``[planexec.mcp.servers.NAME]``, see `planexec.mcp`) join
+    too; a server stays open while a run uses it. `mode` is how goals are
+    worked: ``auto`` (`planning.routing` decides: by default the planner
+    plans every goal, with no router call, and a plan of one step is worked
+    by one agent), ``single`` (one agent with every tool), ``plan`` (a team
+    following a reviewed plan) or ``stream`` (steps start while the plan is
+    written; nothing can be reviewed first). `planning` bounds and shapes
+    the plans (`PlanningOptions`: the defaults follow the planner model's
+    profile), `review` says who decides (`ReviewOptions`), `engine` is the
+    engine's own settings (`EngineConfig`: concurrency, timeouts, plan
+    revisions, budget, output size; default: planexec.toml's, then the
+    engine's), `runner` where a plan's steps run (default: `config`'s
+    ``[planexec.runner]``: here, or the function-tool steps on a Ray
+    cluster, `planexec.scale`). `store` (a run store, or a path or URL to
+    open one) records every run; `seed` makes the planner, the joiner and
+    the engine repeatable. Everything left None is `config`'s
+    (``planexec.toml``), then the default: `Team.from_config` reads it.
 
-    Review: every plan goes through `policies`; then `reviewer`, if given,
-    decides (a person at a terminal, a web page, a program). Without one, a
-    plan runs when no policy rejects or escalates it (`auto_approve`
-    approves escalations too, and steps that require approval). A plan that
-    is not approved raises `PlanRejectedError` and nothing runs. `approver`
-    decides steps marked `requires_approval`; `call_approver` decides each
-    tool call a role worker makes that changes things and that the plan did
-    not pre-approve (`auto_approve` approves such plain calls, never an
-    escalation: a call untrusted data steered goes to a person or is
-    refused, see `planexec.workers.gate`). Approvals that outlive the
-    process and can be given from another one (``planexec approve``) are
-    kept in the `store`: ``approver=StoreApprover(store)`` for steps and
-    ``plan_approver=PlanApprover(store)`` for plan versions (each version
-    runs only once its content hash is approved, revisions included).
+    Review: every plan goes through the policies; then the reviewer, if
+    given, decides. Without one, a plan runs when no policy rejects or
+    escalates it (`auto_approve` approves escalations too, and steps that
+    require approval). A plan that is not approved raises
+    `PlanRejectedError` and nothing runs. The `approver` decides steps
+    marked `requires_approval`; the `call_approver` each tool call a role
+    worker makes that changes things and that the plan did not pre-approve
+    (`auto_approve` approves such plain calls, never an escalation: a call
+    untrusted data steered goes to a person or is refused, see
+    `planexec.workers.gate`). Approvals that outlive the process are kept
+    in the store: ``approver=StoreApprover(store)`` for steps and
+    ``plan_approver=PlanApprover(store)`` for plan versions.
 
     Monitoring: a failed step asks the planner for a new version up to
-    `max_replans` times; `joiner` (True, or a `Joiner`) decides after the
-    steps whether to finish or replan. `budget` bounds the run. `store` (a
-    run store, or a path or URL to open one) records every run.
-
-    Reuse: a goal that fits a template of the store's plan library gets the
-    template's plan filled in instead of a new one (`planexec.library.reuse`),
-    reviewed like any other; `reuse` (default: `config`, else on) is True,
-    False, or the matchers to use (``["rules"]``: never a model call).
+    ``engine.max_replans`` times; `planning.joiner` decides after the steps
+    whether to finish or replan. Reuse: a goal that fits a template of the
+    store's plan library gets the template's plan filled in instead of a
+    new one (`planexec.library.reuse`), reviewed like any other.
     """
 
     def __init__(
@@ -124,102 +118,94 @@ class Team:
         model: ModelRef | None = None,
         *,
         tools: Iterable[Callable[..., Any] | Tool] = (),
-        tools_modules: Iterable[str] = (),
-        registry: Registry | None = None,
-        roles: bool | Iterable[str] = False,
-        workspace: str | Path | None = None,
-        worker_model: ModelRef | None = None,
-        role_models: Mapping[str, ModelRef] | None = None,
-        base_url: str | None = None,
-        config: Config | None = None,
         mode: Mode = "auto",
-        max_steps: int | None = None,
-        max_repairs: int = 2,
-        planner_max_tokens: int | None = None,
-        max_turns: int | None = None,
-        positional: bool | None = None,
-        max_replans: int | None = None,
-        joiner: bool | Joiner | None = None,
-        policies: Iterable[Policy] = (),
-        reviewer: Reviewer | None = None,
-        approver: Approver | StoreApprover | None = None,
-        plan_approver: PlanApprover | None = None,
-        call_approver: CallApprover | StoreApprover | None = None,
-        auto_approve: bool = False,
-        enforce_contract: bool = True,
+        config: Config | None = None,
         store: RunLog | str | None = None,
-        budget: Budget | None = None,
-        max_concurrency: int | None = None,
-        default_timeout: float | None = None,
         seed: int | None = 0,
-        on_event: Callable[[Any], None] | None = None,
-        env: Mapping[str, str] | None = None,
-        reuse: bool | Iterable[str] | None = None,
-        plan_format: Literal["json", "compact"] | None = None,
+        models: ModelOptions | None = None,
+        toolbox: Toolbox | None = None,
+        planning: PlanningOptions | None = None,
+        review: ReviewOptions | None = None,
+        engine: EngineConfig | None = None,
         runner: RunnerConfig | None = None,
-        routing: Routing | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.config = config if config is not None else Config()
         self.seed = seed
-        if configure(self.config.telemetry, env) is not None:  # traces on: a model given as an object reports its calls too
+        chosen = models or ModelOptions()
+        box = toolbox or Toolbox()
+        self.planning_options = planning = planning or PlanningOptions()
+        self.review_options = review = review or ReviewOptions()
+        model, worker_model, role_models = model, chosen.worker, dict(chosen.roles)
+        if configure(self.config.telemetry, chosen.env) is not None:  # traces on: a model given as an object reports its calls too
             model, worker_model = _traced(model), _traced(worker_model)
-            role_models = {role: _traced(ref) for role, ref in (role_models or {}).items()}
+            role_models = {role: _traced(ref) for role, ref in role_models.items()}
         self.models = TeamModels.resolve(
-            self.config, model=model, worker_model=worker_model, role_models=role_models, base_url=base_url, seed=seed, env=env
+            self.config,
+            model=model,
+            worker_model=worker_model,
+            role_models=role_models,
+            base_url=chosen.base_url,
+            seed=seed,
+            env=chosen.env,
         )
-        self.bounds: PlannerBounds = bounds_for(self.models.planner)
+        self.tools_modules = [*self.config.tools, *box.modules]
         self.registry = build_registry(
             self.models,
             tools=tools,
-            tools_modules=[*self.config.tools, *tools_modules],
-            registry=registry,
-            roles=roles,
-            workspace=workspace if workspace is not None else self.config.workspace,
+            tools_modules=self.tools_modules,
+            registry=box.registry,
+            roles=box.roles,
+            workspace=box.workspace if box.workspace is not None else self.config.workspace,
             mcp_servers=self.config.mcp.servers,
         )
-        self.tools_modules = [*self.config.tools, *tools_modules]
         self.mode: Mode = mode
-        if max_steps is not None or planner_max_tokens is not None or max_turns is not None:
-            self.bounds = PlannerBounds(
-                max_steps=max_steps or self.bounds.max_steps,
-                max_tokens=planner_max_tokens or self.bounds.max_tokens,
-                agent_turns=max_turns or self.bounds.agent_turns,
-            )
-        self.max_steps = self.bounds.max_steps
-        self.max_repairs = max_repairs
-        self.positional = positional
-        # the planner's model writes its profile's form unless told: compact for a hosted model, JSON for the embedded one
-        self.plan_format: Literal["json", "compact"] = plan_format or self.config.plan_format or profile_of(self.models.planner).plan_format
-        if self.plan_format not in ("json", "compact"):
-            raise ValueError(f"plan_format must be 'json' or 'compact'; got {self.plan_format!r}")
-        self.routing: Routing = routing or self.config.routing or "planner"
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"routing must be 'planner' or 'router'; got {self.routing!r}")
-        self.max_replans = (
-            max_replans if max_replans is not None else (self.config.max_replans if self.config.max_replans is not None else 2)
+        profile = profile_of(self.models.planner)
+        shortest = bounds_for(self.models.planner)
+        self.bounds = PlannerBounds(
+            max_steps=planning.max_steps or shortest.max_steps,
+            max_tokens=planning.max_tokens or shortest.max_tokens,
+            agent_turns=planning.agent_turns or shortest.agent_turns,
         )
-        if self.max_replans < 0:
-            raise ValueError("max_replans must be 0 or more")
-        self.joiner = self._joiner(joiner if joiner is not None else bool(self.config.joiner))
-        self.policies = list(policies)
-        self.reviewer = reviewer
-        self.approver = approver if approver is not None else ((lambda step: True) if auto_approve else None)
-        self.auto_approve = auto_approve
-        self.plan_approver = plan_approver
-        # a tool call a role worker makes that changes things and that the plan did not pre-approve;
-        # auto_approve approves plain calls and never an escalation (untrusted data steering a call)
-        self.call_approver = call_approver if call_approver is not None else (approve_calls if auto_approve else None)
-        self.enforce_contract = enforce_contract  # False only to measure what the defences cost (see `planexec.workers.gate`)
+        # the planner's model writes its profile's form unless told: compact for a hosted model, JSON for the embedded one
+        self.plan_format: Literal["json", "compact"] = planning.plan_format or self.config.plan_format or profile.plan_format
+        self.routing: Routing = planning.routing or self.config.routing or "planner"
+        # the engine's own settings: as given, else planexec.toml's over the engine's defaults; the team's seed
+        self.engine_config: EngineConfig = engine_config(self.config, engine, seed=seed)
+        self.joiner = self._joiner(planning.joiner if planning.joiner is not None else bool(self.config.joiner))
+        self.reuse = matchers_of(planning.reuse if planning.reuse is not None else self.config.reuse)  # () is off
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
-        self.budget = budget
-        self.max_concurrency = max_concurrency or self.config.max_concurrency
-        self.default_timeout = default_timeout or self.config.default_timeout
-        self.on_event = on_event
-        self.reuse = matchers_of(reuse if reuse is not None else self.config.reuse)  # the plan library's matchers; () is off
         self.runner: RunnerConfig = runner if runner is not None else self.config.runner
         self._runners: dict[Registry, Runner | None] = {}  # one per registry: a Ray runner's actors serve every run
+
+    @property
+    def policies(self) -> Sequence[Policy]:
+        """The policies every plan goes through."""
+        return self.review_options.policies
+
+    @property
+    def auto_approve(self) -> bool:
+        """True when the team approves what a person would otherwise be asked (``--yes``)."""
+        return self.review_options.auto_approve
+
+    @property
+    def approver(self) -> Approver | StoreApprover | None:
+        """Who decides steps that require approval (with `auto_approve` and none given: approved)."""
+        given = self.review_options.approver
+        return given if given is not None else ((lambda step: True) if self.auto_approve else None)
+
+    @property
+    def call_approver(self) -> CallApprover | StoreApprover | None:
+        """Who decides a role's side-effecting calls the plan did not pre-approve; `auto_approve` approves plain ones, never an
+        escalation (untrusted data steering a call)."""
+        given = self.review_options.call_approver
+        return given if given is not None else (approve_calls if self.auto_approve else None)
+
+    @property
+    def max_replans(self) -> int:
+        """New versions of a plan a run may ask for."""
+        return self.engine_config.max_replans
 
     @classmethod
     def from_config(cls, folder: str | Path = ".", **overrides: Any) -> Team:
@@ -241,11 +227,11 @@ class Team:
         return Planner(
             self.models.planner,
             self.registry,
-            max_steps=self.max_steps,
-            max_repairs=self.max_repairs,
+            max_steps=self.bounds.max_steps,
+            max_repairs=self.planning_options.max_repairs,
             seed=self.seed,
             max_tokens=self.bounds.max_tokens,
-            positional=self.positional,
+            positional=self.planning_options.positional,
             plan_format=self.plan_format,
         )
 
@@ -258,14 +244,8 @@ class Team:
         return joiner or None
 
     def engine(self, *, monitored: bool = True, **overrides: Any) -> Engine:
-        """An engine over the team's registry with its settings; `overrides` win (a face's approvers, a display)."""
-        options = self.engine_options(monitored=monitored, **overrides)
-        registry = options.pop("registry", self.registry)
-        if "runner" not in options:
-            runner = self.runner_for(registry)
-            if runner is not None:  # None: the engine's local runner
-                options["runner"] = runner
-        return Engine(registry, **options)
+        """An engine over the team's registry with its settings; `overrides` (`EngineConfig` fields) win (a face's approvers, a display)."""
+        return Engine(config=self.engine_settings(monitored=monitored, **overrides))
 
     def runner_for(self, registry: Registry) -> Runner | None:
         """The runner `runner` asks for on `registry` (None: the local one), one per registry; `ConfigError` when Ray is missing."""
@@ -273,34 +253,28 @@ class Team:
             self._runners[registry] = runner_for(self.runner, registry)
         return self._runners[registry]
 
-    def engine_options(self, *, monitored: bool = True, **overrides: Any) -> dict[str, Any]:
-        """The engine settings of the team's runs; a single agent's (`monitored` False) have no replanner or joiner."""
-        options: dict[str, Any] = {
-            "seed": self.seed,
+    def engine_settings(self, *, monitored: bool = True, **overrides: Any) -> EngineConfig:
+        """The `EngineConfig` of the team's runs: its own settings, the team's registry, store and approvers, and for a plan
+        (`monitored`) its replanner and joiner; `overrides` win. A single agent's has no replanner or joiner."""
+        team: dict[str, Any] = {
+            "registry": self.registry,
             "store": self.store,
-            "budget": self.budget,
             "approver": self.approver,
             "call_approver": self.call_approver,
-            "enforce_contract": self.enforce_contract,
         }
-        if self.plan_approver is not None:
-            options["plan_approver"] = self.plan_approver
-        if self.max_concurrency:
-            options["max_concurrency"] = self.max_concurrency
-        if self.default_timeout:
-            options["default_timeout"] = self.default_timeout
-        if self.config.max_output_bytes is not None:  # 0 says: no limit
-            options["max_output_bytes"] = self.config.max_output_bytes
-        if self.on_event is not None:
-            options["on_event"] = self.on_event
+        if self.review_options.plan_approver is not None:
+            team["plan_approver"] = self.review_options.plan_approver
         if monitored:  # a single agent has no plan to revise
-            options["max_replans"] = self.max_replans
             if self.max_replans:
-                options["replanner"] = PlannerReplanner(self.planner)
+                team["replanner"] = PlannerReplanner(self.planner)
             if self.joiner is not None:
-                options["joiner"] = self.joiner
-        options.update(overrides)
-        return options
+                team["joiner"] = self.joiner
+        team.update(overrides)
+        if monitored and "runner" not in team:  # a single agent's run stays here
+            runner = self.runner_for(team["registry"])
+            if runner is not None:  # None: the engine's local runner
+                team["runner"] = runner
+        return self.engine_config.replace(**team)
 
     # --- the stages ------------------------------------------------------------------------------
 
@@ -359,8 +333,9 @@ class Team:
 
         if result.decision == "reject":
             return outcome("reject", "policy", "rejected by policy: " + "; ".join(result.reasons("reject")))
-        if self.reviewer is not None and (person_required or result.decision == "escalate"):
-            answer = self.reviewer(plan, result)
+        reviewer = self.review_options.reviewer
+        if reviewer is not None and (person_required or result.decision == "escalate"):
+            answer = reviewer(plan, result)
             answer = await answer if inspect.isawaitable(answer) else answer
             if isinstance(answer, ReviewOutcome):
                 return answer
@@ -408,7 +383,7 @@ class Team:
         **engine_overrides: Any,
     ) -> Run:
         """Start one agent on `goal` with every tool of `registry` (default: the team's), on the workers' model for ``agent``."""
-        options = self.engine_options(monitored=False, **engine_overrides)
+        settings = self.engine_settings(monitored=False, **engine_overrides)
         gated = self.auto_approve if requires_approval is None else requires_approval
         tools = registry if registry is not None else self.registry  # a name the lambda below sees as set
         run = start_run(
@@ -417,7 +392,7 @@ class Team:
                 model=self.models.for_role("agent"),
                 registry=tools,
                 max_turns=self.bounds.agent_turns,
-                engine_options=options,
+                engine=settings,
                 overhead=reuse_overhead(planning, overhead),
                 run_id=run_id,
                 planning=planning,
