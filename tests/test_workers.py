@@ -150,7 +150,9 @@ def test_load_module_from_a_file_and_by_name(tmp_path, monkeypatch):
     f.write_text(
         textwrap.dedent(
             """
-            from planexec import tool, predicate, ToolWorker
+            from planexec import tool
+            from planexec.workers.tools import predicate
+            from planexec.workers.worker import ToolWorker
 
             @tool(worker="greeter")
             def greet(name: str) -> str:

@@ -1,11 +1,11 @@
 """The goal path as one library call: `Team`.
 
 Owns the main job, goal → route → plan → review → run → replan/join →
-result, and its one set of defaults. `planexec run`, `plan` and `eval`, and
-every later front end, go through a `Team`: either its whole job
-(`run`/`run_sync`/`events`) or its stages (`route`, `plan`, `review`,
-`start`, `start_single`, `start_streaming`) when a face shows each stage to
-a person. Imports every layer below it (`library`, `planning`, `governance`,
+result, and its one set of defaults. The path is one async iterator of
+typed stages (`Team.iter`, records in `team.stages`); `run`, `run_sync`,
+`events` and `start_goal` are uses of it. The CLI's goal commands still
+drive the stage methods (`route_goal`, `plan`, `review`, `start`,
+`start_single`, `start_streaming`) one by one, to show each to a person. Imports every layer below it (`library`, `planning`, `governance`,
 `engine`, `workers`, `models`, `store`); never a face.
 
 With telemetry on (`planexec.telemetry`), a goal's run is one trace: the
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -52,6 +52,7 @@ from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Toolbox, engine_config
+from planexec.team.stages import EventSeen, Finished, Planned, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
 from planexec.telemetry.setup import active, configure, traced
 from planexec.usage import Usage
@@ -319,36 +320,48 @@ class Team:
         return PolicyContext(registry=self.registry, prices=self.models.settings.prices, previous=previous)
 
     async def review(self, plan: Plan, *, person_required: bool = True) -> ReviewOutcome:
-        """The policies' review, then the `reviewer`'s decision (or the team's default); see the class docstring.
+        """The policies' review, then the reviewer's decision (or the team's default); see the class docstring.
 
         `person_required` False (a hand-written plan) lets a plan every policy
         approves run without asking the reviewer.
         """
+        async for stage in self.review_stages(plan, person_required=person_required):
+            if isinstance(stage, Reviewed):
+                return stage.outcome
+        raise AssertionError("a review ends with its outcome")  # pragma: no cover - review_stages always yields one
+
+    async def review_stages(self, plan: Plan, *, person_required: bool = True) -> AsyncIterator[WaitingForPerson | Reviewed]:
+        """`review` as stages: `WaitingForPerson` when the reviewer is asked, then `Reviewed` with the outcome."""
         context = self.policy_context()
         plan = narrow_plan(plan, self.policies, context)[0]  # the policies judge, and the engine runs, the narrowed plan
         result = review_plan(plan, self.policies, context)
 
-        def outcome(decision: Literal["approve", "reject"], by: Any, reason: str) -> ReviewOutcome:
-            return ReviewOutcome(decision=decision, by=by, reason=reason, plan=plan, verdicts=result.verdicts)
+        def outcome(decision: Literal["approve", "reject"], by: Any, reason: str) -> Reviewed:
+            return Reviewed(ReviewOutcome(decision=decision, by=by, reason=reason, plan=plan, verdicts=result.verdicts))
 
-        if result.decision == "reject":
-            return outcome("reject", "policy", "rejected by policy: " + "; ".join(result.reasons("reject")))
         reviewer = self.review_options.reviewer
-        if reviewer is not None and (person_required or result.decision == "escalate"):
+        if result.decision == "reject":
+            yield outcome("reject", "policy", "rejected by policy: " + "; ".join(result.reasons("reject")))
+        elif reviewer is not None and (person_required or result.decision == "escalate"):
+            yield WaitingForPerson(plan, result)
             answer = reviewer(plan, result)
             answer = await answer if inspect.isawaitable(answer) else answer
             if isinstance(answer, ReviewOutcome):
-                return answer
-            return outcome(
-                "approve" if answer is True else "reject",
-                "person",
-                "approved by the reviewer" if answer is True else "rejected by the reviewer",
-            )
-        if result.decision == "escalate":
+                yield Reviewed(answer)
+            else:
+                yield outcome(
+                    "approve" if answer is True else "reject",
+                    "person",
+                    "approved by the reviewer" if answer is True else "rejected by the reviewer",
+                )
+        elif result.decision == "escalate":
+            reasons = "; ".join(result.reasons("escalate"))
             if self.auto_approve:
-                return outcome("approve", "--yes", "escalation approved by auto_approve: " + "; ".join(result.reasons("escalate")))
-            return outcome("reject", "nobody", "a policy asks for a person (" + "; ".join(result.reasons("escalate")) + ") and " + NO_ONE)
-        return outcome("approve", "policy", "every policy approved" if self.policies else "no policy objected (none configured)")
+                yield outcome("approve", "--yes", "escalation approved by auto_approve: " + reasons)
+            else:
+                yield outcome("reject", "nobody", "a policy asks for a person (" + reasons + ") and " + NO_ONE)
+        else:
+            yield outcome("approve", "policy", "every policy approved" if self.policies else "no policy objected (none configured)")
 
     def start(
         self,
@@ -441,15 +454,50 @@ class Team:
 
     # --- the whole job ---------------------------------------------------------------------------
 
+    async def iter(
+        self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, events: bool = True, deps: Any = None
+    ) -> AsyncGenerator[Stage, None]:
+        """Work `goal` and yield each stage as it happens (`team.stages`): routed (``auto`` mode), planned, waiting for a
+        person (when the reviewer is asked), reviewed, started, each event of the run (unless `events` is False), finished.
+
+        Every way of working a goal is a use of this: `run` (to `Finished`),
+        `events` (the `EventSeen` stages), `start_goal` (to `Started`). A plan
+        the review does not approve yields `Reviewed`, then raises
+        `PlanRejectedError`; no valid plan raises `PlanningError`. `deps`
+        reaches every tool that takes a `ToolContext`.
+        """
+        run: Run | None = None
+        with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
+            if active() is None:
+                async for stage in self._until_started(goal, mode=mode, run_id=run_id):
+                    yield stage
+                    if isinstance(stage, Started):
+                        run = stage.run
+            else:
+                run_id = run_id or new_run_id()  # known before planning: the planner's calls carry it
+                with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
+                    async for stage in self._until_started(goal, mode=mode, run_id=run_id):
+                        yield stage
+                        if isinstance(stage, Started):
+                            run = stage.run
+        assert run is not None  # _until_started ends with Started or raises
+        if events:
+            async for event in run.events():
+                yield EventSeen(event)
+        yield Finished(await run.result())
+
     async def start_goal(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> Run:
         """Route, plan and review `goal`, then start the run; returns its handle (see `run`)."""
-        if active() is None:
-            return await self._start_goal(goal, mode=mode, run_id=run_id)
-        run_id = run_id or new_run_id()  # known before planning: the planner's calls carry it
-        with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
-            return await self._start_goal(goal, mode=mode, run_id=run_id)
+        stages = self.iter(goal, mode=mode, run_id=run_id, events=False)
+        try:
+            async for stage in stages:
+                if isinstance(stage, Started):
+                    return stage.run
+        finally:
+            await stages.aclose()  # the run goes on; only its stages stop being read
+        raise AssertionError("a goal's path starts a run or raises")  # pragma: no cover
 
-    async def _start_goal(self, goal: str, *, mode: Mode | None, run_id: str | None) -> Run:
+    async def _until_started(self, goal: str, *, mode: Mode | None, run_id: str | None) -> AsyncIterator[Stage]:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -459,24 +507,37 @@ class Team:
             routed = await self.route_goal(goal)
             if routed.by == "router":
                 overhead["router"] = routed.usage
+            yield Routed(routed)
             mode = routed.mode
         if mode == "single":
-            return self.start_single(goal, overhead=overhead, run_id=run_id)
+            yield Started(self.start_single(goal, overhead=overhead, run_id=run_id), "single", "one agent works the goal")
+            return
         if mode == "stream":
-            return self.start_streaming(goal, run_id=run_id)
+            yield Started(self.start_streaming(goal, run_id=run_id), "stream", "steps start while the plan is written")
+            return
         planning = await self.plan(goal)
+        yield Planned(planning)
         if routed is not None and routed.by != "template" and len(planning.plan.steps) == 1:  # nothing to coordinate
-            own = self.single_agent_tools(planning.plan.steps[0])
+            step = planning.plan.steps[0]
+            own = self.single_agent_tools(step)
             if own is not None:
-                return self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
-        outcome = await self.review(planning.plan)
+                run = self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
+                yield Started(run, "single", f"the plan has one step: one agent works the goal with the tools of {step.worker}")
+                return
+        outcome: ReviewOutcome | None = None
+        async for stage in self.review_stages(planning.plan):
+            yield stage
+            if isinstance(stage, Reviewed):
+                outcome = stage.outcome
+        assert outcome is not None
         if not outcome.approved:
             spent = sum(overhead.values(), planning.usage)
             raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=planning.plan.plan_id, usage=spent)
         if outcome.edited:  # the reviewer's edit runs, not the planner's draft
             check_plan(outcome.plan, self.registry)
             planning = dataclasses.replace(planning, plan=outcome.plan)
-        return self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
+        run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
+        yield Started(run, "plan", "a team follows the reviewed plan")
 
     def _fits_a_template(self, goal: str) -> bool:
         """True when the rules of plan reuse fit `goal` to a template of the store (no model call)."""
@@ -492,24 +553,23 @@ class Team:
         handle, an environment): one team serves many runs. The result's wall
         time counts routing and planning too. Raises `PlanningError` when no
         valid plan could be written and `PlanRejectedError` when the review
-        did not approve it (nothing ran).
+        did not approve it (nothing ran). The stages of `iter`, to the end.
         """
         t0 = time.perf_counter()
-        with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
-            run = await self.start_goal(goal, mode=mode, run_id=run_id)
-        result = await run.result()
-        return result.model_copy(update={"wall_time": time.perf_counter() - t0})
+        async for stage in self.iter(goal, mode=mode, run_id=run_id, events=False, deps=deps):
+            if isinstance(stage, Finished):
+                return stage.result.model_copy(update={"wall_time": time.perf_counter() - t0})
+        raise AssertionError("a goal's path ends with its result or raises")  # pragma: no cover
 
     def run_sync(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> RunResult:
         """`run` for code without an event loop."""
         return run_to_end(self.run(goal, mode=mode, run_id=run_id, deps=deps))
 
     async def events(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, deps: Any = None) -> AsyncIterator[Any]:
-        """Work `goal` and yield every event of its run as it happens (drafts, steps, revisions, the end)."""
-        with run_dependencies(deps):
-            run = await self.start_goal(goal, mode=mode, run_id=run_id)
-        async for event in run.events():
-            yield event
+        """Work `goal` and yield every event of its run as it happens (drafts, steps, revisions, the end): `iter`'s events."""
+        async for stage in self.iter(goal, mode=mode, run_id=run_id, deps=deps):
+            if isinstance(stage, EventSeen):
+                yield stage.event
 
     async def execute(self, plan: Plan, *, run_id: str | None = None, review: bool = True, deps: Any = None) -> RunResult:
         """Run a hand-written or saved plan: validated, reviewed by the policies (a person only if one escalates), then run."""
