@@ -24,9 +24,9 @@ import pytest
 from planexec import Engine, Plan, Registry, RunStatus, StepState
 from planexec.cli.approvals import ReviewingPlanApprover, step_approver
 from planexec.cli.main import main
+from planexec.cli.review_terminal import ReviewTerminal
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.governance.policies import PolicyContext, policy
-from planexec.governance.review import ReviewTerminal
 from planexec.planning.replanner import FunctionReplanner
 from planexec.store import RunNotFoundError, SqliteRunStore, open_store, verify_run
 

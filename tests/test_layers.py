@@ -86,3 +86,17 @@ def test_the_architecture_page_draws_every_package_and_module_in_its_layer():
         for module in sorted(package.glob("*.py")):
             if module.stem != "__init__":
                 assert f"`{module.stem}`" in row, f"docs/architecture.md's {package.name}/ row does not name {module.stem}"
+
+
+def test_governance_does_no_terminal_io():
+    """Review decides; showing a plan and asking a person are a face's (the terminal review is `cli.review_terminal`)."""
+    forbidden = {"rich", "subprocess", "tempfile", "readline", "getpass", "termios", "tty"}
+    for path in sorted((SRC / "governance").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad = {n.split(".")[0] for n in names} & forbidden
+                assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}: terminal I/O belongs to a face"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("input", "print"):
+                raise AssertionError(f"{path.relative_to(SRC)}:{node.lineno} calls {node.func.id}(): terminal I/O belongs to a face")

@@ -32,7 +32,7 @@ SUBMODULES = {
         "Policy", "PolicyContext", "PolicyVerdict", "Review", "ReviewOutcome", "policy", "review_plan", "PolicySet",
         "load_policies", "MaxSteps", "MaxEstimatedCost", "ToolsNeedPerson", "ForbidTools", "RequiresOrder",
         "RiskEscalation", "Approver", "StoreApprover", "PlanApprover", "LimitGrants", "narrow_plan", "CallRequest",
-        "approve_calls", "person",
+        "approve_calls", "decide_review", "person",
     },
     "store": {
         "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "store_target", "DEFAULT_STORE", "STORE_ENV",

@@ -13,8 +13,9 @@ from rich.console import Console
 
 from planexec import Plan, Registry
 from planexec.cli.main import main
+from planexec.cli.review_terminal import ReviewTerminal, run_review
 from planexec.governance.policies import PolicyContext
-from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.governance.review import ReviewOutcome
 from planexec.governance.rules import MaxSteps, RequiresOrder, ToolsNeedPerson
 from planexec.models.providers import register_provider
 from planexec.testing import ScriptedModel, scripted_tool
@@ -317,3 +318,27 @@ def test_run_plan_file_is_reviewed_by_the_policies(tmp_path, capsys, monkeypatch
     assert main([*argv, "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out)["status"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("decision", "yes", "person_required", "expected"),
+    [
+        ("reject", "--yes", False, ("reject", "policy", "rejected by policy: ")),
+        ("escalate", "--yes", True, ("approve", "--yes", "escalation approved by --yes: ")),
+        ("escalate", None, False, ("reject", "nobody", "a policy asks for a person (")),
+        ("approve", "--yes", True, ("approve", "--yes", "approved with --yes")),
+        ("approve", None, False, ("approve", "policy", "every policy approved")),
+        ("approve", None, True, ("reject", "nobody", "no one can be asked")),
+    ],
+)
+def test_the_decision_without_a_person_is_written_once(decision, yes, person_required, expected):
+    """`decide_review` is what the CLI without a terminal, `Team` without a reviewer and the MCP server all decide."""
+    from planexec.governance.policies import PolicyVerdict, Review
+    from planexec.policies import decide_review
+
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "s1", "action": "echo", "parameters": {"value": 1}}]})
+    verdict = PolicyVerdict(policy="rule", decision=decision, reasons=["because"])
+    review = Review(decision=decision, plan_hash=plan.content_hash, plan_version=1, verdicts=[verdict])
+    outcome = decide_review(plan, review, policies_configured=True, yes=yes, person_required=person_required)
+    assert (outcome.decision, outcome.by) == expected[:2] and outcome.reason.startswith(expected[2])
+    assert outcome.plan is plan and outcome.verdicts == [verdict]

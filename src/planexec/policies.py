@@ -5,7 +5,8 @@ rejects, else any escalate asks a person); the built-in rules; `PolicySet`
 and `load_policies` (Python modules, YAML rule files); `ReviewOutcome`;
 and the approvers: `Approver` (a function asked before a step marked
 `requires_approval`), `StoreApprover` and `PlanApprover` (durable approvals
-kept in the run store, decided from any process; as a `call_approver` it
+kept in the run store, decided from any process; `decide_review`, the
+decision when no person is asked; as a `call_approver` it
 decides single tool calls, `CallRequest`s), `approve_calls` (the ``--yes``
 answer to calls) and `person` (marks an approver a person, shown
 escalations). `LimitGrants` and `narrow_plan` narrow what role steps may
@@ -16,7 +17,7 @@ from planexec.engine.approval import Approver, PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls, person
 from planexec.governance.policies import Policy, PolicyContext, PolicyVerdict, Review, narrow_plan, policy, review_plan
 from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.governance.review import ReviewOutcome
+from planexec.governance.review import ReviewOutcome, decide_review
 from planexec.governance.rules import (
     ForbidTools,
     LimitGrants,
@@ -47,6 +48,7 @@ __all__ = [
     "StoreApprover",
     "ToolsNeedPerson",
     "approve_calls",
+    "decide_review",
     "load_policies",
     "narrow_plan",
     "person",

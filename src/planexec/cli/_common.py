@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.prompt import Confirm
 
 from planexec.cli.progress import EventLog, LiveProgress
+from planexec.cli.review_terminal import ReviewTerminal, run_review
 from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.approval import Approver
 from planexec.engine.calls import approve_calls, person
@@ -47,7 +48,7 @@ from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.governance.policies import PolicyContext
 from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.governance.review import ReviewOutcome, ReviewTerminal, run_review
+from planexec.governance.review import ReviewOutcome
 from planexec.models.pricing import PriceTable
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan

@@ -36,12 +36,13 @@ from rich.table import Table
 
 from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
+from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
 from planexec.engine.approval import Approver, PlanApprover, PlanEdit, StoreApprover, step_hash
 from planexec.engine.recording import RunLog
 from planexec.errors import PlanParseError, PolicyError, StoreError
 from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.governance.review import ReviewOutcome, ReviewTerminal, verdicts_table
+from planexec.governance.review import ReviewOutcome
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step

@@ -53,7 +53,7 @@ from planexec.mcp_server.launch import PARKED, Launcher, is_planned, park
 from planexec.mcp_server.views import STATES, next_step, pending_approvals, run_details, run_lines
 from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
-from planexec.policies import Review, narrow_plan, review_plan
+from planexec.policies import Review, decide_review, narrow_plan, review_plan
 from planexec.secrets import redact
 from planexec.store import ApprovalState, RunStore
 from planexec.team.team import Team
@@ -132,8 +132,11 @@ class Service:
             raise RequestError(f"the plan could not be stored: {result.reason}")
         state = "planned"
         next_ = f"a person approves it (planexec approve {run_id}, or the console); run_plan({run_id!r}) starts it now or after"
-        if review.decision == "reject":
-            reason = "rejected by policy: " + "; ".join(review.reasons("reject"))
+        decided = decide_review(
+            plan, review, policies_configured=bool(self.team.policies)
+        )  # a person decides later: only a policy's reject is final
+        if decided.by == "policy" and not decided.approved:
+            reason = decided.reason
             await in_thread(self.store.decide_approval, run_id, approved=False, by="policy", reason=reason, content_hash=plan.content_hash)
             state, next_ = "rejected", f"nothing will run: {reason}"
         return redact(

@@ -34,7 +34,7 @@ from planexec.engine.results import RunResult
 from planexec.engine.runner import Runner
 from planexec.errors import PlanRejectedError
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
-from planexec.governance.review import NO_ONE, ReviewOutcome
+from planexec.governance.review import ReviewOutcome, decide_review
 from planexec.library.reuse import ReusePlanning, latest_templates, match_rules, matchers_of, plan_with_reuse, reuse_overhead
 from planexec.mcp.tools import hold_servers
 from planexec.models.base import Model
@@ -336,32 +336,20 @@ class Team:
         plan = narrow_plan(plan, self.policies, context)[0]  # the policies judge, and the engine runs, the narrowed plan
         result = review_plan(plan, self.policies, context)
 
-        def outcome(decision: Literal["approve", "reject"], by: Any, reason: str) -> Reviewed:
-            return Reviewed(ReviewOutcome(decision=decision, by=by, reason=reason, plan=plan, verdicts=result.verdicts))
-
         reviewer = self.review_options.reviewer
-        if result.decision == "reject":
-            yield outcome("reject", "policy", "rejected by policy: " + "; ".join(result.reasons("reject")))
-        elif reviewer is not None and (person_required or result.decision == "escalate"):
+        if result.decision != "reject" and reviewer is not None and (person_required or result.decision == "escalate"):
             yield WaitingForPerson(plan, result)
             answer = reviewer(plan, result)
             answer = await answer if inspect.isawaitable(answer) else answer
-            if isinstance(answer, ReviewOutcome):
-                yield Reviewed(answer)
-            else:
-                yield outcome(
-                    "approve" if answer is True else "reject",
-                    "person",
-                    "approved by the reviewer" if answer is True else "rejected by the reviewer",
-                )
-        elif result.decision == "escalate":
-            reasons = "; ".join(result.reasons("escalate"))
-            if self.auto_approve:
-                yield outcome("approve", "--yes", "escalation approved by auto_approve: " + reasons)
-            else:
-                yield outcome("reject", "nobody", "a policy asks for a person (" + reasons + ") and " + NO_ONE)
-        else:
-            yield outcome("approve", "policy", "every policy approved" if self.policies else "no policy objected (none configured)")
+            if not isinstance(answer, ReviewOutcome):
+                decision: Literal["approve", "reject"] = "approve" if answer is True else "reject"
+                reason = "approved by the reviewer" if answer is True else "rejected by the reviewer"
+                answer = ReviewOutcome(decision=decision, by="person", reason=reason, plan=plan, verdicts=result.verdicts)
+            yield Reviewed(answer)
+            return
+        # nobody is asked: auto_approve stands in for the person an escalation wants; else the policies decide
+        yes = "auto_approve" if self.auto_approve and result.decision == "escalate" else None
+        yield Reviewed(decide_review(plan, result, policies_configured=bool(self.policies), yes=yes, person_required=False))
 
     def start(
         self,
