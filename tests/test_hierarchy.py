@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from planexec import Engine, Registry, RoleWorker, RunStatus
+from planexec import Engine, EngineConfig, Registry, RoleWorker, RunStatus
 from planexec.engine.synthesis import FunctionSynthesizer
 from planexec.planning.planner import Planner
 from planexec.team.subteam import SubTeam
@@ -117,7 +117,7 @@ def test_recursion_stops_at_max_depth_with_a_clear_error():
 
 def test_a_sub_team_over_its_budget_fails_its_step_with_a_typed_reason():
     steps = [{"id": f"a{i}", "worker": "researcher", "action": "respond", "instruction": f"fact {i}"} for i in range(1, 4)]
-    research, model = team("research_team", "researcher", steps, ["x", "y", "z"], budget=Budget(max_model_calls=2))
+    research, model = team("research_team", "researcher", steps, ["x", "y", "z"], engine=EngineConfig(budget=Budget(max_model_calls=2)))
     reg, manager = top(research, plan_steps=[{"id": "s1", "worker": "research_team", "action": "delegate", "instruction": "research"}])
     _, result = run_goal(manager, reg, "research", max_concurrency=1)
     assert result.status is RunStatus.ABORTED

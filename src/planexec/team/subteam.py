@@ -17,21 +17,20 @@ Imports `engine`, `execution` (the current step), `planner`, `replanning`,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
 from planexec.engine.attempt import CURRENT_STEP
 from planexec.engine.calls import CallHooks
+from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine
 from planexec.engine.results import RunStatus
-from planexec.engine.synthesis import Synthesizer
 from planexec.errors import PlanningError
-from planexec.planning.joiner import Joiner
 from planexec.planning.planner import Planner
 from planexec.planning.replanner import PlannerReplanner
-from planexec.usage import Budget, Usage
+from planexec.usage import Usage
 from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.worker import WorkerError
@@ -43,9 +42,12 @@ class SubTeam:
     """A worker that hands its step to a team of its own (see the module docstring).
 
     `planner` plans over the sub-team's own registry (`planner.registry`);
-    `budget` bounds the sub-run (planning, steps, replans, joiner);
-    `engine_options` go to the sub-run's `Engine` (limits, timeouts, a
-    synthesizer or joiner of its own).
+    `engine` is the sub-run's engine settings (`EngineConfig`; default: one
+    revision of its plan): its budget (planning, steps, replans, joiner),
+    limits, timeouts, a synthesizer or joiner of its own. The contract one
+    level down is the parent's and wins over them (`contract_options`): a
+    sub-team cannot switch off what its parent enforces. `max_concurrency`
+    caps how many of its steps the parent runs at once.
     """
 
     def __init__(
@@ -56,11 +58,7 @@ class SubTeam:
         description: str,
         tasks: Iterable[str] = ("delegate",),
         max_depth: int = 2,
-        max_replans: int = 1,
-        budget: Budget | None = None,
-        synthesizer: Synthesizer | None = None,
-        joiner: Joiner | None = None,
-        engine_options: Mapping[str, Any] | None = None,
+        engine: EngineConfig | None = None,
         max_concurrency: int | None = None,
     ) -> None:
         if max_depth < 1:
@@ -70,12 +68,8 @@ class SubTeam:
         self.description = description
         self.tasks = set(tasks)
         self.max_depth = max_depth
-        self.max_replans = max_replans
-        self.budget = budget
-        self.synthesizer = synthesizer
-        self.joiner = joiner
-        self.engine_options = dict(engine_options or {})
-        self.max_concurrency = max_concurrency
+        self.engine_config = engine if engine is not None else EngineConfig(max_replans=1)
+        self.max_concurrency = max_concurrency  # how many of its steps the parent runs at once (the Worker protocol)
 
     def __repr__(self) -> str:
         return f"SubTeam({self.name!r}, planner={self.planner.model.name!r}, workers={sorted(self.planner.registry.workers)})"
@@ -126,12 +120,9 @@ class SubTeam:
             ) from exc
         engine = Engine(
             self.planner.registry,
+            config=self.engine_config,
             replanner=PlannerReplanner(self.planner),
-            max_replans=self.max_replans,
-            synthesizer=self.synthesizer,
-            joiner=self.joiner,
-            budget=self.budget,
-            **{**self.contract_options(call), **self.engine_options},
+            **self.contract_options(call),  # the parent's contract wins over the sub-team's own settings
         )
         run = engine.start(planning.plan, planning=planning, run_id=f"{call.run_id}/{call.step_id}")
         if parent is not None:
