@@ -284,3 +284,20 @@ def test_planexec_plan_against_a_gateway_uses_the_capable_prompt_unless_planexec
     system = seen[0]["messages"][0]["content"]
     assert seen[0]["response_format"] and "grants=[" not in system and '"capabilities"' not in system
     assert "answer_step" not in json.dumps(seen[0]["response_format"])  # no named answer for a small model
+
+
+def test_planexec_run_against_a_gateway_plans_with_grants_and_needs_no_joiner(gateway, tmp_path):
+    """`planexec run --model openai:... --base-url ...`: the hosted prompt, a compact plan whose answer line is named, so
+    the run answers with one model call (no joiner's)."""
+    url, seen = gateway
+    env = {**os.environ, "PLANEXEC_ALLOW_MODEL_REQUESTS": "1", "COLUMNS": "200"}
+    env.pop("OPENAI_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "planexec", "run", "Say hi", "--model", "openai:llama-3.3-70b", "--base-url", url,
+         "--yes", "--json", "--no-store", "--workspace", str(tmp_path / "ws")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "succeeded" and result["answer"] == "hi"
+    assert len(seen) == 1 and "grants=[" in seen[0]["messages"][0]["content"]  # the planner's one call, with the contract taught

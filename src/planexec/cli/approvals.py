@@ -40,14 +40,12 @@ from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
 from planexec.engine.approval import Approver, PlanApprover, PlanEdit, StoreApprover, step_hash
 from planexec.engine.recording import RunLog
 from planexec.errors import PlanParseError, PolicyError, StoreError
-from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
-from planexec.governance.policy_sets import PolicySet, load_policies
-from planexec.governance.review import ReviewOutcome
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
 from planexec.plan.view import plan_table
+from planexec.policies import Policy, PolicyContext, PolicySet, Review, ReviewOutcome, load_policies, review_plan
 from planexec.store import Approval, ApprovalState, RunStore
 from planexec.store.approvals import edit_plan, pending_version, run_setup
 from planexec.workers.gate import CallRequest

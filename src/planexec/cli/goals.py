@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from planexec import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
 from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
@@ -34,7 +35,6 @@ from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
 from planexec.planning.router import ROUTINGS
 from planexec.team.agent import single_plan
-from planexec.team.settings import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry

@@ -31,12 +31,11 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec.errors import PlanValidationError
-from planexec.governance.policies import Policy, PolicyContext, Review, narrow_plan, review_plan
-from planexec.governance.review import ReviewOutcome, decide_review
 from planexec.plan.diff import diff_plans
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
 from planexec.plan.view import plan_graph, plan_table
+from planexec.policies import Policy, PolicyContext, Review, ReviewOutcome, decide_review, narrow_plan, review_plan
 
 __all__ = ["ReviewTerminal", "run_review", "verdicts_table"]
 

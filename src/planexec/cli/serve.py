@@ -31,7 +31,7 @@ from typing import Any
 from planexec.cli import _common as common
 from planexec.config import CONFIG_FILE, Config
 from planexec.errors import PolicyError, StoreError
-from planexec.governance.policy_sets import load_policies
+from planexec.policies import load_policies
 from planexec.store import store_target
 
 __all__ = ["add_serve_command", "cmd_serve", "is_loopback"]

@@ -31,7 +31,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sse_starlette.sse import EventSourceResponse
 
 from planexec.errors import ApprovalError, RunNotFoundError, StoreError
-from planexec.governance.policies import Policy
+from planexec.policies import Policy
 from planexec.store import RunStore, open_store
 from planexec.store.approvals import pending_version, run_setup
 from planexec.store.location import sqlite_path

@@ -24,8 +24,8 @@ from typing import Any
 
 from planexec.engine.replay import RunView
 from planexec.engine.results import StepRecord, StepState
-from planexec.governance.policies import Policy, PolicyContext, Review, review_plan
 from planexec.plan.model import Plan, Step, criterion_label, find_references, resolve_references
+from planexec.policies import Policy, PolicyContext, Review, review_plan
 from planexec.usage import Usage
 
 __all__ = ["criteria_results", "describe_usage", "plan_review", "resolved_inputs", "usage_by_role"]

@@ -23,8 +23,8 @@ from typing import Any
 
 from planexec.engine.replay import RunView, replay
 from planexec.engine.results import PlanVersion, RunStatus, StepRecord, describe_refused
-from planexec.governance.policies import Policy, Review
 from planexec.plan.model import Plan, Step
+from planexec.policies import Policy, Review
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary
 from planexec.web.details import criteria_results, describe_usage, plan_review, resolved_inputs, usage_by_role
 from planexec.web.graph import plan_svg, timeline_svg
