@@ -100,3 +100,16 @@ def test_governance_does_no_terminal_io():
                 assert not bad, f"{path.relative_to(SRC)} imports {sorted(bad)}: terminal I/O belongs to a face"
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("input", "print"):
                 raise AssertionError(f"{path.relative_to(SRC)}:{node.lineno} calls {node.func.id}(): terminal I/O belongs to a face")
+
+
+def test_only_the_team_and_its_saved_plan_seam_build_an_engine():
+    """A goal goes through `Team`; a plan file, a template, a resumed or a queued run through `team.saved`: no face,
+    evaluation or other module calls `Engine(...)` itself, so every run gets the same settings the same way."""
+    builders = set()
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Engine":
+                builders.add(str(path.relative_to(SRC)))
+    assert builders <= {"team/team.py", "team/saved.py", "team/agent.py", "team/subteam.py", "engine/engine.py"}, builders
+    assert "team/saved.py" in builders and "team/team.py" in builders

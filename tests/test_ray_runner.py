@@ -532,7 +532,7 @@ def test_runner_settings_in_planexec_toml(tmp_path: Path):
 
 def test_the_command_line_wins_over_planexec_toml_which_wins_over_the_recorded_run():
     toml = Config(runner=RunnerConfig(kind="ray", address="a:1"))
-    recorded = {"kind": "ray", "address": "b:2", "spread": True}
+    recorded = {"runner": {"kind": "ray", "address": "b:2", "spread": True}}  # the run's RunStarted.setup
     nothing = Namespace(runner=None, ray_address=None)
     assert runner_settings(nothing, toml, recorded).address == "a:1"
     assert runner_settings(nothing, Config(), recorded).address == "b:2"

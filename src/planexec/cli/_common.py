@@ -30,7 +30,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
@@ -53,6 +53,7 @@ from planexec.policies import PolicyContext, PolicySet, ReviewOutcome, load_poli
 from planexec.scale import RayRunner, runner_for
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
+from planexec.team.saved import recorded_runner
 from planexec.team.settings import engine_config as settings_from_config
 from planexec.team.team import Team
 from planexec.telemetry import configure as configure_telemetry
@@ -393,11 +394,10 @@ def add_runner_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def runner_settings(args: argparse.Namespace, config: Config, recorded: dict[str, Any] | None = None) -> RunnerConfig:
-    """Where the steps run: ``--runner``/``--ray-address``, over planexec.toml's ``[planexec.runner]``, over what the run `recorded`."""
-    settings = config.runner
-    if settings.kind is None and recorded:  # a resumed run goes on where it was started, unless told otherwise
-        settings = settings.model_copy(update={k: v for k, v in recorded.items() if k in ("kind", "address", "namespace", "spread")})
+def runner_settings(args: argparse.Namespace, config: Config, setup: Mapping[str, Any] | None = None) -> RunnerConfig:
+    """Where the steps run: ``--runner``/``--ray-address``, over planexec.toml's ``[planexec.runner]``, over where the run
+    whose `setup` is given was started (a resumed run goes on there unless told otherwise)."""
+    settings = recorded_runner(config.runner, setup)
     kind, address = getattr(args, "runner", None), getattr(args, "ray_address", None)
     if kind == "local" and address:
         raise UsageError("--ray-address is for --runner ray")

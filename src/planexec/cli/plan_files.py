@@ -26,6 +26,7 @@ from planexec.cli.plans import check_template_args, template_plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config
 from planexec.engine.loop import run_to_end
+from planexec.team.saved import run_setup, saved_plan_engine
 
 __all__ = ["cmd_run", "cmd_schema", "cmd_validate"]
 
@@ -67,21 +68,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     plan = outcome.plan
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store}
-    options.update(
-        run_approvers(
-            store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
-        )
+    approvers = run_approvers(
+        store, outcome, registry=registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
     )
-    setup: dict[str, Any] = {"tools": list(dict.fromkeys([*config.tools, *args.tools]))}  # what `planexec resume RUN_ID` loads again
     where = common.runner_settings(args, config)
-    runner = common.step_runner(where, registry)
-    if runner is not None:  # a Ray cluster's: the run records it, and resume goes on there
-        options["runner"] = runner
-        setup["runner"] = where.recorded()
-    result = run_to_end(
-        _execute(Engine(registry, config=common.engine_config(args, config), **options), plan, display, run_id=args.run_id, setup=setup)
+    setup = run_setup([*config.tools, *args.tools], where)  # what `planexec resume RUN_ID` loads again, and where it ran
+    engine = saved_plan_engine(
+        registry, engine=common.engine_config(args, config), store=store, runner=common.step_runner(where, registry), **approvers
     )
+    result = run_to_end(_execute(engine, plan, display, run_id=args.run_id, setup=setup))
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:

@@ -22,13 +22,13 @@ from typing import Any
 from planexec.cli import _common as common
 from planexec.cli.approvals import resume_approvers
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
-from planexec.engine.engine import Engine
 from planexec.engine.events import RunStarted
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult
 from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
 from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.store import RunStore
+from planexec.team.saved import saved_plan_engine
 from planexec.telemetry import start_run
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]
@@ -87,19 +87,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
     registry = common.plan_registry(plan, tools, config, workspace=args.workspace)
     out = common.console()
     display: LiveProgress | EventLog | None = None if args.json else (LiveProgress(plan, out) if out.is_terminal else EventLog(plan, out))
-    options: dict[str, Any] = {"store": store}
-    recorded = _stored_setup(store, args.run_id).get("runner")
-    where = common.runner_settings(args, config, recorded if isinstance(recorded, dict) else None)
+    where = common.runner_settings(args, config, _stored_setup(store, args.run_id))
     try:
         runner = common.step_runner(where, registry)
     except common.UsageError as exc:  # the cluster it ran on is gone, or out of reach from here
         raise common.UsageError(f"{exc} (--runner local resumes the run in this process)") from None
-    if runner is not None:  # a Ray cluster's: the run goes on there (flags, then planexec.toml, then where it was started)
-        options["runner"] = runner
-    options.update(
-        resume_approvers(store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store)
+    # a Ray cluster's runner: the run goes on there (flags, then planexec.toml, then where it was started)
+    approvers = resume_approvers(
+        store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store
     )
-    engine = Engine(registry, config=common.engine_config(args, config), **options)
+    engine = saved_plan_engine(registry, engine=common.engine_config(args, config), store=store, runner=runner, **approvers)
 
     async def go() -> RunResult:
         run = start_run(lambda: engine.resume(args.run_id))  # traced: linked to the trace of the run it continues

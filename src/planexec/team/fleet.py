@@ -63,7 +63,7 @@ from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.config import EngineConfig
-from planexec.engine.engine import Engine, Run, new_run_id
+from planexec.engine.engine import Run, new_run_id
 from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
 from planexec.engine.runner import Runner
@@ -75,6 +75,7 @@ from planexec.scale import runner_for
 from planexec.store.leases import Holder
 from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState
 from planexec.store.sql import SqlRunStore
+from planexec.team.saved import recorded_runner, saved_plan_engine
 from planexec.telemetry import start_run
 from planexec.workers.registry import Registry
 
@@ -326,19 +327,13 @@ class QueueWorker:
         if not versions:
             raise ValueError(f"run {claim.run_id!r} has no stored plan")
         registry = self._registry(versions[-1].plan, claim.run.setup)
-        options = self._approvers(claim.run)
         runner = self._runner(registry, claim.run.setup)
-        if runner is not None:
-            options["runner"] = runner
-        engine = Engine(registry, config=self.engine_config, store=self.store, **options)
+        engine = saved_plan_engine(registry, engine=self.engine_config, store=self.store, runner=runner, **self._approvers(claim.run))
         return start_run(lambda: engine.resume(claim.run_id))
 
     def _runner(self, registry: Registry, setup: Mapping[str, Any]) -> Runner | None:
         """Where the run's steps go: the worker's runner settings, else the runner the run recorded (as `planexec resume`)."""
-        settings = self.runner
-        recorded = setup.get("runner")
-        if settings.kind is None and isinstance(recorded, dict):
-            settings = settings.model_copy(update={k: v for k, v in recorded.items() if k in ("kind", "address", "namespace", "spread")})
+        settings = recorded_runner(self.runner, setup)
         key = (id(registry), settings.model_dump_json())
         if key not in self._runners:  # one per registry and place: a Ray runner keeps its actors for the next runs
             self._runners[key] = runner_for(settings, registry)

@@ -51,6 +51,7 @@ from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team.agent import start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
+from planexec.team.saved import run_setup
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Toolbox, engine_config
 from planexec.team.stages import EventSeen, Finished, Planned, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
@@ -416,12 +417,8 @@ class Team:
 
     def setup(self, planning: Planning | None = None) -> dict[str, Any]:
         """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
-        setup: dict[str, Any] = {"tools": list(self.tools_modules)}
-        if self.runner.kind == "ray":
-            setup["runner"] = self.runner.recorded()
-        if isinstance(planning, ReusePlanning):
-            setup["reuse"] = planning.reuse.to_dict()
-        return setup
+        reused = {"reuse": planning.reuse.to_dict()} if isinstance(planning, ReusePlanning) else {}
+        return run_setup(self.tools_modules, self.runner, **reused)
 
     def single_agent_tools(self, step: Step) -> Registry | None:
         """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
