@@ -37,29 +37,21 @@ from typing import IO, Any, TextIO, cast
 from rich.console import Console
 from rich.prompt import Confirm
 
-from planexec import EngineConfig, ModelOptions, Toolbox
+from planexec import EngineConfig, ModelOptions, Plan, Registry, RunResult, RunStatus, Step, StepState, Team, Toolbox, validate_plan
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, run_review
 from planexec.config import Config, RunnerConfig, load_config
-from planexec.engine.approval import Approver
-from planexec.engine.calls import approve_calls, person
-from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.models.pricing import PriceTable
-from planexec.plan.model import Plan, Step
-from planexec.plan.validation import validate_plan
-from planexec.policies import PolicyContext, PolicySet, ReviewOutcome, load_policies
+from planexec.policies import Approver, CallRequest, PolicyContext, PolicySet, ReviewOutcome, approve_calls, load_policies, person
 from planexec.scale import RayRunner, runner_for
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
 from planexec.team.saved import recorded_runner
 from planexec.team.settings import engine_config as settings_from_config
-from planexec.team.team import Team
 from planexec.telemetry import configure as configure_telemetry
 from planexec.telemetry import trace_run
-from planexec.workers.gate import CallRequest
-from planexec.workers.registry import Registry
 from planexec.workers.tools import in_thread
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -34,21 +34,31 @@ from typing import Any
 
 from rich.table import Table
 
+from planexec import Plan, Step, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
-from planexec.engine.approval import Approver, PlanApprover, PlanEdit, StoreApprover, step_hash
+from planexec.engine.approval import PlanEdit, step_hash
 from planexec.engine.recording import RunLog
 from planexec.errors import PlanParseError, PolicyError, StoreError
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
-from planexec.plan.model import Plan, Step
-from planexec.plan.validation import validate_plan
 from planexec.plan.view import plan_table
-from planexec.policies import Policy, PolicyContext, PolicySet, Review, ReviewOutcome, load_policies, review_plan
+from planexec.policies import (
+    Approver,
+    CallRequest,
+    PlanApprover,
+    Policy,
+    PolicyContext,
+    PolicySet,
+    Review,
+    ReviewOutcome,
+    StoreApprover,
+    load_policies,
+    review_plan,
+)
 from planexec.store import Approval, ApprovalState, RunStore
 from planexec.store.approvals import edit_plan, pending_version, run_setup
-from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
 __all__ = [

@@ -21,23 +21,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planexec import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
+from planexec import ModelOptions, Plan, Planning, PlanningOptions, Registry, ReviewOptions, RunResult, Team, Toolbox, Usage
 from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.config import Config
 from planexec.engine.loop import run_to_end
-from planexec.engine.results import RunResult
 from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
 from planexec.library.reuse import ReusePlanning
-from planexec.plan.drafts import Planning
-from planexec.plan.model import Plan
 from planexec.plan.view import plan_graph, plan_table
 from planexec.planning.router import ROUTINGS
 from planexec.team.agent import single_plan
-from planexec.team.team import Team
-from planexec.usage import Usage
-from planexec.workers.registry import Registry
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
 

@@ -28,15 +28,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from planexec import RunStatus, Step, StepRecord, StepState
 from planexec.cli import _common as common
 from planexec.cli.progress import describe_call, describe_event
-from planexec.engine.events import RunResumed, StepResolved
-from planexec.engine.replay import RunView, replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState, describe_refused
+from planexec.engine.results import PlanVersion, describe_refused
 from planexec.errors import StoreError
-from planexec.plan.model import Step
+from planexec.events import RunResumed, StepResolved
 from planexec.plan.view import grants_text
-from planexec.store import Approval, RunStore, RunSummary, store_target
+from planexec.store import Approval, RunStore, RunSummary, RunView, replay, store_target
 from planexec.store.location import sqlite_path
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]

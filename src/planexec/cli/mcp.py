@@ -27,14 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from planexec import ReviewOptions, Toolbox
+from planexec import ReviewOptions, Team, Toolbox
 from planexec.cli import _common as common
 from planexec.cli.serve import is_loopback
 from planexec.config import Config
 from planexec.errors import ConfigError, PolicyError, RegistryError, StoreError
 from planexec.policies import load_policies
 from planexec.store import RunStore, store_target
-from planexec.team.team import Team
 
 __all__ = ["DEFAULT_PORT", "TOKEN_ENV", "add_mcp_command", "cmd_mcp"]
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.table import Table
 
+from planexec import Plan
 from planexec.cli import _common as common
 from planexec.cli import history
 from planexec.errors import PlanValidationError, StoreError
@@ -33,7 +34,6 @@ from planexec.library.templates import (
     parse_values,
     save_run_template,
 )
-from planexec.plan.model import Plan
 from planexec.plan.view import plan_table
 from planexec.store import RunStore, Template, open_store, store_target
 

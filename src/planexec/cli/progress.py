@@ -25,8 +25,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from planexec import Plan, RunResult, RunStatus
-from planexec.engine.events import (
+from planexec import Plan, RunResult, RunStatus, Usage
+from planexec.engine.results import describe_refused
+from planexec.events import (
     ApprovalDecided,
     ApprovalRequested,
     JoinerDecided,
@@ -37,27 +38,23 @@ from planexec.engine.events import (
     ReplanStarted,
     RollbackFinished,
     RollbackStarted,
-    RunResumed,
-    StepJudged,
-    StepResolved,
-    SubRunEvent,
-    ToolCallDecided,
-    parse_event,
-)
-from planexec.engine.results import describe_refused
-from planexec.events import (
     RunFinished,
+    RunResumed,
     RunStarted,
     StepCancelled,
     StepFailed,
+    StepJudged,
     StepReady,
     StepRerouted,
+    StepResolved,
     StepRetried,
     StepSkipped,
     StepStarted,
     StepSucceeded,
+    SubRunEvent,
+    ToolCallDecided,
+    parse_event,
 )
-from planexec.usage import Usage
 from planexec.workers.gate import CallRecord
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_call", "describe_event", "print_summary", "usage_table"]

@@ -19,15 +19,15 @@ import argparse
 import json
 from typing import Any
 
+from planexec import RunResult
 from planexec.cli import _common as common
 from planexec.cli.approvals import resume_approvers
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
-from planexec.engine.events import RunStarted
 from planexec.engine.loop import run_to_end
-from planexec.engine.results import RunResult
-from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
+from planexec.engine.resume import DECISIONS
 from planexec.errors import ConfigError, LeaseHeldError, StoreError
-from planexec.store import RunStore
+from planexec.events import RunStarted
+from planexec.store import ResumeError, RunStore, resolve_step
 from planexec.team.saved import saved_plan_engine
 from planexec.telemetry import start_run
 

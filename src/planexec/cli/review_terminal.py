@@ -30,10 +30,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from planexec import Plan, check_plan
 from planexec.errors import PlanValidationError
 from planexec.plan.diff import diff_plans
-from planexec.plan.model import Plan
-from planexec.plan.validation import check_plan
 from planexec.plan.view import plan_graph, plan_table
 from planexec.policies import Policy, PolicyContext, Review, ReviewOutcome, decide_review, narrow_plan, review_plan
 

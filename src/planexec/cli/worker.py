@@ -24,13 +24,13 @@ from typing import Any
 
 from rich.table import Table
 
+from planexec import Plan, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.engine.loop import run_to_end
 from planexec.errors import StoreError
-from planexec.plan.model import Plan
-from planexec.plan.validation import validate_plan
-from planexec.store.location import sqlite_path, store_target
+from planexec.store import store_target
+from planexec.store.location import sqlite_path
 from planexec.store.queue import QueueState
 from planexec.store.sql import SqlRunStore
 from planexec.team.fleet import QueueWorker, WorkerReport, submit_plan

@@ -25,12 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planexec.engine.approval import PlanApprover
-from planexec.engine.results import RunResult, RunStatus
-from planexec.plan.drafts import Planning
-from planexec.plan.model import Plan
+from planexec import Plan, Planning, RunResult, RunStatus, Team
+from planexec.policies import PlanApprover
 from planexec.store import RunSummary
-from planexec.team.team import Team
 from planexec.workers.tools import in_thread
 
 __all__ = ["PARKED", "Launcher", "Started", "is_planned", "park"]

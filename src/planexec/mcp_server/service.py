@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from planexec import Plan, Planning, Team
 from planexec.errors import ApprovalError, ModelError, PlanningError, PlanValidationError, StoreError
 from planexec.library.reuse import ReusePlanning
 from planexec.library.templates import TemplateError, instantiate
@@ -51,12 +52,9 @@ from planexec.mcp_server.answers import (
 )
 from planexec.mcp_server.launch import PARKED, Launcher, is_planned, park
 from planexec.mcp_server.views import STATES, next_step, pending_approvals, run_details, run_lines
-from planexec.plan.drafts import Planning
-from planexec.plan.model import Plan
 from planexec.policies import Review, decide_review, narrow_plan, review_plan
 from planexec.secrets import redact
 from planexec.store import ApprovalState, RunStore
-from planexec.team.team import Team
 from planexec.workers.tools import in_thread
 
 __all__ = ["START_WAIT", "RequestError", "Service"]

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planexec.engine.replay import replay
-from planexec.engine.results import PlanVersion, RunStatus, StepRecord, StepState
+from planexec import RunStatus, StepRecord, StepState
+from planexec.engine.results import PlanVersion
 from planexec.mcp_server.answers import PendingApproval, RunDetails, RunLine, StepLine
 from planexec.mcp_server.launch import is_planned
 from planexec.secrets import redact
-from planexec.store import Approval, RunStore, RunSummary
+from planexec.store import Approval, RunStore, RunSummary, replay
 
 __all__ = ["OUTPUT_LIMIT", "STATES", "face_state", "next_step", "pending_approvals", "run_details", "run_lines"]
 

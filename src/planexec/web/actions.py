@@ -34,11 +34,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planexec import Plan, validate_plan
 from planexec.engine.approval import find_edit
 from planexec.errors import PlanParseError, Problem, RunNotFoundError
 from planexec.plan.compact import print_compact, read_compact, with_lines
-from planexec.plan.model import Plan
-from planexec.plan.validation import validate_plan
 from planexec.store import Approval, RunStore
 from planexec.store.approvals import edit_plan
 

@@ -22,11 +22,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from planexec.engine.replay import RunView
-from planexec.engine.results import StepRecord, StepState
-from planexec.plan.model import Plan, Step, criterion_label, find_references, resolve_references
+from planexec import Plan, Step, StepRecord, StepState, Usage
+from planexec.plan.model import criterion_label, find_references, resolve_references
 from planexec.policies import Policy, PolicyContext, Review, review_plan
-from planexec.usage import Usage
+from planexec.store import RunView
 
 __all__ = ["criteria_results", "describe_usage", "plan_review", "resolved_inputs", "usage_by_role"]
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
-from planexec.engine.results import StepRecord
-from planexec.plan.model import Plan
+from planexec import Plan, StepRecord
 
 __all__ = ["depths", "plan_svg", "timeline_svg"]
 
