@@ -5,8 +5,10 @@ result, and its one set of defaults. The path is one async iterator of
 typed stages (`Team.iter`, records in `team.stages`); `run`, `run_sync`,
 `events` and `start_goal` are uses of it. The CLI's goal commands still
 drive the stage methods (`route_goal`, `plan`, `review`, `start`,
-`start_single`, `start_streaming`) one by one, to show each to a person. Imports every layer below it (`library`, `planning`, `governance`,
-`engine`, `workers`, `models`, `store`); never a face.
+`start_single`, `start_streaming`) one by one, to show each to a person.
+A plan not planned here runs through `team.saved`. Imports every layer
+below it (`library`, `planning`, `governance`, `engine`, `workers`,
+`models`, `store`); never a face.
 
 With telemetry on (`planexec.telemetry`), a goal's run is one trace: the
 run's span opens before routing and planning and the run takes it, and the
