@@ -58,7 +58,7 @@ from planexec.store import open_store
 from planexec.store.leases import Holder
 from planexec.store.pgserver import TempPostgres
 from planexec.store.queue import QueueState
-from planexec.team.fleet import submit_plan
+from planexec.fleet.worker import submit_plan
 
 TOOLS = '''
 import asyncio

@@ -35,11 +35,11 @@ from planexec import Plan
 from planexec.config import RunnerConfig
 from planexec.engine.events import RunFinished, RunResumed
 from planexec.errors import StoreError
+from planexec.fleet.worker import RELEASED, QueueWorker, submit_plan
 from planexec.scale import RayRunner
 from planexec.store import open_store
 from planexec.store.leases import Holder
 from planexec.store.queue import QUEUED_REASON, QueueState
-from planexec.team.fleet import RELEASED, QueueWorker, submit_plan
 from planexec.workers.registry import Registry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and O_APPEND semantics of POSIX")
@@ -301,7 +301,11 @@ def test_an_unapproved_plan_is_never_taken_a_denied_one_is_refused_and_an_approv
     assert cli("submit", "plan.json", "--tools", "tools.py", "--yes", "--run-id", "yes").returncode == 4  # taken id
     assert cli("approve", "never", "--deny", "--reason", "not this one").returncode == 0
     listed = cli("queue")
-    assert "later" in listed.stdout and "pending" in listed.stdout and "denied" in listed.stdout
+    assert "later" in listed.stdout and "pending" in listed.stdout and "never" not in listed.stdout  # refused when denied
+    with open_store(url) as store:
+        never_run = store.run("never")  # the denial ended it at once, in its own chain: no worker needed to see it
+        assert never_run.status.value == "cancelled" and never_run.reason.startswith("refused: its plan was denied by")
+        assert store.run("later").status.value == "waiting" and store.run("yes").status.value == "waiting"
 
     worker = cli("worker", "--idle-exit", "0.5")
     assert worker.returncode == 0 and "Traceback" not in worker.stderr, worker.stderr

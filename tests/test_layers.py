@@ -103,7 +103,7 @@ def test_governance_does_no_terminal_io():
 
 
 def test_only_the_team_and_its_saved_plan_seam_build_an_engine():
-    """A goal goes through `Team`; a plan file, a template, a resumed or a queued run through `team.saved`: no face,
+    """A goal goes through `Team`; a plan file, a template, a resumed or a queued run through `fleet.saved`: no face,
     evaluation or other module calls `Engine(...)` itself, so every run gets the same settings the same way."""
     builders = set()
     for path in sorted(SRC.rglob("*.py")):
@@ -111,5 +111,5 @@ def test_only_the_team_and_its_saved_plan_seam_build_an_engine():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Engine":
                 builders.add(str(path.relative_to(SRC)))
-    assert builders <= {"team/team.py", "team/saved.py", "team/agent.py", "team/subteam.py", "engine/engine.py"}, builders
-    assert "team/saved.py" in builders and "team/team.py" in builders
+    assert builders <= {"team/team.py", "fleet/saved.py", "team/agent.py", "team/subteam.py", "engine/engine.py"}, builders
+    assert "fleet/saved.py" in builders and "team/team.py" in builders

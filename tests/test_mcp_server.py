@@ -3,8 +3,9 @@
 Every server is a real ``planexec mcp`` process this file starts in a
 project folder (tools.py, planexec.toml, a SQLite store whose plan library
 holds ``release``), spoken to over stdio, or over streamable HTTP on a free
-loopback port; each approved run goes on in the ``planexec resume`` process
-the server starts. A person approves from yet another process (``planexec
+loopback port; the server stores each plan as a waiting run in the store's
+queue, and its own worker (a thread of the server's process) runs it once
+approved. A person approves from yet another process (``planexec
 approve``), or through the client's elicitation form; the model never can.
 Plans of goals come from a scripted planner: ``serve.py`` registers a
 ``script`` provider, then runs the CLI.
@@ -261,7 +262,7 @@ def test_a_template_run_waits_for_a_person_who_approves_from_another_process_the
     started, waiting, pending, said, done, resource, listed = anyio.run(scenario)
     run_id = started["run_id"]
     assert started["planned"]["source"] == "template release v1" and started["planned"]["goal"] == "ship web"
-    assert started["state"] in ("starting", "waiting_for_approval") and started["pid"]
+    assert started["state"] == "waiting_for_approval" and started["pid"] is None  # no process of its own: the queue's
     assert [p["what"] for p in waiting["pending"]] == ["plan v1"] and f"planexec approve {run_id}" in waiting["next"]
     assert [(p["run_id"], p["kind"], p["content_hash"]) for p in pending] == [(run_id, "plan", started["planned"]["content_hash"])]
     assert f"approved plan v1 of run {run_id} (by alice)" in said
@@ -277,32 +278,34 @@ def test_a_template_run_waits_for_a_person_who_approves_from_another_process_the
     assert listed["runs"][0]["run_id"] == run_id and listed["runs"][0]["state"] == "succeeded"
 
 
-def test_a_goal_is_planned_and_stored_but_not_run_until_a_person_approves_it_and_run_plan_starts_it(project):
+def test_a_goal_is_planned_and_stored_but_not_run_until_a_person_approves_it_then_the_servers_worker_runs_it(project):
     async def scenario():
         async with connected(project, scripted=True) as session:
             planned = await call(session, "plan_goal", goal="publish the docs", reuse=False)
             shown = await call(session, "show_run", run_id=planned["run_id"])
-            listed = await call(session, "list_runs", state="planned")
+            listed = await call(session, "list_runs", state="waiting_for_approval")
+            started = await call(session, "run_plan", run_id=planned["run_id"])  # handed on: it still waits for a person
+            await anyio.sleep(1.0)
             assert shipped(project) == []
-            approve(project, planned["run_id"])  # before the run starts: it runs at once
-            started = await call(session, "run_plan", run_id=planned["run_id"])
+            approve(project, planned["run_id"])
             done = await until(session, planned["run_id"], "succeeded", "failed", "partial")
             again = await refused(session, "run_plan", run_id=planned["run_id"])
         return planned, shown, listed, started, done, again
 
     planned, shown, listed, started, done, again = anyio.run(scenario)
     run_id = planned["run_id"]
-    assert planned["state"] == "planned" and planned["goal"] == "publish the docs" and planned["source"] == "planned by script:planner"
+    assert planned["state"] == "waiting_for_approval" and planned["goal"] == "publish the docs"
+    assert planned["source"] == "planned by script:planner"
     assert [s["id"] for s in planned["plan"]["steps"]] == ["docs", "site"] and planned["steps"] == 2
     assert planned["content_hash"] == planned["plan"]["content_hash"] and planned["content_hash"].startswith("sha256:")
     assert planned["review"]["decision"] == "approve" and [v["policy"] for v in planned["review"]["verdicts"]] == ["max_steps"]
     assert planned["usage"]["model_calls"] == 1 and planned["draft_problems"] == []
-    assert shown["state"] == "planned" and [s["state"] for s in shown["steps"]] == ["pending", "pending"]
+    assert shown["state"] == "waiting_for_approval" and [s["state"] for s in shown["steps"]] == ["pending", "pending"]
     assert [p["content_hash"] for p in shown["pending"]] == [planned["content_hash"]]
     assert [r["run_id"] for r in listed["runs"]] == [run_id]
-    assert started["run_id"] == run_id and started["pending"] == []
+    assert started["run_id"] == run_id and started["state"] == "waiting_for_approval" and len(started["pending"]) == 1
     assert done["state"] == "succeeded" and done["answer"] == "shipped site" and shipped(project) == ["site"]
-    assert f"run {run_id!r} is succeeded: run_plan starts only a run planned here" in again
+    assert f"run {run_id!r} is succeeded" in again and "run_plan hands on only a run that waits" in again
 
 
 def test_the_model_cannot_approve_a_client_that_cannot_ask_its_user_is_refused_and_nothing_runs(project):
@@ -315,14 +318,14 @@ def test_the_model_cannot_approve_a_client_that_cannot_ask_its_user_is_refused_a
             await anyio.sleep(0.5)
             still = await call(session, "show_run", run_id=run_id)
             approve(project, run_id, "--deny", "--reason", "not today")  # a person says no: the waiting run ends, nothing of it ran
-            ended = await until(session, run_id, "failed")
+            ended = await until(session, run_id, "cancelled")
         return run_id, message, still, ended
 
     run_id, message, still, ended = anyio.run(scenario)
     assert "this client cannot ask its user" in message and "the model may not decide" in message
     assert f"planexec approve {run_id}" in message and "Traceback" not in message
     assert still["state"] == "waiting_for_approval" and [p["what"] for p in still["pending"]] == ["plan v1"]
-    assert "was not approved" in ended["reason"] and shipped(project) == []
+    assert "its plan was denied by alice: not today" in ended["reason"] and shipped(project) == []
     [decided] = approvals(project, run_id)
     assert (decided.state, decided.by, decided.reason) == (ApprovalState.DENIED, "alice", "not today")
 
@@ -381,7 +384,7 @@ def test_bad_requests_are_tool_errors_that_say_what_is_wrong_without_a_traceback
     assert "missing name" in messages[3]
     assert "colour" in messages[4]
     assert "version 7" in messages[5] or "v7" in messages[5]
-    assert "state must be one of" in messages[6] and "planned" in messages[6]
+    assert "state must be one of" in messages[6] and "waiting_for_approval" in messages[6]
     assert "cannot ask its user" in messages[7]
     assert "the goal is empty" in messages[8]
     assert "run_id" in messages[9] and "Field required" in messages[9]

@@ -849,7 +849,7 @@ def test_a_revision_is_shown_beside_the_version_before_with_its_changes_marked()
     assert "app" not in docs["new"] and "manual" in docs["new"] and "docs" in docs["old"] and docs["fields"] == ["parameters"]
 
 
-# --- starting a goal: the goal path in a child process, a scripted planner named in planexec.toml --------
+# --- starting a goal: the goal path through the team, the run through the store's queue -------------------
 
 SCRIPTED_SITE = textwrap.dedent(
     """
@@ -880,14 +880,44 @@ def test_the_goal_form_names_each_problem_by_its_field():
     from planexec.web.start import check_goal
 
     check = check_goal({"goal": "  ", "mode": "sideways", "model": "gpt-4", "worker_model": "nobody:x"})
-    assert set(check.problems) == {"goal", "mode", "model", "worker_model"} and not check.args
+    assert set(check.problems) == {"goal", "mode", "model", "worker_model"} and not check.goal
     assert "provider:model" in check.problems["model"][0] and "unknown provider 'nobody'" in check.problems["worker_model"][0]
     check = check_goal({"goal": "--help me", "mode": "plan", "model": "openai:gpt-4o-mini"})
-    assert check.ok and check.args == ["--mode", "plan", "--model", "openai:gpt-4o-mini", "--", "--help me"]
+    assert check.ok and check.goal == {"goal": "--help me", "mode": "plan", "model": "openai:gpt-4o-mini", "worker_model": ""}
 
 
-def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_review_then_runs(project, monkeypatch):
-    from planexec.web.start import Launcher, check_goal
+def _serve(project: Path, port: int, *options: str) -> subprocess.Popen[str]:
+    """``planexec serve`` in `project` with the environment as it is now (the scripted planner's site on its path)."""
+    log = (project / "serve.log").open("w")
+    return subprocess.Popen(
+        [sys.executable, "-m", "planexec", "serve", "--port", str(port), "--store", str(project / "runs.db"), "--token", TOKEN,
+         "--user", USER, *options],
+        cwd=project, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _post_goal(base: str, fields: dict[str, str]) -> tuple[int, str, str]:
+    """(status, body, the redirect's run id) of the goal form posted as a browser would, with the page's CSRF token."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    page = request(base + "/start", headers=auth)[1]
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    form = urllib.parse.urlencode({"csrf": csrf, **fields}).encode()
+    headers = {**auth, "Content-Type": "application/x-www-form-urlencoded", "Origin": base}
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(base + "/start/goal", data=form, headers=headers), timeout=30) as answer:
+            return answer.status, answer.read().decode(), ""
+    except urllib.error.HTTPError as exc:
+        where = exc.headers.get("Location", "")
+        return exc.code, exc.read().decode(), urllib.parse.unquote(where.rsplit("/runs/", 1)[-1]) if "/runs/" in where else ""
+
+
+def test_a_goal_started_from_the_console_is_planned_by_the_team_waits_in_the_queue_then_its_worker_runs_it(project, monkeypatch):
     from planexec.web.views import run_detail
 
     site = project / "site"
@@ -896,27 +926,35 @@ def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_r
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("PLANEXEC_TEST_ANSWERS", json.dumps([GOAL_PLAN]))
     (project / "planexec.toml").write_text('[planexec]\nplanner_model = "script:planner"\n')  # no model in the form: the config's
-    launcher = Launcher(str(project / "runs.db"), project)
-    run_id = launcher.start(check_goal({"goal": "two sums joined", "mode": "plan"}))
-    deadline = time.monotonic() + WAIT
-    while not pending(project, run_id):
-        assert launcher.ended_early(run_id) is None, launcher.ended_early(run_id)
-        assert time.monotonic() < deadline, "the goal's plan never waited for review"
-        time.sleep(0.1)
-    store = open_store(str(project / "runs.db"), create=False)
+    port = free_port()
+    console = _serve(project, port)
+    base = f"http://127.0.0.1:{port}"
     try:
-        [v1] = store.plan_versions(run_id)
-        assert v1.plan.step_ids == ["s1", "s2", "s3"] and store.run(run_id).goal == "two sums joined"
-        assert not [e for e in store.events(run_id) if e.type == "step_started"]  # nothing runs before a person approves
-        store.decide_approval(run_id, approved=True, by="alice", content_hash=v1.plan.content_hash)
+        wait_until("the console", lambda: _answers(base), console)
+        before = _children(console.pid)
+        status, _, run_id = _post_goal(base, {"goal": "two sums joined", "mode": "plan"})
+        assert status == 303 and run_id.startswith("web-")
+        wait_until("the goal's plan waiting for review", lambda: bool(pending(project, run_id)), console)
+        store = open_store(str(project / "runs.db"), create=False)
+        try:
+            [v1] = store.plan_versions(run_id)
+            summary = store.run(run_id)
+            assert v1.plan.step_ids == ["s1", "s2", "s3"] and summary.goal == "two sums joined"
+            assert summary.status.value == "waiting" and store.queued_run(run_id).submitted_by == USER
+            assert not [e for e in store.events(run_id) if e.type == "step_started"]  # nothing runs before a person approves
+            page = request(base + f"/runs/{run_id}", headers={"Authorization": f"Bearer {TOKEN}"})[1]
+            assert "This plan waits for your approval" in page
+            store.decide_approval(run_id, approved=True, by="alice", content_hash=v1.plan.content_hash)
+        finally:
+            store.close()
+        wait_until("the console's worker ran it", lambda: _status(project, run_id) == "succeeded", console)
+        assert _children(console.pid) <= before  # no child process: the console's own worker thread ran it
     finally:
-        store.close()
-    launcher.started[run_id].process.wait(timeout=WAIT)
+        console.terminate()
+        console.wait(timeout=WAIT)
     store = open_store(str(project / "runs.db"), create=False)
     try:
-        summary = store.run(run_id)
-        assert summary.status.value == "succeeded", summary.reason
-        [finished] = [e for e in store.events(run_id) if e.type == "run_finished"]
+        [finished] = [e for e in store.events(run_id) if e.type == "run_finished" and e.status.value == "succeeded"]
         assert finished.answer == "391 and 5"
         assert any(e.type == "plan_drafted" and e.model == "script:planner" for e in store.events(run_id))
         detail = run_detail(store, run_id)  # the run's page: the planner's usage is the run's, by role
@@ -927,6 +965,86 @@ def test_a_goal_started_from_the_console_is_planned_by_the_goal_path_waits_for_r
         assert s3["inputs"][0]["sources"][0].startswith("the output of step s1, made by tool.calculator")
     finally:
         store.close()
+
+
+SCRIPTED_BY_MODEL = textwrap.dedent(
+    """
+    # the provider script: each model name answers from its own list in $PLANEXEC_TEST_ANSWERS_BY_MODEL
+    import json
+    import os
+
+    from planexec.models.providers import register_provider
+    from planexec.testing import ScriptedModel
+
+    _answers = json.loads(os.environ["PLANEXEC_TEST_ANSWERS_BY_MODEL"])
+    register_provider("script", lambda model, options: ScriptedModel(list(_answers.get(model, [])), name=f"script:{model}"), replace=True)
+    """
+)
+
+
+def test_a_goal_the_planner_cannot_plan_says_why_on_its_page_and_a_console_without_a_worker_runs_nothing(project, monkeypatch):
+    site = project / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SCRIPTED_BY_MODEL)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PLANEXEC_TEST_ANSWERS_BY_MODEL", json.dumps({"planner": ["no plan here"] * 10, "second": [GOAL_PLAN]}))
+    (project / "planexec.toml").write_text('[planexec]\nplanner_model = "script:planner"\n')
+    port = free_port()
+    console = _serve(project, port, "--no-worker")
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        wait_until("the console", lambda: _answers(base), console)
+        status, _, failed = _post_goal(base, {"goal": "two sums joined", "mode": "plan"})
+        assert status == 303
+        wait_until("the reason on the page", lambda: "stored no run" in request(base + f"/runs/{failed}", headers=auth)[1], console)
+        page = request(base + f"/runs/{failed}", headers=auth)[1]
+        assert "PlanningError" in page and "Traceback" not in page and "data-retry" not in page
+        status, body, _ = _post_goal(base, {"goal": "", "mode": "plan"})
+        assert status == 422 and "say what you want done" in body
+        _, _, run_id = _post_goal(base, {"goal": "two sums joined", "mode": "plan", "model": "script:second"})
+        wait_until("the plan waiting", lambda: bool(pending(project, run_id)), console)
+        store = open_store(str(project / "runs.db"), create=False)
+        try:
+            [v1] = store.plan_versions(run_id)
+            assert store.events(run_id)[0].setup["models"]["planner"] == "script:second"  # the form's model, kept for the worker
+            store.decide_approval(run_id, approved=True, by="alice", content_hash=v1.plan.content_hash)
+        finally:
+            store.close()
+        time.sleep(2.0)
+        assert _status(project, run_id) == "waiting"  # approved, queued: no worker here, a fleet's would take it
+    finally:
+        console.terminate()
+        console.wait(timeout=WAIT)
+    worker = planexec("worker", "--once", "--json", "--store", str(project / "runs.db"), cwd=project)
+    out, err = finish(worker)
+    assert worker.returncode == 0, err
+    assert [(r["run_id"], r["outcome"]) for r in json.loads(out)["runs"]] == [(run_id, "succeeded")]
+
+
+def _answers(base: str) -> bool:
+    try:
+        return request(base + "/", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+    except OSError:
+        return False
+
+
+def _status(project: Path, run_id: str) -> str:
+    store = open_store(str(project / "runs.db"), create=False)
+    try:
+        return store.run(run_id).status.value
+    finally:
+        store.close()
+
+
+def _children(pid: int) -> set[int]:
+    """The processes `pid` started (any of its threads), as Linux lists them."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        listed = task / "children"
+        if listed.exists():
+            found |= {int(c) for c in listed.read_text().split()}
+    return found
 
 
 # --- an edit becomes the next version of the same run (the store, the engine, the CLI) -----------

@@ -17,7 +17,7 @@ their own `__all__`. Everything else is private and may change.
 """
 
 from planexec.engine.config import EngineConfig
-from planexec.engine.engine import Engine, Run
+from planexec.engine.engine import Engine, Run, new_run_id
 from planexec.engine.results import RunResult, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError, Problem
 from planexec.models.base import Model
@@ -27,7 +27,7 @@ from planexec.plan.drafts import Planning
 from planexec.plan.model import FailureAction, Plan, Step
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.planning.planner import Planner
-from planexec.team.settings import ModelOptions, PlanningOptions, ReviewOptions, Toolbox
+from planexec.team.settings import ModelOptions, PlanningOptions, ReviewOptions, Submission, Toolbox
 from planexec.team.subteam import SubTeam
 from planexec.team.team import Team
 from planexec.usage import Budget, Usage
@@ -64,6 +64,7 @@ __all__ = [
     "StepRecord",
     "StepState",
     "SubTeam",
+    "Submission",
     "Team",
     "Tool",
     "ToolContext",
@@ -71,6 +72,7 @@ __all__ = [
     "Usage",
     "Worker",
     "check_plan",
+    "new_run_id",
     "resolve_model",
     "tool",
     "validate_plan",

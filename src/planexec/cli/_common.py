@@ -30,25 +30,38 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
 from rich.console import Console
 from rich.prompt import Confirm
 
-from planexec import EngineConfig, ModelOptions, Plan, Registry, RunResult, RunStatus, Step, StepState, Team, Toolbox, validate_plan
+from planexec import (
+    EngineConfig,
+    ModelOptions,
+    Plan,
+    Registry,
+    ReviewOptions,
+    RunResult,
+    RunStatus,
+    Step,
+    StepState,
+    Team,
+    Toolbox,
+    validate_plan,
+)
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, run_review
 from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
+from planexec.fleet.saved import recorded_runner
 from planexec.models.pricing import PriceTable
 from planexec.policies import Approver, CallRequest, PolicyContext, PolicySet, ReviewOutcome, approve_calls, load_policies, person
 from planexec.scale import RayRunner, runner_for
 from planexec.secrets import redact
 from planexec.store import RunStore, open_store, store_target
-from planexec.team.saved import recorded_runner
 from planexec.team.settings import engine_config as settings_from_config
 from planexec.telemetry import configure as configure_telemetry
 from planexec.telemetry import trace_run
@@ -523,3 +536,19 @@ def plan_registry(
     except (ConfigError, RegistryError) as exc:
         raise UsageError(str(exc)) from None
     return team.registry
+
+
+def face_team(config: Config, store: Any, *, tools: Sequence[str] = ()) -> Team:
+    """The team a face plans, reviews and submits with (``planexec serve``, ``planexec mcp``): planexec.toml's models and
+    tools, `tools`, the built-in roles, the workspace toolkit and the project's policies; `UsageError` when it cannot be made."""
+    try:
+        policies = load_policies(config.policies)
+        return Team(
+            config=config,
+            store=store,
+            mode="plan",
+            toolbox=Toolbox(modules=list(tools), roles=True, workspace=config.workspace or "workspace"),
+            review=ReviewOptions(policies=tuple(policies)),
+        )
+    except (ConfigError, PolicyError, RegistryError, StoreError, ValueError) as exc:
+        raise UsageError(str(exc)) from None

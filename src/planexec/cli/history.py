@@ -327,6 +327,7 @@ _STYLE = {
     RunStatus.CANCELLED: "yellow",
     RunStatus.REPLAN_REQUESTED: "magenta",
     RunStatus.RUNNING: "blue",
+    RunStatus.WAITING: "cyan",
 }
 
 

@@ -11,7 +11,11 @@ for every command (``--store``, ``$PLANEXEC_STORE``, planexec.toml,
 ``.planexec/runs.db``); the team (planexec.toml's models, tools and
 ``--tools``, the built-in roles, the project's policies) plans and reviews.
 Decisions a person makes through the client are recorded under ``--user``
-(default: your user name); ``--no-decide`` refuses them all. Imports the
+(default: your user name); ``--no-decide`` refuses them all. Approved runs
+are run by a worker in a thread of this process (`planexec.fleet.local`),
+or with ``--no-worker`` only by a ``planexec worker`` fleet on the same
+store; a run in hand when the server stops is handed back to the queue at
+its next step boundary, and the next worker goes on with it. Imports the
 ``mcp`` extra lazily with an install hint; the server itself is
 `planexec.mcp_server`.
 """
@@ -24,16 +28,13 @@ import os
 import secrets
 import socket
 import sys
-from pathlib import Path
 from typing import Any
 
-from planexec import ReviewOptions, Team, Toolbox
+from planexec import Team
 from planexec.cli import _common as common
 from planexec.cli.serve import is_loopback
 from planexec.config import Config
-from planexec.errors import ConfigError, PolicyError, RegistryError, StoreError
-from planexec.policies import load_policies
-from planexec.store import RunStore, store_target
+from planexec.store import RunStore
 
 __all__ = ["DEFAULT_PORT", "TOKEN_ENV", "add_mcp_command", "cmd_mcp"]
 
@@ -60,6 +61,7 @@ def add_mcp_command(sub: Any) -> None:
     )
     p.add_argument("--user", metavar="NAME", help="the name a person's decisions through the client are recorded under (default: yours)")
     p.add_argument("--no-decide", action="store_true", help="refuse every decision through the client: people decide with planexec approve")
+    p.add_argument("--no-worker", action="store_true", help="run no approved run here: leave them to planexec worker on the same store")
     p.set_defaults(command=cmd_mcp)
 
 
@@ -67,15 +69,21 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     """``planexec mcp``: check the options, build the team over the store, serve until the client leaves (or Ctrl-C)."""
     token, made = _token(args) if args.http else (None, False)
     try:
-        from planexec.mcp_server import Launcher, Service, build_server, serve_http, serve_stdio
+        from planexec.mcp_server import Service, build_server, serve_http, serve_stdio
     except ImportError:
         raise common.UsageError(_INSTALL) from None
     config = common.config()
     store = common.open_run_store(args.store, config, create=True)
     with contextlib.redirect_stdout(sys.stderr):  # over stdio, stdout is the protocol's: a tools module that prints must not break it
         team = _team(args, config, store)
-    launcher = Launcher(Path.cwd(), store_target(args.store, config.store))
-    server = build_server(Service(team, launcher, args.user or common.user()), decide=not args.no_decide)
+
+    def note(line: str) -> None:
+        common.say(f"planexec mcp: {line}", stderr=True)
+
+    worker = None if args.no_worker else team.local_worker(on_note=note)
+    server = build_server(Service(team, args.user or common.user(), worker), decide=not args.no_decide)
+    if worker is not None:
+        worker.start()
     try:
         if token is None:
             serve_stdio(server)
@@ -88,7 +96,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             common.say(f"clients send the header: Authorization: Bearer {shown_token}", stderr=True)
             serve_http(server, listening, host=args.host, token=token)
     finally:
-        launcher.close()
+        if worker is not None:
+            worker.stop()  # the runs in hand go back to the queue at their next step boundary
     return common.EXIT_OK
 
 
@@ -113,17 +122,7 @@ def _team(args: argparse.Namespace, config: Config, store: RunStore) -> Team:
     """The team that plans and reviews: planexec.toml's models and tools, ``--tools``, the built-in roles, the project's policies."""
     if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
         sys.path.insert(0, os.getcwd())
-    try:
-        policies = load_policies(config.policies)
-        return Team(
-            config=config,
-            store=store,
-            mode="plan",
-            toolbox=Toolbox(modules=args.tools, roles=True, workspace=config.workspace or "workspace"),
-            review=ReviewOptions(policies=tuple(policies)),
-        )
-    except (ConfigError, PolicyError, RegistryError, StoreError, ValueError) as exc:
-        raise common.UsageError(str(exc)) from None
+    return common.face_team(config, store, tools=args.tools)
 
 
 def _listen(host: str, port: int) -> socket.socket:

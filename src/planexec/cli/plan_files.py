@@ -26,7 +26,7 @@ from planexec.cli.plans import check_template_args, template_plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config
 from planexec.engine.loop import run_to_end
-from planexec.team.saved import run_setup, saved_plan_engine
+from planexec.fleet.saved import run_setup, saved_plan_engine
 
 __all__ = ["cmd_run", "cmd_schema", "cmd_validate"]
 

@@ -79,6 +79,7 @@ _STATUS_STYLE = {
     RunStatus.REPLAN_REQUESTED: "bold magenta",
     RunStatus.FAILED: "bold red",
     RunStatus.RUNNING: "bold blue",
+    RunStatus.WAITING: "cyan",
 }
 
 

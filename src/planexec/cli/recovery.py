@@ -27,8 +27,8 @@ from planexec.engine.loop import run_to_end
 from planexec.engine.resume import DECISIONS
 from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.events import RunStarted
+from planexec.fleet.saved import saved_plan_engine
 from planexec.store import ResumeError, RunStore, resolve_step
-from planexec.team.saved import saved_plan_engine
 from planexec.telemetry import start_run
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]

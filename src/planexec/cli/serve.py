@@ -14,7 +14,10 @@ Decisions are recorded under ``--user`` (else planexec.toml's ``user``,
 else the OS user). The store is chosen as for every command (``--store``,
 ``$PLANEXEC_STORE``, planexec.toml, ``.planexec/runs.db``) and only read,
 except for what a person decides, edits or starts; the project's policies
-(planexec.toml) are shown reviewing a waiting plan. Imports the ``web``
+(planexec.toml) are shown reviewing a waiting plan. Work started in the
+console is planned and reviewed by the project's team (`common.face_team`)
+and submitted to the store's queue; the console's own worker runs
+approved runs (``--no-worker``: a ``planexec worker`` fleet does). Imports the ``web``
 extra lazily with an install hint; the console itself is `planexec.web`.
 """
 
@@ -54,6 +57,7 @@ def add_serve_command(sub: Any) -> None:
     p.add_argument("--token", metavar="T", help=f"the access token (default: ${TOKEN_ENV}, planexec.toml, else a new one, printed)")
     p.add_argument("--user", metavar="NAME", help="the name decisions are recorded under (default: planexec.toml, else your user name)")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (needs a token you chose)")
+    p.add_argument("--no-worker", action="store_true", help="run no approved run here: leave them to planexec worker on the same store")
     p.set_defaults(command=cmd_serve)
 
 
@@ -95,7 +99,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (StoreError, PolicyError) as exc:
         raise common.UsageError(str(exc)) from None
     token = token or new_token()
-    app = create_app(target, token=token, user=args.user or config.serve.user, loopback=loopback, policies=list(policies))
+    user = args.user or config.serve.user
+
+    def team() -> Any:  # made on first use: a console over a project whose team cannot be made still shows its runs
+        return common.face_team(config, target)
+
+    app = create_app(target, token=token, user=user, loopback=loopback, policies=list(policies), team=team, worker=not args.no_worker)
     listening = _bind(args.host, port)
     bound = listening.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host

@@ -1,6 +1,6 @@
 """The fleet's commands: ``planexec submit`` queues an approved plan, ``planexec worker`` runs queued runs, ``planexec queue`` lists them.
 
-Owns the faces of `team.fleet`: ``submit`` reads a plan file (or a saved
+Owns the faces of `fleet.worker`: ``submit`` reads a plan file (or a saved
 template), checks it against its tools, has the policies and a person
 review it (``--yes``, the terminal, or later ``planexec approve RUN_ID``)
 and queues it with `submit_plan`; ``worker`` opens the store (a SQLite
@@ -12,7 +12,7 @@ step boundary; the second signal: at once), ``--idle-exit`` or
 ``--once``, or until the store has failed for a minute (exit 3);
 ``queue`` prints the queue. Bad input (an unknown store, ``--concurrency
 0``) is a `common.UsageError` (exit 2). Imports `cli._common`,
-`cli.plans`, the store's location and queue, and `team.fleet`.
+`cli.plans`, the store's location and queue, and `fleet.worker`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.engine.loop import run_to_end
 from planexec.errors import StoreError
+from planexec.fleet.worker import QueueWorker, WorkerReport, submit_plan
 from planexec.store import store_target
 from planexec.store.location import sqlite_path
 from planexec.store.queue import QueueState
 from planexec.store.sql import SqlRunStore
-from planexec.team.fleet import QueueWorker, WorkerReport, submit_plan
 
 __all__ = ["add_fleet_commands", "cmd_queue", "cmd_submit", "cmd_worker"]
 

@@ -120,10 +120,7 @@ class Engine:
         """
         if validate:
             check_plan(plan, self.registry)
-        drafts = [
-            {"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time}
-            for d in (planning.drafts if planning is not None else ())
-        ]
+        drafts = planning.draft_events() if planning is not None else []
         run = Run(self, plan, run_id or new_run_id(), setup=setup, drafts=drafts)
         for role, used in (overhead or {}).items():
             run.add_overhead(role, used)
@@ -239,6 +236,6 @@ class Engine:
         return getattr(w, "max_concurrency", None) if w is not None else None
 
 
-def new_run_id() -> str:
-    """A sortable run id: ``run-YYYYmmdd-HHMMSS-xxxxxx``."""
-    return f"run-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+def new_run_id(prefix: str = "run") -> str:
+    """A sortable run id: ``run-YYYYmmdd-HHMMSS-xxxxxx`` (a face names itself: ``web-…``, ``mcp-…``)."""
+    return f"{prefix}-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"

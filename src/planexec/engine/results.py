@@ -65,6 +65,7 @@ class RunStatus(str, Enum):
     REPLAN_REQUESTED = "replan_requested"  # a step asked for a new plan
     FAILED = "failed"  # it could not go on: an invalid streamed plan, a replan that failed, a budget, a joiner
     NEEDS_DECISION = "needs_decision"  # resumed after a crash, a step that was running needs a person (`planexec resolve`)
+    WAITING = "waiting"  # stored and not started: its plan waits for a person's approval, or for a worker to take it (the queue)
 
 
 class ErrorInfo(BaseModel):

@@ -32,8 +32,8 @@ from planexec.workers.io import Output, Provenance
 
 __all__ = ["RESUMABLE", "ResumeError", "Resumption", "plan_resumption"]
 
-# how a run may have stopped and still be resumed (RUNNING: it never said, the process died)
-RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.NEEDS_DECISION})
+# how a run may have stopped and still be resumed (RUNNING: it never said, the process died; WAITING: it never started)
+RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.NEEDS_DECISION, RunStatus.WAITING})
 
 
 class ResumeError(PlanexecError):

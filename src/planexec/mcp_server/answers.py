@@ -57,10 +57,12 @@ class PendingApproval(_Answer):
 
 
 class PlannedRun(_Answer):
-    """A plan stored as a run that has not started: a person approves its content hash, then run_plan starts it."""
+    """A plan stored as a run that waits: a person approves its content hash, then a worker runs it."""
 
     run_id: str
-    state: Literal["planned", "rejected"] = Field(description="planned: waits for a person; rejected: a policy denied it")
+    state: Literal["waiting_for_approval", "queued", "rejected"] = Field(
+        description="waiting_for_approval: a person approves it first; queued: approved, a worker takes it; rejected: a policy denied it"
+    )
     goal: str
     source: str = Field(description="where the plan came from: the planner, the plan library, a template")
     plan: dict[str, Any] = Field(description="the plan as JSON: its steps, dependencies and parameters")
@@ -75,11 +77,11 @@ class PlannedRun(_Answer):
 
 
 class StartedRun(_Answer):
-    """A run a process of its own works on (or will, once a person approves); `next` says what happens now."""
+    """A run handed to the workers (it runs once a person approves it); `next` says what happens now."""
 
     run_id: str
-    state: str = Field(description="waiting_for_approval, running, starting, or how the run ended")
-    pid: int | None = Field(None, description="the process that runs it")
+    state: str = Field(description="waiting_for_approval, queued, running, or how the run ended")
+    pid: int | None = Field(None, description="the process that runs it, once a worker took it")
     pending: list[PendingApproval] = Field(default_factory=list)
     next: str
     planned: PlannedRun | None = Field(None, description="run_template: the plan it stored")
@@ -103,7 +105,7 @@ class RunDetails(_Answer):
 
     run_id: str
     goal: str
-    state: str = Field(description="planned, waiting_for_approval, running, interrupted, or how it ended")
+    state: str = Field(description="waiting_for_approval, queued, running, interrupted, or how it ended")
     reason: str | None = None
     plan_id: str
     plan_version: int
@@ -115,7 +117,6 @@ class RunDetails(_Answer):
     pending: list[PendingApproval] = Field(default_factory=list)
     answer: Any = None
     usage: dict[str, Any] = Field(default_factory=dict)
-    process: str | None = Field(None, description="why the process started for it ended before it took the run")
     next: str
 
 

@@ -60,10 +60,11 @@ log = logging.getLogger("planexec.mcp_server")
 T = TypeVar("T")
 
 INSTRUCTIONS = (
-    "planexec plans goals into typed plans that a person reviews, then runs them. plan_goal writes and stores a plan "
-    "(nothing runs); run_plan starts it, and it runs once a person approves it (planexec approve RUN_ID, the web "
-    "console, or decide_approval, which asks the user of this client, never the model); run_template starts a saved "
-    "plan the same way. show_run and list_runs follow runs; list_approvals shows what waits for a person."
+    "planexec plans goals into typed plans that a person reviews, then runs them. plan_goal writes a plan and stores it "
+    "as a waiting run (nothing runs); it runs once a person approves it (planexec approve RUN_ID, the web console, or "
+    "decide_approval, which asks the user of this client, never the model), on a worker; run_template submits a saved "
+    "plan the same way; run_plan hands a waiting run on and says what it waits for. show_run and list_runs follow runs; "
+    "list_approvals shows what waits for a person."
 )
 NO_DECISIONS = (
     "decisions belong to a person: decide with planexec approve {run_id}{step} [--deny --reason TEXT], "
@@ -93,18 +94,19 @@ def build_server(service: Service, *, decide: bool = True) -> MCPServer[Any]:
     ) -> PlannedRun:
         """Plan a goal and store the plan for a person to review: its steps, content hash and the policies' verdicts.
 
-        Nothing runs: the plan is stored as a run in the state 'planned'. A
-        person approves it (planexec approve RUN_ID, or the console); run_plan
-        starts it (before or after that approval: it runs only once approved).
+        Nothing runs yet: the plan is stored as a run in the state
+        'waiting_for_approval'. Once a person approves it (planexec approve
+        RUN_ID, the console, or decide_approval) a worker runs it.
         """
         return await _answer(service.plan_goal(goal, reuse=reuse))
 
     @server.tool(annotations=_WRITE)
     async def run_plan(run_id: RunId) -> StartedRun:
-        """Start a run that plan_goal stored: it runs once a person approves its plan (at once if one already has).
+        """Hand on a run that plan_goal stored: a worker runs it once a person approves its plan (at once if one has).
 
-        It runs in a process of its own and goes on if this server stops.
-        Steps and tool calls that need approval wait for a person too.
+        Says what the run waits for. The run is the store's: it goes on if
+        this server stops. Steps and tool calls that need approval wait for
+        a person too.
         """
         return await _answer(service.run_plan(run_id))
 
@@ -114,7 +116,7 @@ def build_server(service: Service, *, decide: bool = True) -> MCPServer[Any]:
         parameters: Annotated[dict[str, Any] | None, Field(description="a value for each parameter the template declares")] = None,
         version: Annotated[int | None, Field(description="a version of the template (default: the latest)")] = None,
     ) -> StartedRun:
-        """Run a saved plan of the plan library with these parameters: stored, then started; it runs once a person approves it."""
+        """Run a saved plan of the plan library with these parameters: stored as a waiting run; it runs once a person approves it."""
         return await _answer(service.run_template(name, parameters or {}, version))
 
     @server.tool(annotations=_READ)

@@ -9,7 +9,7 @@ approval ``waiting_for_approval``) and the sentence that says what happens
 next (`next_step`). Step outputs longer than `OUTPUT_LIMIT` characters of
 JSON are cut (``planexec show RUN --json`` has them whole). Everything is
 redacted (`secrets.redact`) before it leaves. Synchronous: the caller runs
-these in a thread. Imports the store, `engine.replay` and `launch`.
+these in a thread. Imports the store and the public records.
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ from typing import Any
 from planexec import RunStatus, StepRecord, StepState
 from planexec.engine.results import PlanVersion
 from planexec.mcp_server.answers import PendingApproval, RunDetails, RunLine, StepLine
-from planexec.mcp_server.launch import is_planned
 from planexec.secrets import redact
 from planexec.store import Approval, RunStore, RunSummary, replay
 
 __all__ = ["OUTPUT_LIMIT", "STATES", "face_state", "next_step", "pending_approvals", "run_details", "run_lines"]
 
 OUTPUT_LIMIT = 20_000
-# what list_runs filters on: the store's statuses, a run whose process died, and a run planned here and not started
-STATES = (*(s.value for s in RunStatus), "interrupted", "planned")
+# what list_runs filters on: the store's statuses, a run whose process died, and the two states of a run that waits
+STATES = (*(s.value for s in RunStatus), "interrupted", "waiting_for_approval", "queued")
 
 
 def face_state(summary: RunSummary, *, waiting: bool) -> str:
-    """``planned``, ``waiting_for_approval`` (a live run `waiting` for a person), else the store's state (``interrupted`` too)."""
-    if is_planned(summary):
-        return "planned"
+    """``waiting_for_approval`` (a run `waiting` for a person: stored, or live), ``queued`` (approved, not taken yet), else
+    the store's state (``interrupted`` too)."""
+    if summary.status is RunStatus.WAITING:
+        return "waiting_for_approval" if waiting else "queued"
     if summary.status is RunStatus.RUNNING and not summary.interrupted and waiting:
         return "waiting_for_approval"
     return summary.state
@@ -44,13 +44,10 @@ def next_step(summary: RunSummary, state: str, pending: list[PendingApproval]) -
     """What happens next to the run, and who does it, in one sentence for the caller."""
     run_id = summary.run_id
     asked = "; ".join(f"{p.what}: {p.decide_with}" for p in pending)
-    if state == "planned":
-        if pending:
-            return (
-                f"nothing runs yet: a person approves {asked} (or in the console, planexec serve); run_plan({run_id!r}) "
-                "starts it now or after that approval"
-            )
-        return f"start it with run_plan({run_id!r})"
+    if state == "queued":
+        return "approved: the next free worker runs it (this server's own, or a planexec worker fleet)"
+    if state == "waiting_for_approval" and summary.status is RunStatus.WAITING:
+        return f"nothing runs yet: a person approves {asked} (or in the console, planexec serve); a worker runs it once approved"
     if state == "waiting_for_approval":
         return f"it waits for a person to decide {asked}; show_run({run_id!r}) follows it"
     if state == "interrupted":
@@ -108,8 +105,8 @@ def _describe(a: Approval, versions: list[PlanVersion], events: list[Any]) -> Pe
     return PendingApproval(kind="step", what=f"step {a.step_id}", details=details, decide_with=decide, **fields)
 
 
-def run_details(store: RunStore, run_id: str, *, process: str | None = None) -> RunDetails:
-    """The run as show_run answers it; `process` says why the process started for it ended early (None: it did not)."""
+def run_details(store: RunStore, run_id: str) -> RunDetails:
+    """The run as show_run answers it."""
     summary = store.run(run_id)
     events = store.events(run_id)
     versions = store.plan_versions(run_id)
@@ -118,7 +115,7 @@ def run_details(store: RunStore, run_id: str, *, process: str | None = None) -> 
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
     lines = [_step_line(rec, steps[sid].instruction if sid in steps else None) for sid, rec in view.steps.items()]
     state = face_state(summary, waiting=bool(pending))
-    if state == "planned":  # stopped before anything started: its steps wait, they were not cancelled
+    if summary.status is RunStatus.WAITING:  # nothing started: its steps wait, they were not cancelled
         lines = [line.model_copy(update={"state": StepState.PENDING.value, "error": None}) for line in lines]
     details = RunDetails(
         run_id=run_id,
@@ -135,8 +132,7 @@ def run_details(store: RunStore, run_id: str, *, process: str | None = None) -> 
         pending=pending,
         answer=_clip(view.answer) if summary.finished else None,
         usage=summary.usage.model_dump(mode="json"),
-        process=process,
-        next=process if process and state == "planned" else next_step(summary, state, pending),
+        next=next_step(summary, state, pending),
     )
     return redact(details)
 
@@ -164,12 +160,14 @@ def _clip(value: Any) -> Any:
 
 def run_lines(store: RunStore, *, state: str | None, limit: int) -> list[RunLine]:
     """The newest runs (only those in `state`, one of `STATES`), at most `limit`."""
-    if state in ("interrupted", "planned"):  # stored as running or cancelled: told apart by their leases or their reason
-        stored = RunStatus.RUNNING if state == "interrupted" else RunStatus.CANCELLED
-        runs = [r for r in store.runs(limit=None, status=stored) if (r.interrupted if state == "interrupted" else is_planned(r))][:limit]
+    waiting = {a.run_id for a in store.approvals(pending_only=True)}
+    if state == "interrupted":  # stored as running: told apart by their leases
+        runs = [r for r in store.runs(limit=None, status=RunStatus.RUNNING) if r.interrupted][:limit]
+    elif state in ("waiting_for_approval", "queued"):  # told apart by what waits for a person
+        found = [*store.runs(limit=None, status=RunStatus.WAITING), *store.runs(limit=None, status=RunStatus.RUNNING)]
+        runs = [r for r in found if face_state(r, waiting=r.run_id in waiting) == state][:limit]
     else:
         runs = store.runs(limit=limit, status=state)
-    waiting = {a.run_id for a in store.approvals(pending_only=True)}
     lines = [
         RunLine(
             run_id=r.run_id,

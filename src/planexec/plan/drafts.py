@@ -9,6 +9,7 @@ they live with the plan, below both. Imports `plan.model`, `records` and `usage`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from planexec.plan.model import Plan
 from planexec.records import Record
@@ -46,3 +47,10 @@ class Planning(Record):
     def repairs(self) -> int:
         """Drafts sent back for repair."""
         return len(self.drafts) - 1
+
+    def draft_events(self) -> list[dict[str, Any]]:
+        """What a run records of each draft (a `PlanDrafted` event's own fields): attempt, model, problems, usage, wall time."""
+        return [
+            {"attempt": d.attempt, "model": d.model, "problems": d.problems, "usage": d.usage, "wall_time": d.wall_time}
+            for d in self.drafts
+        ]

@@ -55,6 +55,8 @@ class Approvals:
     _chain: Any
     _save_chain: Any
     _insert_plan: Any
+    refuse_denied: Any
+    follow_edit: Any
     location: str
 
     def request_approval(
@@ -78,32 +80,47 @@ class Approvals:
             raise ValueError("an approval needs the content hash of what is approved")
         if approved is not None and not by:
             raise ValueError("a decision needs who made it (`by`)")
+        with self._tx(write=True) as cur:
+            self._require_run(cur, run_id)
+            row = self._ask(cur, run_id, content_hash, step_id=step_id, approved=approved, by=by, reason=reason)
+        return _approval(row)
+
+    def _ask(
+        self,
+        cur: Any,
+        run_id: str,
+        content_hash: str,
+        *,
+        step_id: str | None = None,
+        approved: bool | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Any:
+        """Inside a write transaction: the request's row, stored (and decided, with `approved`) when it was not yet."""
         key = (run_id, step_id or "", content_hash)
         where = "run_id = ? AND step_id = ? AND content_hash = ?"
         pending = ApprovalState.PENDING.value
-        with self._tx(write=True) as cur:
-            self._require_run(cur, run_id)
+        row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+        if row is None or (approved is not None and row[4] == pending):
+            chain = self._chain(cur, run_id)  # the run's head, locked first: a decision elsewhere takes turns with this one
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-            if row is None or (approved is not None and row[4] == pending):
-                chain = self._chain(cur, run_id)  # the run's head, locked first: a decision elsewhere takes turns with this one
+            if row is None:
+                requested_at = now()
+                link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
+                cur.execute(
+                    self._q(
+                        "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    (*key, pending, requested_at, *link),
+                )
                 row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-                if row is None:
-                    requested_at = now()
-                    link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
-                    cur.execute(
-                        self._q(
-                            "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                        ),
-                        (*key, pending, requested_at, *link),
-                    )
-                    row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-                if approved is not None and row[4] == pending:  # still pending: decided before anyone else sees it
-                    state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
-                    self._write_decision(cur, chain, _approval(row), state, str(by), reason)
-                    row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-                self._save_chain(cur, chain)
-        return _approval(row)
+            if approved is not None and row[4] == pending:  # still pending: decided before anyone else sees it
+                state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
+                self._write_decision(cur, chain, _approval(row), state, str(by), reason)
+                row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+            self._save_chain(cur, chain)
+        return row
 
     def decide_approval(
         self,
@@ -138,6 +155,8 @@ class Approvals:
             chain = self._chain(cur, run_id)
             self._write_decision(cur, chain, target, state, by, reason)
             self._save_chain(cur, chain)
+            if not approved and step_id is None:  # a queued run that waited for this version never starts
+                self.refuse_denied(cur, run_id, target.content_hash, f"its plan was denied by {by}" + (f": {reason}" if reason else ""))
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
         return _approval(row)
 
@@ -184,6 +203,7 @@ class Approvals:
             said = f"replaced by the edit v{plan.version} ({plan.content_hash[:19]}) by {by}; nothing of v{old.version} ran"
             self._write_decision(cur, chain, asked[-1], ApprovalState.DENIED, by, said + (f": {reason}" if reason else ""))
             self._save_chain(cur, chain)
+            self.follow_edit(cur, run_id, content_hash, plan)  # a queued run waits for the edit's approval now
             row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (asked[-1].approval_id,))
         return _approval(row)
 

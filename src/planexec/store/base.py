@@ -54,8 +54,8 @@ class RunSummary(Record):
 
     @property
     def finished(self) -> bool:
-        """True once the run's `RunFinished` is stored."""
-        return self.status is not RunStatus.RUNNING
+        """True once the run ended (a `RunFinished` that is not a queued run's ``waiting``)."""
+        return self.status not in (RunStatus.RUNNING, RunStatus.WAITING)
 
     @property
     def interrupted(self) -> bool:

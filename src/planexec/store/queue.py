@@ -8,14 +8,18 @@ with its lease) and the `RunQueue` mixin of `sql.SqlRunStore`: `enqueue`,
 A queued run is stored as the engine would leave a run stopped before its
 first step: `enqueue` writes, in one transaction, its first plan version
 and its `RunStarted` (with the setup it runs with: the tools modules,
-which ``planexec resume`` reads too) and `RunFinished` (``cancelled``,
+which ``planexec resume`` reads too) and `RunFinished` (``waiting``,
 reason `QUEUED_REASON`), both in the run's audit chain, and its queue row
 (whether the submitter approved the steps that require approval, who
 submitted it). So ``planexec runs``, ``show`` and ``approve`` know it as
-any run, and a worker goes on with it through `Engine.resume`, as with
-any stopped run. Approving the plan is the submitter's (see
-`team.fleet.submit_plan`): the version's approval request is kept with
-the run's other approvals, and ``planexec approve RUN_ID`` decides it.
+any run, in the state ``waiting``, and a worker goes on with it through
+`Engine.resume`, as with any stopped run. Approving the plan is the
+submitter's (see `fleet.worker.submit_plan`): the version's approval
+request is kept with the run's other approvals, and ``planexec approve
+RUN_ID`` decides it. A person who denies it ends the run at once
+(``cancelled``, ``refused: its plan was denied by NAME``, a `RunFinished`
+in its chain); a person who answers it with an edit (`Approvals.edit_plan`)
+leaves the run waiting for the edit's approval instead (`follow_edit`).
 
 `claim_run` takes, in one write transaction, the oldest run (by
 submission) that is either ``queued`` with its plan version decided, or
@@ -50,7 +54,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from planexec.engine.events import RunFinished, RunStarted
+from planexec.engine.events import PlanDrafted, RunFinished, RunStarted
 from planexec.engine.results import RunStatus
 from planexec.errors import LeaseHeldError, RunNotFoundError, StoreError
 from planexec.plan.model import Plan
@@ -60,7 +64,7 @@ from planexec.usage import Usage
 
 __all__ = ["QUEUED_REASON", "Claim", "QueueState", "QueuedRun", "RunQueue"]
 
-QUEUED_REASON = "queued: not started yet, it waits for a planexec worker (see planexec queue)"
+QUEUED_REASON = "waiting: not started; it runs once its plan is approved and a worker takes it (planexec queue)"
 MAX_TAKEOVERS = 3  # a run left behind by this many workers in a row is refused (see the module docstring)
 
 _COLUMNS = (
@@ -78,7 +82,7 @@ _CANDIDATES = (
 )
 _SKIP_LOCKED = {"sqlite": "", "postgres": " FOR UPDATE OF q SKIP LOCKED"}
 _SCAN = 16  # candidate rows read per claim (a few may turn out to be done, refused or taken meanwhile)
-_GOING_ON = (RunStatus.RUNNING.value, RunStatus.CANCELLED.value)  # how a run it takes may stand: it is resumed
+_GOING_ON = (RunStatus.RUNNING.value, RunStatus.CANCELLED.value, RunStatus.WAITING.value)  # how a run it takes may stand
 
 
 class QueueState(str, Enum):
@@ -155,6 +159,7 @@ class RunQueue:
     _take: Any
     _keep: Any
     _leases_of: Any
+    _ask: Any
     location: str
     dialect: str
     lease_ttl: float
@@ -168,18 +173,29 @@ class RunQueue:
         setup: Mapping[str, Any] | None = None,
         submitted_by: str = "",
         approve_steps: bool = False,
+        drafts: Iterable[Mapping[str, Any]] = (),
     ) -> QueuedRun:
-        """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already."""
+        """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already.
+
+        `drafts` are the planner's drafts that wrote it (`PlanDrafted`'s fields
+        but the run's): they are the run's first events, and their usage its usage.
+        """
         setup = dict(setup or {})
         at = datetime.now(UTC)
         # the run as the engine would leave it, stopped before its first step: `Engine.resume` goes on from there
-        events = [
+        events: list[Any] = [
             RunStarted(
                 run_id=run_id, seq=0, at=at, plan_id=plan.plan_id, plan_version=plan.version, content_hash=plan.content_hash,
                 goal=plan.goal, step_ids=plan.step_ids, setup=setup,
-            ),
-            RunFinished(run_id=run_id, seq=1, at=at, status=RunStatus.CANCELLED, reason=QUEUED_REASON, wall_time=0.0, usage=Usage()),
+            )
         ]  # fmt: skip
+        spent = Usage()
+        for draft in drafts:
+            events.append(PlanDrafted(run_id=run_id, seq=len(events), at=at, **draft))
+            spent = spent + draft["usage"]
+        events.append(
+            RunFinished(run_id=run_id, seq=len(events), at=at, status=RunStatus.WAITING, reason=QUEUED_REASON, wall_time=0.0, usage=spent)
+        )
         with self._tx(write=True) as cur:
             taken = self._one(cur, "SELECT 1 FROM runs WHERE run_id = ? UNION SELECT 1 FROM audit_heads WHERE run_id = ?", (run_id, run_id))
             if taken is not None:
@@ -250,7 +266,7 @@ class RunQueue:
     def _claim_one(self, cur: Any, row: Any, lease: Lease | None, holder: Holder, now: float, max_takeovers: int) -> Claim | None:
         """Inside the claim's transaction: take this candidate, or settle it (refused, done) and return None."""
         queued = _queued(row[:15], lease)
-        status, fresh = row[15], row[15] == RunStatus.CANCELLED.value and row[16] == QUEUED_REASON
+        status, fresh = row[15], row[15] == RunStatus.WAITING.value
         if lease is not None and lease.live:  # taken meanwhile (a person's planexec resume)
             return None
         if queued.state is QueueState.QUEUED and queued.approval == "denied":
@@ -323,10 +339,33 @@ class RunQueue:
         cur.execute(
             self._q("UPDATE run_queue SET state = ?, ended_at = ?, reason = ? WHERE run_id = ?"), (state.value, now, reason, run_id)
         )
-        if state is QueueState.REFUSED:  # a run that never started says why in its own row too
-            cur.execute(
-                self._q("UPDATE runs SET reason = ? WHERE run_id = ? AND reason = ?"), (f"refused: {reason}", run_id, QUEUED_REASON)
-            )
+        if state is QueueState.REFUSED:  # a run that never started ends, and says why
+            self._end_waiting(cur, run_id, f"refused: {reason}")
+
+    def _end_waiting(self, cur: Any, run_id: str, reason: str) -> None:
+        """Inside a write transaction: end a run that is still waiting (never started) as ``cancelled`` with `reason`."""
+        row = self._one(cur, "SELECT status FROM runs WHERE run_id = ?", (run_id,))
+        if row is None or row[0] != RunStatus.WAITING.value:
+            return
+        chain = self._chain(cur, run_id)
+        ended = RunFinished(
+            run_id=run_id, seq=chain.seq + 1, at=datetime.now(UTC), status=RunStatus.CANCELLED, reason=reason, wall_time=0.0, usage=Usage()
+        )
+        self._append_run(cur, run_id, [ended], None)
+
+    def refuse_denied(self, cur: Any, run_id: str, content_hash: str, denial: str) -> None:
+        """Inside the transaction that denied a plan version: a queued run waiting for that version is refused at once."""
+        row = self._one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+        if row is not None and row[0] == QueueState.QUEUED.value and row[1] == content_hash:
+            self._settle(cur, run_id, QueueState.REFUSED, denial, self._now(cur))
+
+    def follow_edit(self, cur: Any, run_id: str, old_hash: str, plan: Plan) -> None:
+        """Inside the transaction that stored a person's edit of `old_hash`: a queued run now waits for the edit's approval."""
+        row = self._one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+        if row is None or row[0] != QueueState.QUEUED.value or row[1] != old_hash:
+            return
+        cur.execute(self._q("UPDATE run_queue SET content_hash = ? WHERE run_id = ?"), (plan.content_hash, run_id))
+        self._ask(cur, run_id, plan.content_hash)
 
 
 def _time(epoch: Any) -> datetime | None:

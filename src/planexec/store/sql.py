@@ -297,6 +297,7 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
                     self._q("UPDATE runs SET status = ?, finished_at = NULL, wall_time = NULL, reason = NULL WHERE run_id = ?"),
                     (RunStatus.RUNNING.value, run_id),
                 )
+                self._resumed_version(cur, run_id, ev.plan_version)
             elif kind == "plan_revised":
                 cur.execute(
                     self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
@@ -319,6 +320,17 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
             row = self._one(cur, "SELECT usage FROM runs WHERE run_id = ?", (run_id,))
             total = Usage.model_validate_json(row[0]) + used
             cur.execute(self._q("UPDATE runs SET usage = ? WHERE run_id = ?"), (total.model_dump_json(), run_id))
+
+    def _resumed_version(self, cur: Any, run_id: str, version: int) -> None:
+        """A run resumed on a stored version its row does not name (a person's edit of a queued run's plan): the row names it."""
+        row = self._one(cur, "SELECT r.plan_version, p.plan FROM runs r JOIN plans p ON p.run_id = r.run_id AND p.version = ? WHERE r.run_id = ?",
+                        (version, run_id))  # fmt: skip
+        if row is not None and row[0] != version:
+            plan = Plan.from_json(row[1])
+            cur.execute(
+                self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
+                (version, plan.content_hash, len(plan.steps), run_id),
+            )
 
     def events(self, run_id: str, after_seq: int = -1, limit: int | None = None) -> list[Any]:
         """The run's events after `after_seq`, in order, at most `limit`; `RunNotFoundError` for an unknown run."""

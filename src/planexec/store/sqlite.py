@@ -9,7 +9,12 @@ checked for consistency before its application_id is trusted (a damaged
 header is damaged, not another application's), then, for a store of ours,
 `integrity.open_check` (``PRAGMA quick_check`` up to 32 MiB, the pages
 that matter above that: measured there). A damaged store's `StoreError`
-says it is damaged, names the file and how to repair it. Then the pragmas
+says it is damaged, names the file and how to repair it. A file this
+process has open already (a console's team writing while each page opens
+the store to read) is not read again: a Python file opened and closed
+beside SQLite's drops SQLite's POSIX locks on it, and a reader's close
+would then checkpoint and delete the WAL the writer still writes to, so
+its writes would be lost. Then the pragmas
 (WAL, ``synchronous=NORMAL``: a committed write survives a killed process;
 a busy timeout), migrations on open, and the transactions
 `sql.SqlRunStore` runs in (``BEGIN IMMEDIATE`` for a write: one writer at
@@ -42,6 +47,19 @@ _TRUNCATE_WAIT = 0.2  # seconds a truncating checkpoint waits for readers before
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
 
 
+# the store files this process has open, by device and inode, with how many stores hold each (see `SqliteRunStore.__init__`)
+_OPEN: dict[tuple[int, int], int] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 class SqliteRunStore(SqlRunStore):
     """The run store in the SQLite file `path` (created with its folder unless `create` is False).
 
@@ -59,7 +77,12 @@ class SqliteRunStore(SqlRunStore):
         self._timeout = timeout
         self._commits = 0
         self._checkpointer: _Checkpointer | None = None
-        version = self._inspect(create)
+        self._key = _key(self.path)
+        with _OPEN_LOCK:
+            here = self._key is not None and _OPEN.get(self._key, 0) > 0
+        # a file this process has open already was checked then; reading it again here (a Python file opened and closed
+        # beside SQLite's) would drop SQLite's POSIX locks on it, and the other connection's WAL with them
+        version = SCHEMA_VERSION if here else self._inspect(create)
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
             self._cur = self._conn.cursor()
@@ -73,6 +96,10 @@ class SqliteRunStore(SqlRunStore):
         if str(mode).lower() != "wal":
             self._conn.close()
             raise StoreError(f"{self.location}: cannot use WAL mode here (journal mode {mode!r})", location=self.location)
+        self._key = self._key or _key(self.path)  # a new file has one now
+        with _OPEN_LOCK:
+            if self._key is not None:
+                _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
         if version < SCHEMA_VERSION:
             self.migrate()
 
@@ -182,6 +209,9 @@ class SqliteRunStore(SqlRunStore):
         self._checkpointer.poke(truncate=True)
 
     def _close_connection(self) -> None:
+        with _OPEN_LOCK:
+            if self._key is not None and _OPEN.get(self._key, 0) > 0:
+                _OPEN[self._key] -= 1
         if self._checkpointer is not None:
             self._checkpointer.stop()
         try:

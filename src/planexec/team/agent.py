@@ -2,7 +2,8 @@
 
 Owns `AGENT_WORKER`, `agent_worker` (a `RoleWorker` whose system prompt is
 ``prompts/agent/system.md``: think, call tools, observe, answer),
-`single_plan` (the one-step plan that hands the whole goal to it), and
+`single_plan` (the one-step plan that hands the whole goal to it),
+`single_registry` (the agent over a registry's tools), and
 `start_single`/`run_single`, which run that plan through the `Engine`, so a
 single-agent run has the same events, usage accounting and `RunResult` as a
 team run and the two can be compared on equal terms. The agent uses the same
@@ -31,7 +32,7 @@ from planexec.workers.tool_calls import prompt_file
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
-__all__ = ["AGENT_WORKER", "agent_worker", "run_single", "single_plan", "start_single"]
+__all__ = ["AGENT_WORKER", "agent_worker", "run_single", "single_plan", "single_registry", "start_single"]
 
 AGENT_WORKER = "agent"
 AGENT_STEP = "agent"
@@ -87,8 +88,13 @@ def single_plan(goal: str, *, worker: str = AGENT_WORKER, requires_approval: boo
     return Plan(plan_id=plan_id_for(goal), goal=goal, steps=[step])
 
 
-def _agent_registry(registry: Registry, worker: RoleWorker) -> Registry:
-    """A fresh registry with `registry`'s tools and predicates and the agent: the caller's is left as it was."""
+def single_registry(registry: Registry, *, model: Model, max_turns: int = 12) -> Registry:
+    """A fresh registry with `registry`'s tools and predicates and the agent over them: the caller's is left as it was.
+
+    What a single-agent run runs on, here (`start_single`) or in a worker
+    that took one from the store's queue (`Team.run_settings`).
+    """
+    worker = agent_worker(model, registry.tools.values(), max_turns=max_turns)
     own = Registry()
     for t in registry.tools.values():
         own.add_tool(t, worker=TOOL_WORKER)  # reachable through the catch-all only; no role workers are made
@@ -115,9 +121,8 @@ def start_single(
     `planning` records planner drafts that came before (a one-step plan run
     directly as a single agent): their events and usage join the run's.
     """
-    worker = agent_worker(model, registry.tools.values(), max_turns=max_turns)
-    agent_engine = Engine(_agent_registry(registry, worker), config=engine)
-    plan = single_plan(goal, worker=worker.name, requires_approval=requires_approval)
+    agent_engine = Engine(single_registry(registry, model=model, max_turns=max_turns), config=engine)
+    plan = single_plan(goal, requires_approval=requires_approval)
     return agent_engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, setup=setup)
 
 

@@ -4,7 +4,9 @@ Owns `ModelOptions` (the workers' and roles' models, a server URL, the
 environment names are read from), `Toolbox` (tools modules, a registry of
 one's own, the built-in roles, the workspace toolkit), `PlanningOptions`
 (routing, the planner's bounds and form, reuse, the joiner), `ReviewOptions`
-(policies, the reviewer, the approvers, ``--yes``) and `engine_config`, the
+(policies, the reviewer, the approvers, ``--yes``), `Submission` (a goal
+handed to the store's queue instead of run here: who submits it, whether a
+person approves every plan) and `engine_config`, the
 engine's settings (`EngineConfig`) as ``planexec.toml`` gives them. Every
 field left None is planexec.toml's value, then the default, resolved once by
 the `Team`; the engine's own settings (concurrency, timeouts, retries of a
@@ -44,7 +46,7 @@ from planexec.planning.router import ROUTINGS, Routing
 from planexec.workers.gate import CallApprover
 from planexec.workers.registry import Registry
 
-__all__ = ["ModelOptions", "PlanningOptions", "ReviewOptions", "Reviewer", "Toolbox", "engine_config"]
+__all__ = ["ModelOptions", "PlanningOptions", "ReviewOptions", "Reviewer", "Submission", "Toolbox", "engine_config"]
 
 ModelRef = str | Model
 
@@ -70,6 +72,18 @@ class ModelOptions:
 
     def __post_init__(self) -> None:
         _frozen(self, "roles", MappingProxyType(dict(self.roles)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submission:
+    """A goal or plan handed to the store's queue (`Team.submit`): `by` (who submits it: the run's submitter, and who
+    stands for `approve_steps`), `person` (every plan waits for a person's approval in the store, as the console and the
+    MCP server want; False: a plan every policy approves is queued approved) and `approve_steps` (the steps and plain tool
+    calls that require approval are approved in `by`'s name, as ``--yes``)."""
+
+    by: str = ""
+    person: bool = True
+    approve_steps: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

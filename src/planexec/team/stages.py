@@ -1,8 +1,11 @@
-"""The stages of a goal's path, as `Team.iter` yields them: routed, planned, waiting for a person, reviewed, started, each
-event, finished.
+"""The stages of a goal's path, as `Team.iter` yields them: routed, planned, waiting for a person, reviewed, started (or
+queued), each event, finished.
 
 Owns the stage records (`Routed`, `Planned`, `WaitingForPerson`,
-`Reviewed`, `Started`, `EventSeen`, `Finished`; `Stage` is any of them).
+`Reviewed`, `Started`, `Queued`, `EventSeen`, `Finished`; `Stage` is any
+of them). A goal submitted to the store's queue (`Team.submit`) ends with
+`Queued` instead of `Started`: a worker runs it, and its events are the
+store's.
 Each is frozen, says its `kind`, and has a JSON form (`to_dict`) a face can
 send as it is: a web page, an MCP client, a log. `Started` and `Finished`
 carry the live `Run` and the `RunResult` besides. A face shows each stage
@@ -24,7 +27,7 @@ from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
 from planexec.planning.router import Route
 
-__all__ = ["EventSeen", "Finished", "Planned", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
+__all__ = ["EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,36 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class Queued:
+    """The run was stored for a worker instead of started here (`Team.submit`).
+
+    `state` is ``waiting`` (its plan waits for a person's approval in the
+    store), ``queued`` (approved: the next free worker takes it) or
+    ``refused`` (a policy rejected the plan: it ended at once, and `reason`
+    says why). `mode` is how the goal is worked (``plan``, ``single``).
+    """
+
+    kind: ClassVar[str] = "queued"
+    run_id: str
+    plan: Plan
+    state: Literal["waiting", "queued", "refused"]
+    mode: Literal["plan", "single"] = "plan"
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form as Python data: the run id, the plan's id and hash, the state and why."""
+        return {
+            "kind": self.kind,
+            "run_id": self.run_id,
+            "plan_id": self.plan.plan_id,
+            "content_hash": self.plan.content_hash,
+            "state": self.state,
+            "mode": self.mode,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class EventSeen:
     """One event of the run, as it happened (`planexec.events`)."""
 
@@ -127,5 +160,5 @@ class Finished:
         return {"kind": self.kind, "run_id": self.result.run_id, "status": self.result.status.value, "answer": self.result.answer}
 
 
-Stage = Routed | Planned | WaitingForPerson | Reviewed | Started | EventSeen | Finished
+Stage = Routed | Planned | WaitingForPerson | Reviewed | Started | Queued | EventSeen | Finished
 """Any stage of a goal's path."""

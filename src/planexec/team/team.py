@@ -6,7 +6,7 @@ typed stages (`Team.iter`, records in `team.stages`); `run`, `run_sync`,
 `events` and `start_goal` are uses of it. The CLI's goal commands still
 drive the stage methods (`route_goal`, `plan`, `review`, `start`,
 `start_single`, `start_streaming`) one by one, to show each to a person.
-A plan not planned here runs through `team.saved`. Imports every layer
+A plan not planned here runs through `fleet.saved`. Imports every layer
 below it (`library`, `planning`, `governance`, `engine`, `workers`,
 `models`, `store`); never a face.
 
@@ -34,7 +34,10 @@ from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
 from planexec.engine.results import RunResult
 from planexec.engine.runner import Runner
-from planexec.errors import PlanRejectedError
+from planexec.errors import PlanRejectedError, StoreError
+from planexec.fleet.local import LocalWorker
+from planexec.fleet.saved import run_setup
+from planexec.fleet.worker import QueueWorker, submit_plan
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import ReviewOutcome, decide_review
 from planexec.library.reuse import ReusePlanning, latest_templates, match_rules, matchers_of, plan_with_reuse, reuse_overhead
@@ -51,18 +54,18 @@ from planexec.planning.router import Route, Routing, route
 from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
-from planexec.team.agent import start_single
+from planexec.store.sql import SqlRunStore
+from planexec.team.agent import single_plan, single_registry, start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
-from planexec.team.saved import run_setup
-from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Toolbox, engine_config
-from planexec.team.stages import EventSeen, Finished, Planned, Reviewed, Routed, Stage, Started, WaitingForPerson
+from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox, engine_config
+from planexec.team.stages import EventSeen, Finished, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
 from planexec.telemetry.setup import active, configure, traced
 from planexec.usage import Usage
 from planexec.workers.context import run_dependencies
 from planexec.workers.gate import CallApprover
 from planexec.workers.registry import TOOL_WORKER, Registry
-from planexec.workers.tools import Tool
+from planexec.workers.tools import Tool, in_thread
 from planexec.workers.worker import RoleWorker
 
 __all__ = ["MODES", "Mode", "Reviewer", "Team"]
@@ -135,6 +138,11 @@ class Team:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        tools = tuple(tools)
+        given = {"model": model, "tools": tools, "mode": mode, "config": config, "seed": seed, "models": models, "toolbox": toolbox}
+        self._given: dict[str, Any] = {**given, "planning": planning, "review": review, "engine": engine, "runner": runner}
+        self._recorded: dict[str, str] = {}  # the model names a variant's runs record (see `variant`)
+        self._variants: dict[tuple[Any, ...], Team] = {}  # see `variant`
         self.config = config if config is not None else Config()
         self.seed = seed
         chosen = models or ModelOptions()
@@ -417,10 +425,12 @@ class Team:
         run = start_run(lambda: engine.start_streaming(stream, run_id=run_id), owner=self, goal=stream.goal)
         return hold_servers(self.registry, run)
 
-    def setup(self, planning: Planning | None = None) -> dict[str, Any]:
-        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (and where the plan came from)."""
+    def setup(self, planning: Planning | None = None, **more: Any) -> dict[str, Any]:
+        """How the team's runs are set up, recorded in `RunStarted` for whoever resumes one (where the plan came from, the
+        models of a `variant`, and `more`: a queued single agent's role)."""
         reused = {"reuse": planning.reuse.to_dict()} if isinstance(planning, ReusePlanning) else {}
-        return run_setup(self.tools_modules, self.runner, **reused)
+        models = {"models": dict(self._recorded)} if self._recorded else {}
+        return run_setup(self.tools_modules, self.runner, **reused, **models, **more)
 
     def single_agent_tools(self, step: Step) -> Registry | None:
         """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
@@ -434,15 +444,169 @@ class Team:
         worker = self.registry.workers.get(step.worker)
         if not isinstance(worker, RoleWorker) or step.action not in worker.tasks:
             return None
+        return self._role_tools(worker.name)
+
+    def _role_tools(self, role: str) -> Registry:
+        """A registry of the tools of `role` alone (none for an unknown role, or one without tools)."""
+        worker = self.registry.workers.get(role)
         own = Registry()
-        for t in worker.tools.values():
+        for t in worker.tools.values() if isinstance(worker, RoleWorker) else ():
             own.add_tool(t, worker=TOOL_WORKER)
         return own
+
+    # --- runs handed to the store's queue ------------------------------------------------------
+
+    def variant(
+        self, *, model: ModelRef | None = None, worker_model: ModelRef | None = None, modules: Sequence[str] = (), **changes: Any
+    ) -> Team:
+        """This team with other models (the planner's, the workers'), more tools modules, or other settings (`changes`:
+        any of `Team`'s arguments, such as ``planning``): what a face's form chose for one goal, or what a queued run needs.
+        Its runs record the model names, so the worker that takes them (`worker`) works them on the same models. One per
+        choice, kept; this team when nothing changes."""
+        extra = tuple(m for m in modules if m not in self.tools_modules)
+        if model is None and worker_model is None and not extra and not changes:
+            return self
+        key = (model, worker_model, extra, tuple(sorted((k, repr(v)) for k, v in changes.items())))
+        if key not in self._variants:
+            given = {**self._given, **changes}
+            if model is not None:
+                given["model"] = model
+            if worker_model is not None:
+                given["models"] = dataclasses.replace(given["models"] or ModelOptions(), worker=worker_model)
+            if extra:
+                box = given["toolbox"] or Toolbox()
+                given["toolbox"] = dataclasses.replace(box, modules=(*box.modules, *extra))
+            team = Team(store=self.store, **given)
+            if model is not None or worker_model is not None:
+                team._recorded = {"planner": team.models.planner.name, "worker": team.models.worker.name}
+            self._variants[key] = team
+        return self._variants[key]
+
+    def run_settings(self, plan: Plan, setup: Mapping[str, Any]) -> EngineConfig:
+        """The engine settings a queued run is worked with by this team's `worker`: the models and tools modules its setup
+        recorded (a `variant` when they differ from this team's), its registry, replanner and joiner; a single agent's
+        registry when it was queued as one (`single`: the role whose tools it has, ``*`` for all)."""
+        recorded = setup.get("models")
+        models: Mapping[str, Any] = recorded if isinstance(recorded, Mapping) else {}
+        planner, worker = models.get("planner"), models.get("worker")
+        same = planner in (None, self.models.planner.name) and worker in (None, self.models.worker.name)
+        team = self.variant(
+            model=None if same else planner, worker_model=None if same else worker, modules=[str(t) for t in setup.get("tools", [])]
+        )
+        single = setup.get("single")
+        if isinstance(single, str):
+            tools = team.registry if single == "*" else team._role_tools(single)
+            agent = single_registry(tools, model=team.models.for_role("agent"), max_turns=team.bounds.agent_turns)
+            return team.engine_settings(monitored=False, registry=agent)
+        return team.engine_settings()
+
+    def worker(self, **options: Any) -> QueueWorker:
+        """A worker that takes the store's queued runs and works each on this team (`run_settings`); `options` are
+        `QueueWorker`'s (concurrency, poll, idle_exit, once, grace, on_note). ``await team.worker(once=True).serve()``."""
+        return QueueWorker(self._queue_store(), engine_for=self.run_settings, runner=self.runner, **options)
+
+    def local_worker(self, *, on_note: Callable[[str], None] | None = None, **options: Any) -> LocalWorker:
+        """`worker` in a thread of its own, for a face on one machine (`fleet.local`): ``start()``, ``wake()``, ``stop()``;
+        `on_note` hears each line the worker says (they are kept in its `notes` too)."""
+        return LocalWorker(lambda note: self.worker(on_note=note, **options), on_note=on_note)
+
+    async def submit(
+        self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, submission: Submission | None = None
+    ) -> Queued:
+        """Route, plan and have the policies review `goal`, then store it as a run for a worker; nothing runs here.
+
+        The stages of `iter` with `submit`, to the `Queued` one: ``waiting``
+        for a person's approval in the store (``planexec approve``, the
+        console, an MCP client's user), ``queued`` (approved: a worker takes
+        it) or ``refused`` (a policy rejected it). `PlanningError` when no
+        valid plan could be written; `StoreError` when the team's store keeps
+        no queue.
+        """
+        async for stage in self.iter(goal, mode=mode, run_id=run_id, events=False, submit=submission or Submission()):
+            if isinstance(stage, Queued):
+                return stage
+        raise AssertionError("a submitted goal ends queued or raises")  # pragma: no cover
+
+    async def submit_plan(self, plan: Plan, *, run_id: str | None = None, submission: Submission | None = None) -> Queued:
+        """A plan not planned here (a template filled in), checked against the team's registry, reviewed by the policies
+        and stored as a run for a worker, as `submit` does with a goal's; `PlanValidationError` when it cannot run here."""
+        async for stage in self.iter_plan(plan, run_id=run_id, submit=submission or Submission()):
+            if isinstance(stage, Queued):
+                return stage
+        raise AssertionError("a submitted plan ends queued or raises")  # pragma: no cover
+
+    async def iter_plan(self, plan: Plan, *, run_id: str | None = None, submit: Submission) -> AsyncGenerator[Stage, None]:
+        """`submit_plan` as stages: `Planned` (the plan as given: no drafts), the review, `Queued`."""
+        check_plan(plan, self.registry)
+        planning = Planning(plan=plan, drafts=[], usage=Usage())
+        yield Planned(planning)
+        async for stage in self._submitted(planning, run_id=run_id or new_run_id(), submission=submit):
+            yield stage
+
+    def _queue_store(self) -> SqlRunStore:
+        if not isinstance(self.store, SqlRunStore):  # the stores planexec opens are; none, or a plugin's, keeps no queue
+            where = str(getattr(self.store, "location", "none"))
+            raise StoreError(f"runs are handed to workers through a run store with a queue; this team's store is {where}", location=where)
+        return self.store
+
+    async def _submitted(self, planning: Planning, *, run_id: str, submission: Submission) -> AsyncIterator[Stage]:
+        """The policies' review of a submitted plan, then its run stored: refused, waiting for a person, or queued."""
+        context = self.policy_context()
+        plan = narrow_plan(planning.plan, self.policies, context)[0]  # the policies judge, and the worker runs, the narrowed plan
+        if plan is not planning.plan:
+            planning = dataclasses.replace(planning, plan=plan)
+        review = review_plan(plan, self.policies, context)
+        yes = "auto_approve" if self.auto_approve else None
+        outcome = decide_review(plan, review, policies_configured=bool(self.policies), yes=yes, person_required=False)
+        if outcome.by == "policy" and not outcome.approved:
+            yield Reviewed(outcome)
+            yield await self._enqueue(plan, planning, run_id, submission, denied=("policy", outcome.reason))
+        elif submission.person or not outcome.approved:
+            yield WaitingForPerson(plan, review)
+            yield await self._enqueue(plan, planning, run_id, submission)
+        else:
+            yield Reviewed(outcome)
+            yield await self._enqueue(plan, planning, run_id, submission, approved_by=outcome.by)
+
+    async def _enqueue(
+        self,
+        plan: Plan,
+        planning: Planning | None,
+        run_id: str,
+        submission: Submission,
+        *,
+        approved_by: str | None = None,
+        denied: tuple[str, str] | None = None,
+        single: str | None = None,
+    ) -> Queued:
+        store = self._queue_store()
+        setup = self.setup(planning, **({"single": single} if single is not None else {}))
+        drafts = planning.draft_events() if planning is not None else []
+        steps = submission.approve_steps or self.auto_approve
+        await in_thread(
+            lambda: submit_plan(
+                store, plan, run_id=run_id, setup=setup, approved_by=approved_by, approve_steps=steps,
+                submitted_by=submission.by, drafts=drafts, denied_by=denied,
+            )
+        )  # fmt: skip
+        mode: Literal["plan", "single"] = "single" if single is not None else "plan"
+        if denied is not None:
+            return Queued(run_id, plan, "refused", mode, denied[1])
+        if approved_by is not None:
+            return Queued(run_id, plan, "queued", mode, f"approved by {approved_by}: the next free worker takes it")
+        return Queued(run_id, plan, "waiting", mode, f"its plan waits for a person: planexec approve {run_id}, or the console")
 
     # --- the whole job ---------------------------------------------------------------------------
 
     async def iter(
-        self, goal: str, *, mode: Mode | None = None, run_id: str | None = None, events: bool = True, deps: Any = None
+        self,
+        goal: str,
+        *,
+        mode: Mode | None = None,
+        run_id: str | None = None,
+        events: bool = True,
+        deps: Any = None,
+        submit: Submission | None = None,
     ) -> AsyncGenerator[Stage, None]:
         """Work `goal` and yield each stage as it happens (`team.stages`): routed (``auto`` mode), planned, waiting for a
         person (when the reviewer is asked), reviewed, started, each event of the run (unless `events` is False), finished.
@@ -452,7 +616,17 @@ class Team:
         the review does not approve yields `Reviewed`, then raises
         `PlanRejectedError`; no valid plan raises `PlanningError`. `deps`
         reaches every tool that takes a `ToolContext`.
+
+        With `submit` the goal is handed to the store's queue instead: the
+        policies review the plan, the stages end with `Queued` (see
+        `submit`), and a worker runs it (`worker`; ``planexec worker``).
         """
+        if submit is not None:
+            if (mode or self.mode) == "stream":
+                raise ValueError("a streamed run starts while its plan is written, so it cannot wait in the queue: use mode 'plan'")
+            async for stage in self._until_started(goal, mode=mode, run_id=run_id or new_run_id(), submit=submit):
+                yield stage
+            return
         run: Run | None = None
         with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
             if active() is None:
@@ -484,7 +658,9 @@ class Team:
             await stages.aclose()  # the run goes on; only its stages stop being read
         raise AssertionError("a goal's path starts a run or raises")  # pragma: no cover
 
-    async def _until_started(self, goal: str, *, mode: Mode | None, run_id: str | None) -> AsyncIterator[Stage]:
+    async def _until_started(
+        self, goal: str, *, mode: Mode | None, run_id: str | None, submit: Submission | None = None
+    ) -> AsyncIterator[Stage]:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -497,6 +673,10 @@ class Team:
             yield Routed(routed)
             mode = routed.mode
         if mode == "single":
+            if submit is not None:  # no plan to review, as here: the submitter's goal is the agent's
+                plan = single_plan(goal, requires_approval=self.auto_approve)
+                yield await self._enqueue(plan, None, str(run_id), submit, approved_by=submit.by or "the submitter", single="*")
+                return
             yield Started(self.start_single(goal, overhead=overhead, run_id=run_id), "single", "one agent works the goal")
             return
         if mode == "stream":
@@ -507,10 +687,19 @@ class Team:
         if routed is not None and routed.by != "template" and len(planning.plan.steps) == 1:  # nothing to coordinate
             step = planning.plan.steps[0]
             own = self.single_agent_tools(step)
+            if own is not None and submit is not None:
+                plan = single_plan(goal, requires_approval=self.auto_approve)
+                by = submit.by or "the submitter"
+                yield await self._enqueue(plan, planning, str(run_id), submit, approved_by=by, single=step.worker)
+                return
             if own is not None:
                 run = self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
                 yield Started(run, "single", f"the plan has one step: one agent works the goal with the tools of {step.worker}")
                 return
+        if submit is not None:
+            async for stage in self._submitted(planning, run_id=str(run_id), submission=submit):
+                yield stage
+            return
         outcome: ReviewOutcome | None = None
         async for stage in self.review_stages(planning.plan):
             yield stage

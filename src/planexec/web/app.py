@@ -6,11 +6,15 @@ of a run (server-sent events: the server polls `RunStore.events` after the
 last seq it sent and pushes the run's and each step's state when something
 new was stored, so it follows runs written by any process), the static
 files, and the forms that change anything (decide an approval; answer a
-waiting plan version with an edit; start a goal or a template), all behind
-`security.Guard`. Each request opens the store and closes it; handlers are
-plain functions FastAPI runs in its thread pool, since the store's calls
-block. Imports `views`, `actions`, `start`, `security`, the store and the
-policies' type; never the CLI.
+waiting plan version with an edit; submit a goal or a template through the
+team, `start.Submitter`), all behind `security.Guard`. Each request opens
+the store and closes it; handlers are plain functions FastAPI runs in its
+thread pool, since the store's calls block. The console runs no run
+itself: approved runs are taken from the store's queue by its own worker
+(`fleet.local`, started with the console when asked, stopped with it) or
+by a ``planexec worker`` fleet. Imports `views`, `actions`, `start`,
+`security`, the store, the fleet's local worker and the public API; never
+the CLI.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import asyncio
 import contextlib
 import getpass
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,9 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from jinja2 import Environment, PackageLoader, select_autoescape
 from sse_starlette.sse import EventSourceResponse
 
-from planexec.errors import ApprovalError, RunNotFoundError, StoreError
+from planexec import Team
+from planexec.errors import ApprovalError, PlanexecError, RunNotFoundError, StoreError
+from planexec.fleet.local import LocalWorker
 from planexec.policies import Policy
 from planexec.store import RunStore, open_store
 from planexec.store.approvals import pending_version, run_setup
@@ -40,6 +47,7 @@ from planexec.web.security import Guard, csrf_token
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("planexec.web")
 _STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 _POLL = 0.3  # seconds between reads of the event log while a page follows a run
 
@@ -53,6 +61,8 @@ def create_app(
     cwd: Path | None = None,
     poll: float = _POLL,
     policies: Sequence[Policy] = (),
+    team: Callable[[], Team] | None = None,
+    worker: bool = True,
 ) -> Guard:
     """The console over the store at `store_target` (a path or URL, as ``--store`` takes), guarded by `token`.
 
@@ -60,15 +70,40 @@ def create_app(
     user); `loopback` True answers only to loopback host names; `cwd` is
     the folder runs are started in and a run's tools modules are found
     from when a plan is edited (default: the current one); `policies` (the
-    project's) are shown reviewing a plan version that waits.
+    project's) are shown reviewing a plan version that waits. `team` makes
+    the team work is submitted through (once, on first use; None: the start
+    forms say the console cannot start work); with `worker` the console runs
+    approved runs itself, in a thread (`Team.local_worker`), from its start
+    (when the store exists) or its first submission, to its stop.
     """
     app = FastAPI(title="planexec console", docs_url=None, redoc_url=None, openapi_url=None)
     env = Environment(loader=PackageLoader("planexec.web", "templates"), autoescape=select_autoescape(["html"]))
     name = user or _os_user()
     folder = cwd or Path.cwd()
     csrf = csrf_token(token)
-    launcher = start.Launcher(store_target, folder)
     reviewers = list(policies)
+    submitter = start.Submitter(team or _no_team, user=name)
+    local: list[LocalWorker] = []  # the console's worker, once started
+
+    def start_worker() -> None:
+        if worker and not local:
+            local.append(submitter.team.local_worker(on_note=log.info))
+            submitter.worker = local[0]
+            local[0].start()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        path = sqlite_path(store_target)
+        if worker and team is not None and (path is None or path.exists()):  # runs approved earlier go on now
+            await asyncio.to_thread(start_worker)
+        try:
+            yield
+        finally:
+            await submitter.close()
+            if local:
+                await asyncio.to_thread(local[0].stop)  # runs in hand go back to the queue at their next step boundary
+
+    app.router.lifespan_context = lifespan
 
     @contextlib.contextmanager
     def store() -> Iterator[RunStore | None]:
@@ -87,7 +122,7 @@ def create_app(
         return HTMLResponse(html, status_code=code, headers=_HEADERS)
 
     def missing(run_id: str, code: int = 404, why: str | None = None) -> HTMLResponse:
-        return page("missing.html", code=code, run_id=run_id, why=why or launcher.ended_early(run_id))
+        return page("missing.html", code=code, run_id=run_id, why=why or submitter.explain(run_id))
 
     @app.get("/", response_class=HTMLResponse)
     def runs_page(status: str = "", q: str = "") -> HTMLResponse:
@@ -232,16 +267,24 @@ def create_app(
             templates = s.templates() if s is not None else []
         return page("start.html", **_start_context(templates, template))
 
+    async def submit(check: start.FormCheck) -> str | None:
+        """Submit the valid form; the new run's id, or None with the reason added to `check` (no team here)."""
+        try:
+            run_id = submitter.submit(check)
+        except (PlanexecError, ValueError) as exc:  # the team cannot be made here (a broken planexec.toml, a model name)
+            check.add("", f"nothing was started: {exc}")
+            return None
+        await asyncio.to_thread(start_worker)
+        return run_id
+
     @app.post("/start/goal")
     async def start_goal(request: Request) -> Response:
         form = _form(await request.body())
         check = start.check_goal(form)
         if check.ok:
-            try:
-                run_id = await asyncio.to_thread(launcher.start, check)
+            run_id = await submit(check)
+            if run_id is not None:
                 return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
-            except OSError as exc:  # the console's folder cannot hold the log, or Python cannot be started
-                check.add("", f"the run could not be started: {exc}")
         with store() as s:
             templates = s.templates() if s is not None else []
         return page("start.html", code=422, goal=check, **_start_context(templates, ""))
@@ -257,11 +300,9 @@ def create_app(
 
         check, templates = await asyncio.to_thread(work)
         if check.ok:
-            try:
-                run_id = await asyncio.to_thread(launcher.start, check)
+            run_id = await submit(check)
+            if run_id is not None:
                 return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
-            except OSError as exc:  # the console's folder cannot hold the log, or Python cannot be started
-                check.add("", f"the run could not be started: {exc}")
         return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
 
     @app.get("/static/{asset}")
@@ -276,6 +317,10 @@ def create_app(
         return page("missing.html", code=503, run_id="", why=f"the run store failed: {exc}")
 
     return Guard(app, token=token, loopback=loopback)  # in front of every route: see `security`
+
+
+def _no_team() -> Team:
+    raise ValueError("this console was started without a team to plan with: start it with planexec serve")
 
 
 def _start_context(templates: list[Any], chosen: str) -> dict[str, Any]:

@@ -2,39 +2,42 @@
 
 Owns checking the two forms (`check_goal`, `check_template`: every problem
 at once, each by the field it is about, so the page shows it next to that
-field; nothing starts until there is none) and `Launcher`, which starts
-the work the way a person would at a terminal: ``planexec run GOAL`` (the
-goal path, `Team`, as the CLI drives it: route, plan, review, run) or
-``planexec run --template NAME@VERSION -p NAME:=JSON ...`` (no planner, no
-model), as a child process in its own session, so the console never waits
-on it. The run is recorded into the console's store under a run id chosen
-here, with planexec.toml's tools and policies plus ``review.yaml`` (shipped
-here: ``needs_person: ["*"]``), so its plan waits for a person's review in
-the inbox before any step runs (``--mode single`` works the goal with one
-agent and no plan to review, as on the CLI). The `Launcher` keeps each
-child's log, so a run whose process ended before storing anything is
-explained on its page instead of awaited. Imports `library`, `models` (the
-model names) and the store; starts the CLI only as a separate process.
+field; nothing starts until there is none) and `Submitter`, which hands
+the work to the goal path: `Team.submit` for a goal (route, plan, have the
+policies review, store it as a run in the state ``waiting``) and
+`Team.submit_plan` for a template filled in (no planner, no model). The
+team is this folder's (planexec.toml's models, tools and policies; the
+form's models make a `Team.variant`), and every plan waits for a person's
+review in the inbox before a worker runs any step (``single`` mode works
+the goal with one agent and no plan to review, as on the CLI). Planning
+runs in the console's event loop, in the background, so the page of the
+new run is shown at once; until the run is stored it says the plan is
+being written, and a submission that stored nothing (no valid plan, a
+model that failed) says why there, from the error itself. The worker that
+runs approved runs is the console's own (`fleet.local`) or a ``planexec
+worker`` fleet's. Imports the public API (`planexec`, `.errors`,
+`.store`), `library` (templates) and `models` (the model names).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import uuid
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
-from planexec.errors import ConfigError, PlanValidationError
+from planexec import Plan, Submission, Team, new_run_id
+from planexec.errors import ConfigError, PlanexecError, PlanValidationError
+from planexec.fleet.local import LocalWorker
 from planexec.library.templates import TemplateError, instantiate, parse_values
 from planexec.models.providers import parse_model_name
 from planexec.store import RunStore, Template
 
-__all__ = ["GOAL_MODES", "FormCheck", "Launcher", "check_goal", "check_template", "goal_command", "new_run_id", "template_command"]
+__all__ = ["GOAL_MODES", "FormCheck", "Submitter", "check_goal", "check_template"]
+
+log = logging.getLogger("planexec.web")
 
 GOAL_MODES = ("plan", "auto", "single")
 _MAX_GOAL = 4000
@@ -46,7 +49,8 @@ class FormCheck:
 
     values: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)  # the ``planexec run`` arguments, when the form is valid
+    goal: dict[str, str] = field(default_factory=dict)  # what a valid goal form submits: goal, mode, model, worker_model
+    plan: Plan | None = None  # what a valid template form submits: the template filled in
     what: str = ""
 
     def add(self, name: str, problem: str) -> None:
@@ -57,11 +61,6 @@ class FormCheck:
     def ok(self) -> bool:
         """True when nothing is wrong."""
         return not self.problems
-
-
-def new_run_id() -> str:
-    """A run id for work started here, like the engine's own: ``web-20250101-120000-3f2a1b``."""
-    return f"web-{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 def check_goal(form: dict[str, str]) -> FormCheck:
@@ -81,17 +80,9 @@ def check_goal(form: dict[str, str]) -> FormCheck:
             except ConfigError as exc:
                 check.add(name, str(exc))
     if check.ok:
-        check.args = goal_command(goal, mode=mode, model=check.values["model"] or None, worker_model=check.values["worker_model"] or None)
+        check.goal = {"goal": goal, "mode": mode, "model": check.values["model"], "worker_model": check.values["worker_model"]}
         check.what = f"the goal {goal[:80]!r} ({mode})"
     return check
-
-
-def goal_command(goal: str, *, mode: str, model: str | None, worker_model: str | None) -> list[str]:
-    """The ``planexec run`` arguments that work `goal`, before the run id, store and review options `Launcher` adds."""
-    options = ["--mode", mode]
-    options += ["--model", model] if model else []
-    options += ["--worker-model", worker_model] if worker_model else []
-    return [*options, "--", goal]  # a goal that starts with '-' stays the goal
 
 
 def check_template(form: dict[str, str], store: RunStore | None) -> tuple[FormCheck, Template | None]:
@@ -120,14 +111,13 @@ def check_template(form: dict[str, str], store: RunStore | None) -> tuple[FormCh
             check.add(f"param-{name}", "missing: the template needs a value")
     if check.ok:
         try:
-            instantiate(template, values)
+            check.plan = instantiate(template, values)
         except TemplateError as exc:
             check.add("", str(exc))
         except PlanValidationError as exc:
             for p in exc.problems:
                 check.add("", f"{p.rule}: {p.message}" + (f" (step {p.step_id})" if p.step_id else ""))
     if check.ok:
-        check.args = template_command(template, values)
         check.what = f"template {template.name} v{template.version}"
     return check, template
 
@@ -149,53 +139,76 @@ def _template(check: FormCheck, store: RunStore | None, name: str, version: str)
     return chosen[0]
 
 
-def template_command(template: Template, values: dict[str, Any]) -> list[str]:
-    """The ``planexec run`` arguments that fill in and run `template` (values typed as JSON, so each keeps its type)."""
-    params = [a for name, value in values.items() for a in ("-p", f"{name}:={json.dumps(value, ensure_ascii=False)}")]
-    return ["--template", f"{template.name}@{template.version}", *params]
-
-
 @dataclass
-class Started:
-    """One run this console started: its id, its process, its log and what it is."""
+class _Submitted:
+    """One submission of this console: what it is, its task while it plans, why it stored nothing (when it did not)."""
 
-    run_id: str
-    process: subprocess.Popen[bytes]
-    log: Path
     what: str
+    task: asyncio.Task[Any] | None = None
+    failed: str | None = None
 
 
-class Launcher:
-    """Starts ``planexec run`` for the console (see the module docstring) and remembers the runs it started."""
+class Submitter:
+    """Hands the console's forms to `Team` (see the module docstring), each in the background; remembers what it submitted.
 
-    def __init__(self, store_target: str, cwd: Path) -> None:
-        self.store_target = store_target
-        self.cwd = cwd
-        self.started: dict[str, Started] = {}
+    `team` makes the console's team on first use (so a console over a
+    folder with a broken planexec.toml still shows its runs); `worker` is
+    woken when a run is stored, so an approved one starts at once.
+    """
 
-    def start(self, check: FormCheck) -> str:
-        """Start the run `check` describes (it must be valid); its run id."""
-        for earlier in self.started.values():  # reap the children that ended (a run still going outlives the console)
-            earlier.process.poll()
-        run_id = new_run_id()
-        folder = self.cwd / ".planexec" / "web"
-        folder.mkdir(parents=True, exist_ok=True)
-        log_path = folder / f"{run_id}.log"
-        policy = str(files("planexec.web") / "review.yaml")
-        options = ["--run-id", run_id, "--store", self.store_target, "--json", "--policies", policy]
-        split = check.args.index("--") if "--" in check.args else len(check.args)  # run options go before a goal's "--"
-        command = [sys.executable, "-m", "planexec", "run", *check.args[:split], *options, *check.args[split:]]
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(command, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        self.started[run_id] = Started(run_id=run_id, process=process, log=log_path, what=check.what)
+    def __init__(self, team: Callable[[], Team], *, user: str, worker: LocalWorker | None = None) -> None:
+        self._make = team
+        self._team: Team | None = None
+        self._lock = threading.Lock()
+        self.user = user
+        self.worker = worker
+        self.submitted: dict[str, _Submitted] = {}
+
+    @property
+    def team(self) -> Team:
+        """The console's team (made now, the first time)."""
+        with self._lock:  # the worker's thread may ask at the same time
+            if self._team is None:
+                self._team = self._make()
+            return self._team
+
+    def submit(self, check: FormCheck) -> str:
+        """Start submitting the valid form `check` in the running event loop; the new run's id, at once."""
+        team = self.team  # a team that cannot be made is the caller's error to show, before any run id is given out
+        run_id = new_run_id("web")
+        submission = Submission(by=self.user)
+        if check.plan is not None:
+            work = team.submit_plan(check.plan, run_id=run_id, submission=submission)
+        else:
+            goal = check.goal
+            chosen = team.variant(model=goal["model"] or None, worker_model=goal["worker_model"] or None)
+            work = chosen.submit(goal["goal"], mode=goal["mode"], run_id=run_id, submission=submission)  # type: ignore[arg-type]
+        entry = self.submitted[run_id] = _Submitted(what=check.what)
+        entry.task = asyncio.get_running_loop().create_task(self._settle(run_id, work), name=f"planexec web {run_id}")
         return run_id
 
-    def ended_early(self, run_id: str) -> str | None:
-        """When this console started `run_id` and its process has ended: the last lines it wrote (why nothing was stored); else None."""
-        started = self.started.get(run_id)
-        if started is None or started.process.poll() is None:
-            return None
-        text = started.log.read_text(encoding="utf-8", errors="replace") if started.log.exists() else ""
-        lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith(("{", "}", '"'))]
-        tail = "\n".join(lines[-8:]) or "(it wrote nothing)"
-        return f"the process that was to run {started.what} ended (exit {started.process.returncode}) without storing the run:\n{tail}"
+    async def _settle(self, run_id: str, work: Any) -> None:
+        entry = self.submitted[run_id]
+        try:
+            await work
+        except PlanexecError as exc:  # no valid plan, a model that failed, a store that failed: said on the run's page
+            entry.failed = f"{entry.what} stored no run: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # a bug: said on the page, and in the log with its traceback
+            log.exception("submitting %s failed", entry.what)
+            entry.failed = f"{entry.what} stored no run: {type(exc).__name__}: {exc}"
+        else:
+            if self.worker is not None:
+                self.worker.wake()
+        finally:
+            entry.task = None
+
+    def explain(self, run_id: str) -> str | None:
+        """Why `run_id`, submitted here, has no stored run: None while it is being planned (the page retries), or the error."""
+        entry = self.submitted.get(run_id)
+        return entry.failed if entry is not None else None
+
+    async def close(self) -> None:
+        """Wait for the submissions still planning (a console stopping does not lose a goal half planned)."""
+        tasks = [e.task for e in self.submitted.values() if e.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""Several engines, one store: `submit_plan` queues an approved plan as a run, `QueueWorker` takes queued runs and runs them.
+"""Several engines, one store: `submit_plan` queues a plan as a run, `QueueWorker` takes queued runs and runs them.
 
 Owns `submit_plan` (what ``planexec submit`` calls), `QueueWorker` (the
 loop of ``planexec worker``), `WorkerRun` and `WorkerReport` (what a
@@ -55,7 +55,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,7 @@ from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
 from planexec.engine.runner import Runner
 from planexec.errors import StoreError
+from planexec.fleet.saved import recorded_runner, saved_plan_engine
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.records import Record
@@ -75,7 +76,6 @@ from planexec.scale import runner_for
 from planexec.store.leases import Holder
 from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState
 from planexec.store.sql import SqlRunStore
-from planexec.team.saved import recorded_runner, saved_plan_engine
 from planexec.telemetry import start_run
 from planexec.workers.registry import Registry
 
@@ -85,6 +85,7 @@ log = logging.getLogger("planexec.fleet")
 
 RELEASED = "released by its worker, which is stopping: another worker resumes it"
 RegistryFor = Callable[[Plan, Mapping[str, Any]], Registry]
+EngineFor = Callable[[Plan, Mapping[str, Any]], EngineConfig]  # a run's engine settings, its registry among them
 _MAX_BACKOFF = 5.0  # seconds between claims while the store fails
 
 
@@ -98,6 +99,8 @@ def submit_plan(
     approved_by: str | None = None,
     approve_steps: bool = False,
     submitted_by: str = "",
+    drafts: Iterable[Mapping[str, Any]] = (),
+    denied_by: tuple[str, str] | None = None,
 ) -> QueuedRun:
     """Queue `plan` as a run for the store's workers; its queue row. Nothing runs here.
 
@@ -107,15 +110,19 @@ def submit_plan(
     approval is requested, and decided by `approved_by` when given; without
     it no worker takes the run before a person approves it (``planexec
     approve RUN_ID``). `approve_steps` approves the steps (and plain tool
-    calls) that require approval in `approved_by`'s name. `StoreError` when
-    the store has the run id already.
+    calls) that require approval in `approved_by`'s name. `denied_by`
+    (who, why: a policy that rejected it) stores it refused: it ends at once,
+    for people to see why. `drafts` are the planner's drafts that wrote it
+    (see `RunQueue.enqueue`). `StoreError` when the store has the run id already.
     """
     if registry is not None:
         check_plan(plan, registry)
     run_id = run_id or new_run_id()
-    store.enqueue(run_id, plan, setup=setup, submitted_by=submitted_by or approved_by or "", approve_steps=approve_steps)
+    store.enqueue(run_id, plan, setup=setup, submitted_by=submitted_by or approved_by or "", approve_steps=approve_steps, drafts=drafts)
     store.request_approval(run_id, plan.content_hash)
-    if approved_by:
+    if denied_by is not None:
+        store.decide_approval(run_id, approved=False, by=denied_by[0], content_hash=plan.content_hash, reason=denied_by[1])
+    elif approved_by:
         store.decide_approval(run_id, approved=True, by=approved_by, content_hash=plan.content_hash, reason="approved when submitted")
     return store.queued_run(run_id)
 
@@ -157,8 +164,10 @@ class QueueWorker:
     released may finish its running steps. `give_up_after` (seconds): stop
     when claiming has failed that long (the store is down; an orchestrator
     restarts the worker, and other workers take its runs over). `engine` is
-    each run's engine settings (`EngineConfig`: limits, timeouts); `on_note` receives a line per
-    thing worth saying (default: the ``planexec.fleet`` log).
+    each run's engine settings (`EngineConfig`: limits, timeouts); `engine_for`, when given,
+    gives them per run instead, its registry among them (a `Team`'s worker: the team's registry,
+    replanner and joiner, see `Team.worker`); `on_note` receives a line per thing worth saying
+    (default: the ``planexec.fleet`` log).
     """
 
     def __init__(
@@ -168,6 +177,7 @@ class QueueWorker:
         concurrency: int = 1,
         registry_for: RegistryFor | None = None,
         engine: EngineConfig | None = None,
+        engine_for: EngineFor | None = None,
         poll: float = 0.5,
         idle_exit: float | None = None,
         once: bool = False,
@@ -188,6 +198,7 @@ class QueueWorker:
         self.concurrency = concurrency
         self.registry_for = registry_for or tools_registry
         self.engine_config = engine if engine is not None else EngineConfig()
+        self.engine_for = engine_for
         self.poll = poll
         self.idle_exit = idle_exit
         self.once = once
@@ -326,9 +337,14 @@ class QueueWorker:
         versions = await asyncio.to_thread(self.store.plan_versions, claim.run_id)
         if not versions:
             raise ValueError(f"run {claim.run_id!r} has no stored plan")
-        registry = self._registry(versions[-1].plan, claim.run.setup)
+        settings, registry = self.engine_config, None
+        if self.engine_for is not None:
+            settings = self.engine_for(versions[-1].plan, claim.run.setup)
+            registry = settings.registry
+        if registry is None:
+            registry = self._registry(versions[-1].plan, claim.run.setup)
         runner = self._runner(registry, claim.run.setup)
-        engine = saved_plan_engine(registry, engine=self.engine_config, store=self.store, runner=runner, **self._approvers(claim.run))
+        engine = saved_plan_engine(registry, engine=settings, store=self.store, runner=runner, **self._approvers(claim.run))
         return start_run(lambda: engine.resume(claim.run_id))
 
     def _runner(self, registry: Registry, setup: Mapping[str, Any]) -> Runner | None:
@@ -380,6 +396,11 @@ class QueueWorker:
         self.done.append(WorkerRun(run_id=claim.run_id, how=how, outcome=outcome, reason=reason, takeover=claim.takeover, wall_time=wall))
         why = f": {reason}" if reason and outcome != "succeeded" else ""
         self.note(f"run {claim.run_id} {how} here ended {outcome} in {wall:.2f}s{why}")
+
+    def wake(self) -> None:
+        """Claim at once instead of at the next poll (a run was just submitted or approved); call it from the worker's loop."""
+        if self._wake is not None:
+            self._wake.set()
 
     # --- stopping ------------------------------------------------------------------------
 
