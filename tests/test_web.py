@@ -930,7 +930,7 @@ def test_a_goal_started_from_the_console_is_planned_by_the_team_waits_in_the_que
     console = _serve(project, port)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_until("the console", lambda: _answers(base), console)
+        wait_until("the console", lambda: _console_up(base), console)
         before = _children(console.pid)
         status, _, run_id = _post_goal(base, {"goal": "two sums joined", "mode": "plan"})
         assert status == 303 and run_id.startswith("web-")
@@ -994,7 +994,7 @@ def test_a_goal_the_planner_cannot_plan_says_why_on_its_page_and_a_console_witho
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
-        wait_until("the console", lambda: _answers(base), console)
+        wait_until("the console", lambda: _console_up(base), console)
         status, _, failed = _post_goal(base, {"goal": "two sums joined", "mode": "plan"})
         assert status == 303
         wait_until("the reason on the page", lambda: "stored no run" in request(base + f"/runs/{failed}", headers=auth)[1], console)
@@ -1022,7 +1022,7 @@ def test_a_goal_the_planner_cannot_plan_says_why_on_its_page_and_a_console_witho
     assert [(r["run_id"], r["outcome"]) for r in json.loads(out)["runs"]] == [(run_id, "succeeded")]
 
 
-def _answers(base: str) -> bool:
+def _console_up(base: str) -> bool:
     try:
         return request(base + "/", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
     except OSError:
