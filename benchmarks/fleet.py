@@ -54,11 +54,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from layered import build_plan, layered_dag, machine
 
 from planexec import Plan
+from planexec.fleet.worker import submit_plan
 from planexec.store import open_store
 from planexec.store.leases import Holder
 from planexec.store.pgserver import TempPostgres
 from planexec.store.queue import QueueState
-from planexec.fleet.worker import submit_plan
 
 TOOLS = '''
 import asyncio
@@ -113,7 +113,7 @@ def _worker(folder: Path, url: str, *args: str, ttl: float | None = None) -> sub
 
 def _pg_counters(store: Any) -> dict[str, int]:
     """Transactions committed in the database, rows inserted into each of the store's tables."""
-    with store._tx(write=False) as cur:
+    with store.tx(write=False) as cur:
         cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
         commits = int(cur.fetchone()[0])
         cur.execute("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_user_tables WHERE schemaname = current_schema()")
@@ -127,7 +127,7 @@ def _pg_counters(store: Any) -> dict[str, int]:
 
 
 def _store_bytes(store: Any, url: str) -> int:
-    with store._tx(write=False) as cur:
+    with store.tx(write=False) as cur:
         if store.dialect == "sqlite":  # the database's pages, wherever they are now (the file or its WAL)
             cur.execute("PRAGMA page_count")
             pages = int(cur.fetchone()[0])
@@ -143,7 +143,7 @@ def _store_bytes(store: Any, url: str) -> int:
 def _events(store: Any) -> tuple[int, int]:
     """How many events the store holds, and the bytes of their JSON."""
     length = "length(body)" if store.dialect == "sqlite" else "octet_length(body)"
-    with store._tx(write=False) as cur:
+    with store.tx(write=False) as cur:
         cur.execute(f"SELECT COUNT(*), COALESCE(SUM({length}), 0) FROM events")
         count, size = cur.fetchone()
     return int(count), int(size)
@@ -249,7 +249,7 @@ def heartbeat(url: str, *, renewals: int, held: int) -> dict[str, Any]:
         beats = []
         for _ in range(5):
             t0 = time.perf_counter()
-            store._beat()  # what the heartbeat thread does every TTL/3: every held lease in one transaction
+            store.lease_book.beat()  # what the heartbeat thread does every TTL/3: every held lease in one transaction
             beats.append(time.perf_counter() - t0)
         return {
             "store": store.dialect,

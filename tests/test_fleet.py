@@ -374,7 +374,7 @@ def test_concurrent_claims_never_take_one_run_twice(store_url, folder):
 
 def _expire(store, run_id: str, owner: str, ttl: float) -> None:
     """The worker holding `owner` stops beating: its lease now lasts `ttl` seconds more (its process lives on)."""
-    store._held.pop(run_id, None)
+    store.lease_book._held.pop(run_id, None)
     store.renew_lease(run_id, Holder(owner, "host", 1, "", "", "planexec worker"), ttl=ttl)
 
 
@@ -409,10 +409,10 @@ def test_one_beat_renews_every_held_lease_in_one_transaction_and_reports_only_th
         store.hold(f"h{i:03d}", on_lost=lambda exc, i=i: lost.append(f"h{i:03d}"))
     before = {run_id: lease.expires_at for run_id, lease in store.leases().items()}
     other = open_store(stores.url(store))
-    store.renew_lease("h007", store._held["h007"], ttl=0.1)  # as if this process had stopped beating: another takes it
+    store.renew_lease("h007", store.lease_book._held["h007"], ttl=0.1)  # as if this process had stopped beating: another takes it
     time.sleep(0.3)
     other.acquire_lease("h007")
-    store._beat()
+    store.lease_book.beat()
     after = store.leases()
     assert lost == ["h007"] and "h007" not in store.holding()
     assert all(after[r].expires_at > before[r] for r in before if r != "h007")

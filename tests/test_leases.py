@@ -109,7 +109,7 @@ def test_a_process_that_lost_its_lease_never_writes_the_run_again(stores):
     store.hold("run-7", on_lost=lost.append)
     start = StepStarted(run_id="run-7", seq=0, at=utcnow(), step_id="a", worker="tool", action="noop", attempt=1)
     store.append([start])
-    store._heartbeat.stop()  # this process stops (SIGSTOP, a long GC pause): its heartbeat with it
+    store.lease_book._heartbeat.stop()  # this process stops (SIGSTOP, a long GC pause): its heartbeat with it
     time.sleep(1.0)
     other = open_store(stores.url(store))
     other.hold("run-7")  # expired: another process takes the run over
@@ -117,7 +117,7 @@ def test_a_process_that_lost_its_lease_never_writes_the_run_again(stores):
     with pytest.raises(LeaseLostError, match=f"now held by process {os.getpid()}"):
         store.append([late])
     assert other.last_seq("run-7") == 0  # nothing written after it lost the run
-    store._beat()  # the next heartbeat finds out too, and tells the run
+    store.lease_book.beat()  # the next heartbeat finds out too, and tells the run
     assert lost and isinstance(lost[0], LeaseLostError)
     other.close()
 
@@ -143,7 +143,7 @@ def test_of_many_processes_taking_one_run_at_once_exactly_one_wins(stores):
     for t in threads:
         t.join()
     assert len(won) == 1 and len(refused) == len(others) - 1
-    assert store.lease("race").owner == others[won[0]]._held["race"].owner
+    assert store.lease("race").owner == others[won[0]].lease_book._held["race"].owner
     for other in others:
         other.close()
 

@@ -672,3 +672,37 @@ def test_a_postgres_that_never_answers_times_out():
         assert time.monotonic() - t0 < 10
     finally:
         listener.close()
+
+
+# --- backends by URL scheme, through the entry point group planexec.stores ----------------------------
+
+
+def _backend_for_tests(spec: str, *, create: bool = True):
+    """A plugin's backend: a SQLite store in the file the URL's path names (``memo://NAME`` -> NAME.db here)."""
+    from planexec.store import SqliteRunStore
+
+    return SqliteRunStore(Path(spec.partition("://")[2] + ".db"), create=create)
+
+
+def test_store_backends_come_from_entry_points_by_scheme_and_a_bad_one_is_a_clear_error(tmp_path, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from planexec.store import location
+
+    monkeypatch.chdir(tmp_path)
+    installed = dict(location._backends())
+    assert {"sqlite", "postgresql", "postgres"} <= set(installed)  # the built-ins register as any plugin does
+    fake = {
+        **installed,
+        "memo": EntryPoint("memo", f"{__name__}:_backend_for_tests", "planexec.stores"),
+        "broken": EntryPoint("broken", "planexec_no_such_module:open", "planexec.stores"),
+    }
+    monkeypatch.setattr(location, "_backends", lambda: fake)
+    with open_store("memo://runs") as store:
+        assert store.runs() == [] and (tmp_path / "runs.db").exists()
+    with pytest.raises(StoreError, match=r"backend 'broken' \(planexec_no_such_module:open\) could not be loaded: ModuleNotFoundError"):
+        open_store("broken://x")
+    with pytest.raises(StoreError, match=r"unknown run store 'mysql://db'.*memo://.*postgresql://.*sqlite://"):
+        open_store("mysql://db")
+    with open_store("sqlite:///plain.db") as store:  # relative to the folder the command runs in
+        assert (tmp_path / "plain.db").exists() and store.runs() == []

@@ -72,7 +72,7 @@ def test_a_long_run_leaves_no_wal_while_the_store_stays_open(tmp_path):
 def test_closing_a_store_cuts_the_wal(tmp_path):
     path = tmp_path / "runs.db"
     store = SqliteRunStore(path)
-    with store._tx(write=True) as cur:  # a write outside any run: only closing the store checkpoints it
+    with store.tx(write=True) as cur:  # a write outside any run: only closing the store checkpoints it
         cur.execute("CREATE TABLE scratch (x)")
         cur.execute("INSERT INTO scratch VALUES (1)")
     assert _wal(path) > 0

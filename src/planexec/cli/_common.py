@@ -538,7 +538,7 @@ def plan_registry(
     return team.registry
 
 
-def face_team(config: Config, store: Any, *, tools: Sequence[str] = ()) -> Team:
+def face_team(config: Config, store: RunStore | str, *, tools: Sequence[str] = ()) -> Team:
     """The team a face plans, reviews and submits with (``planexec serve``, ``planexec mcp``): planexec.toml's models and
     tools, `tools`, the built-in roles, the workspace toolkit and the project's policies; `UsageError` when it cannot be made."""
     try:

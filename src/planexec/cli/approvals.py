@@ -39,7 +39,6 @@ from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
 from planexec.engine.approval import PlanEdit, step_hash
-from planexec.engine.recording import RunLog
 from planexec.errors import PlanParseError, PolicyError, StoreError
 from planexec.models.pricing import PriceTable
 from planexec.plan.diff import PlanDiff
@@ -318,7 +317,7 @@ def _store_flag(store_option: str | None) -> str:
 
 
 def step_approver(
-    store: RunLog | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None
+    store: RunStore | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None
 ) -> Approver | StoreApprover:
     """What decides a step with ``requires_approval``; with a store every decision is kept there.
 
@@ -341,7 +340,7 @@ def step_approver(
     return StoreApprover(store, on_wait=waiting)
 
 
-def call_approver(store: RunLog | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None) -> Any:
+def call_approver(store: RunStore | None, *, yes: bool, interactive: bool, display: Display, store_option: str | None = None) -> Any:
     """What decides a tool call a role worker asks to make; with a store every decision is kept there, keyed by the call.
 
     ``--yes`` approves plain calls and refuses escalations (untrusted data

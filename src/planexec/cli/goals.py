@@ -31,6 +31,7 @@ from planexec.errors import ConfigError, ModelError, PlanningError, RegistryErro
 from planexec.library.reuse import ReusePlanning
 from planexec.plan.view import plan_graph, plan_table
 from planexec.planning.router import ROUTINGS
+from planexec.store import RunStore
 from planexec.team.agent import single_plan
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
@@ -86,7 +87,7 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def team_from_args(args: argparse.Namespace, config: Config, *, store: Any = None, policies: Any = ()) -> Team:
+def team_from_args(args: argparse.Namespace, config: Config, *, store: RunStore | None = None, policies: Any = ()) -> Team:
     """The `Team` a goal command works with: the built-in roles and toolkit, the options given, planexec.toml, the defaults."""
     if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
         sys.path.insert(0, os.getcwd())
@@ -271,8 +272,9 @@ def _run_single(
 ) -> int:
     """One agent with the tools of `registry` (default: the team's) works the goal; --yes lets it use tools that need approval."""
     display = _display(args, single_plan(args.goal))  # the plan `start_single` runs
-    approver = step_approver(team.store, yes=args.yes, interactive=False, display=display, store_option=args.store)
-    calls = call_approver(team.store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
+    store = team.store if isinstance(team.store, RunStore) else None  # the CLI's stores are
+    approver = step_approver(store, yes=args.yes, interactive=False, display=display, store_option=args.store)
+    calls = call_approver(store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
 
     async def work() -> RunResult:
         run = team.start_single(

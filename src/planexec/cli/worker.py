@@ -29,11 +29,10 @@ from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.engine.loop import run_to_end
 from planexec.errors import StoreError
-from planexec.fleet.worker import QueueWorker, WorkerReport, submit_plan
+from planexec.fleet.worker import FleetStore, QueueWorker, WorkerReport, submit_plan
 from planexec.store import store_target
 from planexec.store.location import sqlite_path
 from planexec.store.queue import QueueState
-from planexec.store.sql import SqlRunStore
 
 __all__ = ["add_fleet_commands", "cmd_queue", "cmd_submit", "cmd_worker"]
 
@@ -136,9 +135,9 @@ def _submitted_plan(args: argparse.Namespace) -> Plan | None:
     return common.load_plan(Path(args.plan), as_json=args.json)
 
 
-def _queue_store(store: Any) -> SqlRunStore:
-    if not isinstance(store, SqlRunStore):  # the stores planexec opens are; a plugin's may not keep a queue
-        raise common.UsageError(f"the run store {store.location} keeps no run queue")
+def _queue_store(store: object) -> FleetStore:
+    if not isinstance(store, FleetStore):  # the stores planexec opens are; a plugin's may not keep a queue
+        raise common.UsageError(f"the run store {getattr(store, 'location', store)} keeps no run queue")
     return store
 
 

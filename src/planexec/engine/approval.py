@@ -29,16 +29,16 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from planexec.engine.results import ErrorInfo
+from planexec.engine.results import ErrorInfo, PlanVersion
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan, Step
 from planexec.records import Record
 from planexec.workers.gate import CallRequest
 from planexec.workers.tools import in_thread
 
-__all__ = ["Approver", "PlanApprover", "PlanEdit", "StoreApprover", "ask_approval", "find_edit", "step_hash"]
+__all__ = ["ApprovalLog", "Approver", "PlanApprover", "PlanEdit", "StoreApprover", "ask_approval", "find_edit", "step_hash"]
 
 # Asked before a step with `requires_approval` runs; True approves. Without one, such steps are refused.
 Approver = Callable[[Step], "bool | Awaitable[bool]"]
@@ -78,10 +78,48 @@ def step_hash(step: Step) -> str:
     return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
 
+class ApprovalLog(Protocol):
+    """What durable approvals read and write in a run store (`store.ApprovalStore` and its plan versions)."""
+
+    def request_approval(
+        self,
+        run_id: str,
+        content_hash: str,
+        *,
+        step_id: str | None = None,
+        approved: bool | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Any:
+        """Ask for approval (the same request again returns the stored one)."""
+        ...
+
+    def decide_approval(
+        self,
+        run_id: str,
+        *,
+        step_id: str | None = None,
+        approved: bool,
+        by: str,
+        reason: str | None = None,
+        content_hash: str | None = None,
+    ) -> Any:
+        """Approve or deny the pending request."""
+        ...
+
+    def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Any]:
+        """Approval requests, oldest first."""
+        ...
+
+    def plan_versions(self, run_id: str) -> list[PlanVersion]:
+        """Every stored version of the run's plan."""
+        ...
+
+
 class _Durable:
     """A request kept in a run store, decided by `ask` or, without one, by a person from any process."""
 
-    def __init__(self, store: Any, *, ask: Callable[..., Any] | None = None, by: str = "person", poll: float = 0.5,
+    def __init__(self, store: ApprovalLog, *, ask: Callable[..., Any] | None = None, by: str = "person", poll: float = 0.5,
                  on_wait: Callable[[str, str | None], None] | None = None, person: bool | None = None) -> None:  # fmt: skip
         self.store = store
         self.ask = ask
@@ -146,7 +184,7 @@ class PlanEdit(Record):
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
 
-def find_edit(store: Any, run_id: str, plan: Plan) -> PlanEdit | None:
+def find_edit(store: ApprovalLog, run_id: str, plan: Plan) -> PlanEdit | None:
     """The edit that replaced `plan` (a stored version), or None: the stored next version revising it, when `plan` was denied.
 
     Only an edit stores a version before it is approved, and it denies the

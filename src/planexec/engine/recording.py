@@ -83,13 +83,13 @@ class Holds(Protocol):
         ...
 
 
-def hold_run(store: Any, run_id: str, *, on_lost: Callable[[Exception], None] | None = None) -> None:
+def hold_run(store: object, run_id: str, *, on_lost: Callable[[Exception], None] | None = None) -> None:
     """Take run `run_id` in `store` for this process, when the store leases runs (a test double may not)."""
     if isinstance(store, Holds):
         store.hold(run_id, on_lost=on_lost)
 
 
-def let_go(store: Any, run_id: str) -> None:
+def let_go(store: object, run_id: str) -> None:
     """Release run `run_id` in `store`, when the store leases runs."""
     if isinstance(store, Holds):
         store.let_go(run_id)

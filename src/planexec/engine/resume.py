@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from planexec.engine.events import StepResolved, utcnow
-from planexec.engine.recording import hold_run, let_go
+from planexec.engine.recording import RunLog, hold_run, let_go
 from planexec.engine.replay import replay
 from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError
@@ -175,7 +175,7 @@ def _apply(resumption: Resumption, step: Step, rec: StepRecord, decision: Any) -
 DECISIONS = ("retry", "skip", "mark_done")
 
 
-def resolve_step(store: Any, run_id: str, step_id: str, decision: str, value: Any = None, *, by: str = "person") -> Any:
+def resolve_step(store: RunLog, run_id: str, step_id: str, decision: str, value: Any = None, *, by: str = "person") -> Any:
     """Record a person's decision about a held step (`StepResolved`), for the next `Engine.resume` to apply.
 
     Refused with `ResumeError` (nothing stored) when the run finished or the
@@ -194,7 +194,7 @@ def resolve_step(store: Any, run_id: str, step_id: str, decision: str, value: An
         let_go(store, run_id)
 
 
-def _resolve(store: Any, run_id: str, step_id: str, decision: str, value: Any, by: str) -> Any:
+def _resolve(store: RunLog, run_id: str, step_id: str, decision: str, value: Any, by: str) -> Any:
     events = store.events(run_id)
     view = replay(events)
     rec = view.steps.get(step_id)

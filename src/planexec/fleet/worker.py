@@ -57,13 +57,14 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Run, new_run_id
+from planexec.engine.recording import Holds
 from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
 from planexec.engine.runner import Runner
@@ -73,24 +74,41 @@ from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.records import Record
 from planexec.scale import runner_for
+from planexec.store.base import RunStore
 from planexec.store.leases import Holder
-from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState
-from planexec.store.sql import SqlRunStore
+from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState, QueueStore
 from planexec.telemetry import start_run
 from planexec.workers.registry import Registry
 
-__all__ = ["RELEASED", "QueueWorker", "WorkerReport", "WorkerRun", "submit_plan", "tools_registry"]
+__all__ = ["RELEASED", "FleetStore", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "submit_plan", "tools_registry"]
 
 log = logging.getLogger("planexec.fleet")
 
 RELEASED = "released by its worker, which is stopping: another worker resumes it"
 RegistryFor = Callable[[Plan, Mapping[str, Any]], Registry]
+
+
+@runtime_checkable
+class FleetStore(RunStore, QueueStore, Holds, Protocol):
+    """A run store with a queue and leases, what a fleet takes runs from: the SQL stores (`queue_store` checks one)."""
+
+    location: str
+
+
+def queue_store(store: object) -> FleetStore:
+    """`store` when it keeps a run queue and leases (the stores planexec opens do); a `StoreError` naming it otherwise."""
+    if not isinstance(store, FleetStore):  # none, or a plugin's
+        where = str(getattr(store, "location", "none"))
+        raise StoreError(f"runs are handed to workers through a run store with a queue, and {where} keeps none", location=where)
+    return store
+
+
 EngineFor = Callable[[Plan, Mapping[str, Any]], EngineConfig]  # a run's engine settings, its registry among them
 _MAX_BACKOFF = 5.0  # seconds between claims while the store fails
 
 
 def submit_plan(
-    store: SqlRunStore,
+    store: FleetStore,
     plan: Plan,
     *,
     registry: Registry | None = None,
@@ -172,7 +190,7 @@ class QueueWorker:
 
     def __init__(
         self,
-        store: SqlRunStore,
+        store: FleetStore,
         *,
         concurrency: int = 1,
         registry_for: RegistryFor | None = None,

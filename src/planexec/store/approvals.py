@@ -1,7 +1,7 @@
 """Approvals in the run store: requests to approve a plan version or a step, and their decisions.
 
-Owns `Approvals`, the part of `sql.SqlRunStore` that keeps the
-``approvals`` table: a request is keyed by run, step (none for the whole
+Owns `ApprovalBook`, the store's part that keeps the ``approvals`` table,
+over its `database.Database`: a request is keyed by run, step (none for the whole
 plan) and content hash, so asking again after a restart finds the same
 request; deciding takes the latest pending one (or the one for a given
 hash) and refuses, naming the run and step, when nothing is pending.
@@ -21,43 +21,52 @@ that is not the next version, is an `ApprovalError` that stores nothing.
 The process that waited finds the edit by its shape (`engine.approval.find_edit`).
 `pending_version` is the stored version an edit may replace, and
 `run_setup` the tools modules it is checked against (the run's own).
-Imports `errors`, `secrets`, `plan`, `usage` and the store's `audit`, `base` and `rows`.
+Imports `errors`, `secrets`, `plan`, `usage` and the store's `audit`, `base`, `database`, `log` and `rows`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from planexec.errors import ApprovalError, StoreError
 from planexec.plan.diff import diff_plans
 from planexec.plan.model import Plan
 from planexec.secrets import redact
 from planexec.store.audit import approval_ref, decision_content, request_content
-from planexec.store.base import Approval, ApprovalState, RunStore
+from planexec.store.base import Approval, ApprovalState, ApprovalStore, RunStore
+from planexec.store.database import Database
+from planexec.store.log import EventLog
 from planexec.store.rows import from_timestamp, now
 from planexec.usage import Usage
 
-__all__ = ["Approvals", "edit_plan", "pending_version", "run_setup"]
+__all__ = ["ApprovalBook", "QueueHooks", "edit_plan", "pending_version", "run_setup"]
+
+
+class QueueHooks(Protocol):
+    """What the run queue does inside an approval's transaction (`queue.RunQueue`)."""
+
+    def refuse_denied(self, cur: Any, run_id: str, content_hash: str, denial: str) -> None:
+        """A queued run waiting for the denied version is refused."""
+        ...
+
+    def follow_edit(self, cur: Any, run_id: str, old_hash: str, plan: Plan) -> None:
+        """A queued run waiting for the edited version waits for the edit's approval."""
+        ...
+
 
 _APPROVAL_COLUMNS = "approval_id, run_id, step_id, content_hash, state, requested_at, decided_at, decided_by, reason"
 
 
-class Approvals:
-    """Approval requests and decisions, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, `_require_run`, `_chain`, `_save_chain`)."""
+class ApprovalBook:
+    """The approvals of a store (see the module docstring), over its `database.Database`; plan edits are stored in its
+    event log (`log`), and a queued run follows its plan's denial or edit (`queue`, set by the store)."""
 
-    _tx: Any
-    _one: Any
-    _all: Any
-    _q: Any
-    _require_run: Any
-    _chain: Any
-    _save_chain: Any
-    _insert_plan: Any
-    refuse_denied: Any
-    follow_edit: Any
-    location: str
+    def __init__(self, db: Database, log: EventLog) -> None:
+        self.db = db
+        self.log = log
+        self.queue: QueueHooks | None = None
 
     def request_approval(
         self,
@@ -80,12 +89,12 @@ class Approvals:
             raise ValueError("an approval needs the content hash of what is approved")
         if approved is not None and not by:
             raise ValueError("a decision needs who made it (`by`)")
-        with self._tx(write=True) as cur:
-            self._require_run(cur, run_id)
-            row = self._ask(cur, run_id, content_hash, step_id=step_id, approved=approved, by=by, reason=reason)
+        with self.db.tx(write=True) as cur:
+            self.db.require_run(cur, run_id)
+            row = self.ask(cur, run_id, content_hash, step_id=step_id, approved=approved, by=by, reason=reason)
         return _approval(row)
 
-    def _ask(
+    def ask(
         self,
         cur: Any,
         run_id: str,
@@ -100,26 +109,26 @@ class Approvals:
         key = (run_id, step_id or "", content_hash)
         where = "run_id = ? AND step_id = ? AND content_hash = ?"
         pending = ApprovalState.PENDING.value
-        row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+        row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
         if row is None or (approved is not None and row[4] == pending):
-            chain = self._chain(cur, run_id)  # the run's head, locked first: a decision elsewhere takes turns with this one
-            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+            chain = self.db.chain(cur, run_id)  # the run's head, locked first: a decision elsewhere takes turns with this one
+            row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
             if row is None:
                 requested_at = now()
                 link = chain.add("approval_request", approval_ref(*key[1:]), request_content(key[1], key[2], requested_at))
                 cur.execute(
-                    self._q(
+                    self.db.q(
                         "INSERT INTO approvals (run_id, step_id, content_hash, state, requested_at, link, prev_hash, hash) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     (*key, pending, requested_at, *link),
                 )
-                row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+                row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
             if approved is not None and row[4] == pending:  # still pending: decided before anyone else sees it
                 state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
                 self._write_decision(cur, chain, _approval(row), state, str(by), reason)
-                row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
-            self._save_chain(cur, chain)
+                row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", key)
+            self.db.save_chain(cur, chain)
         return row
 
     def decide_approval(
@@ -139,9 +148,9 @@ class Approvals:
         if content_hash is not None:
             sql += " AND content_hash = ?"
             params += (content_hash,)
-        with self._tx(write=True) as cur:
-            self._require_run(cur, run_id)
-            rows = [_approval(r) for r in self._all(cur, sql + " ORDER BY approval_id", params)]
+        with self.db.tx(write=True) as cur:
+            self.db.require_run(cur, run_id)
+            rows = [_approval(r) for r in self.db.all(cur, sql + " ORDER BY approval_id", params)]
             pending = [a for a in rows if a.state is ApprovalState.PENDING]
             if not pending:
                 if not rows:
@@ -149,15 +158,17 @@ class Approvals:
                 else:
                     last = rows[-1]
                     why = f"it was already {last.state.value}" + (f" by {last.by}" if last.by else "")
-                raise ApprovalError(f"{what} is not pending approval: {why}", run_id=run_id, step_id=step_id, location=self.location)
+                raise ApprovalError(f"{what} is not pending approval: {why}", run_id=run_id, step_id=step_id, location=self.db.location)
             target = pending[-1]
             state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
-            chain = self._chain(cur, run_id)
+            chain = self.db.chain(cur, run_id)
             self._write_decision(cur, chain, target, state, by, reason)
-            self._save_chain(cur, chain)
-            if not approved and step_id is None:  # a queued run that waited for this version never starts
-                self.refuse_denied(cur, run_id, target.content_hash, f"its plan was denied by {by}" + (f": {reason}" if reason else ""))
-            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
+            self.db.save_chain(cur, chain)
+            if not approved and step_id is None and self.queue is not None:  # a queued run that waited for this version never starts
+                self.queue.refuse_denied(
+                    cur, run_id, target.content_hash, f"its plan was denied by {by}" + (f": {reason}" if reason else "")
+                )
+            row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (target.approval_id,))
         return _approval(row)
 
     def _write_decision(self, cur: Any, chain: Any, target: Approval, state: ApprovalState, by: str, reason: str | None) -> None:
@@ -169,7 +180,7 @@ class Approvals:
             decision_content(state.value, decided_at, by, reason),
         )
         cur.execute(
-            self._q(
+            self.db.q(
                 "UPDATE approvals SET state = ?, decided_at = ?, decided_by = ?, reason = ?, "
                 "decision_link = ?, decision_prev_hash = ?, decision_hash = ? WHERE approval_id = ? AND state = ?"
             ),
@@ -183,28 +194,29 @@ class Approvals:
         version no longer waits, another edit came first, or `plan` is not
         the next version revising it.
         """
-        with self._tx(write=True) as cur:
-            self._require_run(cur, run_id)
-            chain = self._chain(cur, run_id)  # the run's head, locked first: two edits at once take turns
-            rows = self._all(
+        with self.db.tx(write=True) as cur:
+            self.db.require_run(cur, run_id)
+            chain = self.db.chain(cur, run_id)  # the run's head, locked first: two edits at once take turns
+            rows = self.db.all(
                 cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND step_id = '' ORDER BY approval_id", (run_id,)
             )
             asked = [_approval(r) for r in rows if r[3] == content_hash]
-            stored = [(int(v), Plan.from_json(text), why) for v, text, why in self._all(
+            stored = [(int(v), Plan.from_json(text), why) for v, text, why in self.db.all(
                 cur, "SELECT version, plan, reason FROM plans WHERE run_id = ? ORDER BY version", (run_id,))]  # fmt: skip
             old = next((p for _, p, _ in stored if p.content_hash == content_hash), None)
             refusal = _edit_refusal(run_id, content_hash, asked, old, stored, plan)
             if refusal is not None:
-                raise ApprovalError(refusal, run_id=run_id, step_id=None, location=self.location)
+                raise ApprovalError(refusal, run_id=run_id, step_id=None, location=self.db.location)
             assert old is not None  # `_edit_refusal` says why otherwise
             diff = diff_plans(old, plan)
             why = f"edited by {by}" + (f": {reason}" if reason else "")
-            self._insert_plan(cur, run_id, plan, why, diff.to_json(), Usage(), datetime.now(UTC), chain)
+            self.log.insert_plan(cur, run_id, plan, why, diff.to_json(), Usage(), datetime.now(UTC), chain)
             said = f"replaced by the edit v{plan.version} ({plan.content_hash[:19]}) by {by}; nothing of v{old.version} ran"
             self._write_decision(cur, chain, asked[-1], ApprovalState.DENIED, by, said + (f": {reason}" if reason else ""))
-            self._save_chain(cur, chain)
-            self.follow_edit(cur, run_id, content_hash, plan)  # a queued run waits for the edit's approval now
-            row = self._one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (asked[-1].approval_id,))
+            self.db.save_chain(cur, chain)
+            if self.queue is not None:  # a queued run waits for the edit's approval now
+                self.queue.follow_edit(cur, run_id, content_hash, plan)
+            row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (asked[-1].approval_id,))
         return _approval(row)
 
     def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
@@ -217,16 +229,16 @@ class Approvals:
             clauses.append("state = ?")
             params.append(ApprovalState.PENDING.value)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        with self._tx(write=False) as cur:
+        with self.db.tx(write=False) as cur:
             if run_id is not None:
-                self._require_run(cur, run_id)
-            rows = self._all(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals{where} ORDER BY approval_id", params)
+                self.db.require_run(cur, run_id)
+            rows = self.db.all(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals{where} ORDER BY approval_id", params)
         return [_approval(r) for r in rows]
 
 
 def edit_plan(store: RunStore, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
     """`Approvals.edit_plan` on `store`; `StoreError` for a store that keeps no edits (not one of the SQL stores)."""
-    if not isinstance(store, Approvals):
+    if not isinstance(store, ApprovalStore):
         raise StoreError(f"the run store {store.location} cannot keep plan edits", location=store.location)
     return store.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
 

@@ -1,11 +1,13 @@
 """The run store's contract: the `RunStore` protocol and the typed records it returns.
 
-Owns `RunStore` (what every backend does), `RunSummary` (one row of the
+Owns the protocols, one per capability (`RunRecords`, the event log;
+`ApprovalStore`; `TemplateStore`) and `RunStore`, all three (what every
+backend does), `RunSummary` (one row of the
 ``runs`` snapshot), `Approval` with `ApprovalState`, and `Template` (a
 saved, versioned plan). All are frozen `Record`s with a stable JSON form.
 Backends live in `sqlite` and `postgres`; the SQL they share in `sql`.
-Imports `events`, `plan`, `plan_diff`, `records`, `results`, `usage` and
-the store's `leases`; never the engine.
+Imports `plan`, `records`, `results` and `usage`; never the engine's
+running parts. `Lease` (who holds a run) is here too, with the records.
 """
 
 from __future__ import annotations
@@ -19,10 +21,37 @@ from typing import Any, Protocol, runtime_checkable
 from planexec.engine.results import PlanVersion, RunStatus
 from planexec.plan.model import Plan
 from planexec.records import Record
-from planexec.store.leases import Lease
 from planexec.usage import Usage
 
-__all__ = ["Approval", "ApprovalState", "RunStore", "RunSummary", "Template"]
+__all__ = ["Approval", "ApprovalState", "ApprovalStore", "Lease", "RunRecords", "RunStore", "RunSummary", "Template", "TemplateStore"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease(Record):
+    """Who holds a run: the process (host, pid, command), when it took the lease, its last heartbeat, when it expires.
+
+    `live` is False once the lease expired or its process is known to be
+    gone (a process of this machine that no longer runs): such a run can be
+    resumed by anyone.
+    """
+
+    run_id: str
+    owner: str
+    host: str
+    pid: int
+    command: str
+    acquired_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    live: bool
+
+    def describe(self) -> str:
+        """The holder in a sentence: ``process 1234 on host h (planexec resume run-1), last heartbeat at ...``."""
+        what = f" ({self.command})" if self.command else ""
+        return (
+            f"process {self.pid} on {self.host}{what}, holding it since {self.acquired_at:%Y-%m-%d %H:%M:%S} UTC, "
+            f"last heartbeat {self.heartbeat_at:%H:%M:%S} UTC"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,8 +143,8 @@ class Template(Record):
 
 
 @runtime_checkable
-class RunStore(Protocol):
-    """Where runs live: an append-only event log, snapshots for fast reads, approvals and plan templates.
+class RunRecords(Protocol):
+    """The event log: each run's events (append-only), its summary and its plan versions.
 
     Every write is one transaction: when it returns it is durable, and when
     it raises nothing changed. `location` names the file or the server
@@ -158,6 +187,13 @@ class RunStore(Protocol):
         """Every stored version of the run's plan, the first first; `RunNotFoundError` for an unknown run."""
         ...
 
+
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """Requests to approve a plan version or a step, and their decisions (a person's, a policy's, ``--yes``)."""
+
+    location: str
+
     def request_approval(
         self,
         run_id: str,
@@ -192,6 +228,15 @@ class RunStore(Protocol):
         """Approval requests, oldest first: of one run or of all, optionally only the pending ones."""
         ...
 
+    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+        """Answer the pending plan version `content_hash` with a person's edit, its next version; the denied request."""
+        ...
+
+
+@runtime_checkable
+class TemplateStore(Protocol):
+    """The plan library: named plans saved as numbered versions."""
+
     def save_template(
         self,
         name: str,
@@ -215,6 +260,15 @@ class RunStore(Protocol):
     def delete_template(self, name: str, version: int | None = None) -> int:
         """Delete one version, or every version of `name`; returns how many; `TemplateNotFoundError` when none."""
         ...
+
+
+@runtime_checkable
+class RunStore(RunRecords, ApprovalStore, TemplateStore, Protocol):
+    """Where runs live: the event log with its snapshots (`RunRecords`), approvals (`ApprovalStore`) and plan templates
+    (`TemplateStore`); the SQL stores also keep leases (`leases.Holds`) and a run queue (`queue.QueueStore`).
+    """
+
+    location: str
 
     def close(self) -> None:
         """Release the connection (the store is unusable afterwards)."""

@@ -216,7 +216,7 @@ def _schema(store: SqlRunStore, report: _Report) -> None:
     """The ``schema`` check: the version, every migration recorded, every table, index and trigger present."""
     t0 = time.perf_counter()
     dialect = store.dialect
-    with store._tx(write=False) as cur:
+    with store.tx(write=False) as cur:
         present = {kind: _names(cur, dialect, kind) for kind in ("table", "index", "trigger")}
         cur.execute("SELECT version FROM schema_migrations ORDER BY version")
         versions = [int(v) for (v,) in cur.fetchall()]
@@ -258,7 +258,7 @@ def _expected(dialect: str) -> dict[str, set[str]]:
 def _audit(store: SqlRunStore, report: _Report) -> None:
     """The ``audit`` check: every run's records against its hash chain."""
     t0 = time.perf_counter()
-    with store._tx(write=False) as cur:
+    with store.tx(write=False) as cur:
         cur.execute(_RUN_IDS)
         run_ids = sorted(str(r) for (r,) in cur.fetchall())
         cur.execute("SELECT COUNT(*) FROM events")

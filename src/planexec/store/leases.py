@@ -1,12 +1,14 @@
 """One owner per run: the lease a process holds on each run it runs, kept alive by a heartbeat.
 
 Owns `Lease` (a row of ``leases``: who holds a run, since when, until
-when), `Holder` (this process, as a lease names it), the `Leases` mixin
-of the SQL store (`acquire_lease`, `renew_lease`, `release_lease`,
-`lease`, and `hold`/`let_go`, which keep a lease renewed by one
-heartbeat thread per store, every lease it holds in one transaction a
-beat) and `lease_ttl`, how long a lease outlives its last heartbeat
-(``PLANEXEC_LEASE_TTL`` seconds, default 30).
+when), `Holder` (this process, as a lease names it), `LeaseBook`, the
+store's leases over its `database.Database` (`acquire_lease`,
+`renew_lease`, `release_lease`, `lease`, and `hold`/`let_go`, which keep
+a lease renewed by one heartbeat thread per store, every lease it holds
+in one transaction a beat; `take`, `keep`, `leases_of` and `check_lease`
+inside a transaction of the queue or the event log), `held` (a run held
+for a block, by anything that `engine.recording.Holds`) and `lease_ttl`, how long a lease
+outlives its last heartbeat (``PLANEXEC_LEASE_TTL`` seconds, default 30).
 
 A lease is taken in one write transaction: a run nobody holds, or whose
 lease expired, or whose holder is a process of this machine that is gone
@@ -20,7 +22,7 @@ up here. The store fences its own writes: an append to a run this store
 holds checks, in the same transaction, that the lease still names it
 (`LeaseLostError` otherwise), so a process that lost its run (stopped
 longer than the lease, then taken over) never writes into it again.
-Imports `errors` and the store's `rows`.
+Imports `errors`, `records` and the store's `database`.
 """
 
 from __future__ import annotations
@@ -39,19 +41,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from planexec.engine.recording import Holds
 from planexec.errors import LeaseHeldError, LeaseLostError, StoreError
-from planexec.records import Record
+from planexec.store.base import Lease
+from planexec.store.database import Database
 
-__all__ = ["LEASE_TTL_ENV", "Holder", "Lease", "Leases", "lease_ttl"]
+__all__ = ["LEASE_TTL_ENV", "Holder", "Lease", "LeaseBook", "held", "lease_ttl"]
 
 log = logging.getLogger("planexec.store")
 
 LEASE_TTL_ENV = "PLANEXEC_LEASE_TTL"
 _DEFAULT_TTL = 30.0
-_NOW = {
-    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
-    "postgres": "EXTRACT(EPOCH FROM clock_timestamp())::double precision",
-}
 _COLUMNS = "run_id, owner, host, pid, machine, started, command, acquired_at, heartbeat_at, expires_at"
 
 
@@ -120,34 +120,6 @@ class Holder:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Lease(Record):
-    """Who holds a run: the process (host, pid, command), when it took the lease, its last heartbeat, when it expires.
-
-    `live` is False once the lease expired or its process is known to be
-    gone (a process of this machine that no longer runs): such a run can be
-    resumed by anyone.
-    """
-
-    run_id: str
-    owner: str
-    host: str
-    pid: int
-    command: str
-    acquired_at: datetime
-    heartbeat_at: datetime
-    expires_at: datetime
-    live: bool
-
-    def describe(self) -> str:
-        """The holder in a sentence: ``process 1234 on host h (planexec resume run-1), last heartbeat at ...``."""
-        what = f" ({self.command})" if self.command else ""
-        return (
-            f"process {self.pid} on {self.host}{what}, holding it since {self.acquired_at:%Y-%m-%d %H:%M:%S} UTC, "
-            f"last heartbeat {self.heartbeat_at:%H:%M:%S} UTC"
-        )
-
-
 def _lease(row: Any, now: float) -> Lease:
     run_id, owner, host, pid, machine, started, command, acquired, beat, expires = row
     live = float(expires) > now and not _gone(int(pid), str(machine), str(started))
@@ -175,46 +147,32 @@ def _time(epoch: Any) -> datetime:
     return datetime.fromtimestamp(float(epoch), UTC)
 
 
-class Leases:
-    """Leases in the run store, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_q`, `_lock` and calls `_init_leases`)."""
+class LeaseBook:
+    """The leases of a store (see the module docstring), over its `database.Database`; one heartbeat thread for all it holds."""
 
-    _tx: Any
-    _one: Any
-    _q: Any
-    _for_update: str
-    _lock: threading.RLock
-    location: str
-    dialect: str
-    lease_ttl: float
-    _held: dict[str, Holder]
-    _lost: dict[str, Callable[[LeaseLostError], None]]
-    _heartbeat: _Heartbeat | None
-
-    def _init_leases(self) -> None:
-        self._held = {}
-        self._lost = {}
-        self._heartbeat = None
+    def __init__(self, db: Database) -> None:
+        self.db = db
         self.lease_ttl = lease_ttl()
-
-    def _now(self, cur: Any) -> float:
-        row = self._one(cur, f"SELECT {_NOW[self.dialect]}")
-        return float(row[0])
+        self._lock = threading.RLock()
+        self._held: dict[str, Holder] = {}
+        self._lost: dict[str, Callable[[LeaseLostError], None]] = {}
+        self._heartbeat: _Heartbeat | None = None
 
     def acquire_lease(self, run_id: str, holder: Holder | None = None, *, ttl: float | None = None) -> Lease:
         """Take run `run_id` for `holder` (this process by default); `LeaseHeldError` naming the holder when another live process has it."""
         holder = holder or Holder.me()
-        with self._tx(write=True) as cur:
-            return self._take(cur, run_id, holder, self.lease_ttl if ttl is None else ttl)
+        with self.db.tx(write=True) as cur:
+            return self.take(cur, run_id, holder, self.lease_ttl if ttl is None else ttl)
 
-    def _take(self, cur: Any, run_id: str, holder: Holder, ttl: float) -> Lease:
+    def take(self, cur: Any, run_id: str, holder: Holder, ttl: float) -> Lease:
         """`acquire_lease` inside the caller's write transaction (the run queue claims a run and its lease in one)."""
-        now = self._now(cur)
-        select = self._q(f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?" + self._for_update)
+        now = self.db.now(cur)
+        select = self.db.q(f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?" + self.db.for_update)
         cur.execute(select, (run_id,))
         row = cur.fetchone()
         if row is None:
             cur.execute(
-                self._q("INSERT INTO leases (" + _COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"),
+                self.db.q("INSERT INTO leases (" + _COLUMNS + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"),
                 _row(run_id, holder, now, ttl),
             )
             if cur.rowcount == 1:
@@ -228,10 +186,10 @@ class Leases:
                 f"(at once when it ran on this machine, else when its lease expires, {ttl:g}s after its last heartbeat)",
                 run_id=run_id,
                 holder=current,
-                location=self.location,
+                location=self.db.location,
             )
         cur.execute(
-            self._q(
+            self.db.q(
                 "UPDATE leases SET owner = ?, host = ?, pid = ?, machine = ?, started = ?, command = ?, "
                 "acquired_at = ?, heartbeat_at = ?, expires_at = ? WHERE run_id = ? AND owner = ?"
             ),
@@ -239,7 +197,7 @@ class Leases:
         )
         if cur.rowcount != 1:  # cannot happen under the row lock; refuse rather than share
             raise LeaseHeldError(
-                f"run {run_id!r} was taken by another process just now", run_id=run_id, holder=None, location=self.location
+                f"run {run_id!r} was taken by another process just now", run_id=run_id, holder=None, location=self.db.location
             )
         if not current.live and current.owner != holder.owner:
             log.info("run %s: took over the lease of %s (expired or gone)", run_id, current.describe())
@@ -248,10 +206,10 @@ class Leases:
     def renew_lease(self, run_id: str, holder: Holder, *, ttl: float | None = None) -> None:
         """Move the lease's expiry forward; `LeaseLostError` when `holder` no longer holds it."""
         ttl = self.lease_ttl if ttl is None else ttl
-        with self._tx(write=True) as cur:
-            now = self._now(cur)
+        with self.db.tx(write=True) as cur:
+            now = self.db.now(cur)
             cur.execute(
-                self._q("UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE run_id = ? AND owner = ?"),
+                self.db.q("UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE run_id = ? AND owner = ?"),
                 (now, now + ttl, run_id, holder.owner),
             )
             if cur.rowcount != 1:
@@ -259,33 +217,33 @@ class Leases:
 
     def release_lease(self, run_id: str, holder: Holder) -> bool:
         """Give the run up (only if `holder` still holds it); True when a lease was released."""
-        with self._tx(write=True) as cur:
-            cur.execute(self._q("DELETE FROM leases WHERE run_id = ? AND owner = ?"), (run_id, holder.owner))
+        with self.db.tx(write=True) as cur:
+            cur.execute(self.db.q("DELETE FROM leases WHERE run_id = ? AND owner = ?"), (run_id, holder.owner))
             return bool(cur.rowcount == 1)
 
     def lease(self, run_id: str) -> Lease | None:
         """The run's lease as it stands (None when nobody holds it); `live` says whether it still binds."""
-        with self._tx(write=False) as cur:
-            now = self._now(cur)
-            row = self._one(cur, f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?", (run_id,))
+        with self.db.tx(write=False) as cur:
+            now = self.db.now(cur)
+            row = self.db.one(cur, f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?", (run_id,))
             return None if row is None else _lease(row, now)
 
     def leases(self) -> dict[str, Lease]:
         """Every lease in the store, by run id (a released lease is gone; an expired one stays until taken)."""
-        with self._tx(write=False) as cur:
-            now = self._now(cur)
+        with self.db.tx(write=False) as cur:
+            now = self.db.now(cur)
             cur.execute(f"SELECT {_COLUMNS} FROM leases")
             return {row[0]: _lease(row, now) for row in cur.fetchall()}
 
-    def _leases_of(self, cur: Any, run_ids: list[str]) -> dict[str, Lease]:
+    def leases_of(self, cur: Any, run_ids: list[str]) -> dict[str, Lease]:
         """The leases of these runs (inside the caller's transaction), by run id."""
         if not run_ids:
             return {}
-        now = self._now(cur)
+        now = self.db.now(cur)
         found: dict[str, Lease] = {}
         for start in range(0, len(run_ids), 100):
             chunk = run_ids[start : start + 100]
-            cur.execute(self._q(f"SELECT {_COLUMNS} FROM leases WHERE run_id IN ({', '.join('?' * len(chunk))})"), chunk)
+            cur.execute(self.db.q(f"SELECT {_COLUMNS} FROM leases WHERE run_id IN ({', '.join('?' * len(chunk))})"), chunk)
             found.update((row[0], _lease(row, now)) for row in cur.fetchall())
         return found
 
@@ -309,10 +267,10 @@ class Leases:
                 self._held.pop(run_id)
         holder = Holder.me()
         lease = self.acquire_lease(run_id, holder)
-        self._keep(run_id, holder, on_lost)
+        self.keep(run_id, holder, on_lost)
         return lease
 
-    def _keep(self, run_id: str, holder: Holder, on_lost: Callable[[LeaseLostError], None] | None = None) -> None:
+    def keep(self, run_id: str, holder: Holder, on_lost: Callable[[LeaseLostError], None] | None = None) -> None:
         """Keep the lease `holder` took on `run_id` renewed until `let_go`, as `hold` does (the run queue's claim takes it first)."""
         with self._lock:
             self._held[run_id] = holder
@@ -337,7 +295,7 @@ class Leases:
         with self._lock:
             return list(self._held)
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
         """Renew every held lease once (the heartbeat thread calls this): one transaction for them all, a hundred a statement.
 
         A worker holding hundreds of runs renews them in one commit per beat,
@@ -373,13 +331,13 @@ class Leases:
     def _renew_all(self, held: list[tuple[str, Holder]]) -> set[str]:
         """Move the expiry of every lease in `held` that its holder still holds; the runs renewed."""
         renewed: set[str] = set()
-        with self._tx(write=True) as cur:
-            now = self._now(cur)
+        with self.db.tx(write=True) as cur:
+            now = self.db.now(cur)
             for start in range(0, len(held), 100):
                 chunk = held[start : start + 100]
                 marks = ", ".join("?" * len(chunk))
                 cur.execute(
-                    self._q(
+                    self.db.q(
                         f"UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE run_id IN ({marks}) AND owner IN ({marks}) RETURNING run_id"
                     ),
                     (now, now + self.lease_ttl, *(run_id for run_id, _ in chunk), *(holder.owner for _, holder in chunk)),
@@ -387,25 +345,25 @@ class Leases:
                 renewed.update(row[0] for row in cur.fetchall())
         return renewed
 
-    def _check_lease(self, cur: Any, run_id: str) -> None:
+    def check_lease(self, cur: Any, run_id: str) -> None:
         """Inside an append's transaction: refuse to write a held run whose lease another process took."""
         holder = self._held.get(run_id)
         if holder is None:
             return
-        row = self._one(cur, "SELECT owner FROM leases WHERE run_id = ?", (run_id,))
+        row = self.db.one(cur, "SELECT owner FROM leases WHERE run_id = ?", (run_id,))
         if row is None or row[0] != holder.owner:
             raise self._lost_error(cur, run_id)
 
     def _lost_error(self, cur: Any, run_id: str) -> LeaseLostError:
-        row = self._one(cur, f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?", (run_id,))
-        by = f"it is now held by {_lease(row, self._now(cur)).describe()}" if row is not None else "nobody holds it now"
+        row = self.db.one(cur, f"SELECT {_COLUMNS} FROM leases WHERE run_id = ?", (run_id,))
+        by = f"it is now held by {_lease(row, self.db.now(cur)).describe()}" if row is not None else "nobody holds it now"
         return LeaseLostError(
             f"this process lost run {run_id!r}: its lease expired (no heartbeat in {self.lease_ttl:g}s) and {by}",
             run_id=run_id,
-            location=self.location,
+            location=self.db.location,
         )
 
-    def _stop_heartbeat(self) -> None:
+    def stop_heartbeat(self) -> None:
         with self._lock:
             beat, self._heartbeat = self._heartbeat, None
             held = list(self._held.items())
@@ -425,11 +383,11 @@ def _row(run_id: str, holder: Holder, now: float, ttl: float) -> tuple[Any, ...]
 class _Heartbeat:
     """A daemon thread that renews a store's held leases every `period` seconds."""
 
-    def __init__(self, store: Leases, period: float) -> None:
+    def __init__(self, store: LeaseBook, period: float) -> None:
         self._store = store
         self._period = period
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"planexec lease heartbeat {store.location}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"planexec lease heartbeat {store.db.location}", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -439,11 +397,11 @@ class _Heartbeat:
 
     def _loop(self) -> None:
         while not self._stopping.wait(self._period):
-            self._store._beat()
+            self._store.beat()
 
 
 @contextlib.contextmanager
-def held(store: Leases, run_id: str) -> Iterator[Lease]:
+def held(store: Holds, run_id: str) -> Iterator[Lease]:
     """Hold run `run_id` for the block's duration (for tools and tests: the engine holds through `record_run`)."""
     lease = store.hold(run_id)
     try:

@@ -57,7 +57,7 @@ class PostgresRunStore(SqlRunStore):
     """
 
     dialect = "postgres"
-    _for_update = " FOR UPDATE"  # a run's audit head: two writers of one run take turns
+    for_update = " FOR UPDATE"  # a run's audit head: two writers of one run take turns
 
     def __init__(self, url: str, *, schema: str | None = None, connect_timeout: float = 5.0, create: bool = True) -> None:
         super().__init__()
@@ -107,13 +107,13 @@ class PostgresRunStore(SqlRunStore):
 
     def migrate(self, target: int = SCHEMA_VERSION) -> list[int]:
         """Apply the missing migrations up to `target` in one transaction (under an advisory lock); the versions applied."""
-        with self._tx(write=True) as cur:
+        with self.tx(write=True) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"planexec store {self.schema}",))
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
             version = installed_version(cur, self._tables(cur), self.location, placeholder="%s")
             return migrate(cur, "postgres", version, now(), target=target, placeholder="%s")
 
-    def _q(self, sql: str) -> str:
+    def q(self, sql: str) -> str:
         return sql.replace("?", "%s")
 
     @contextmanager

@@ -2,8 +2,11 @@
 
 Owns `QueueState`, `QueuedRun` (a row of ``run_queue``: the run, its
 state, what it needs to run, who took it), `Claim` (a run a worker took,
-with its lease) and the `RunQueue` mixin of `sql.SqlRunStore`: `enqueue`,
-`claim_run`, `settle_queued`, `queued_run` and `queued_runs`.
+with its lease), `QueueStore` (the protocol of a store with a queue) and
+`RunQueue`, the store's queue over its `database.Database`, its event log,
+its approvals and its leases: `enqueue`, `claim_run`, `settle_queued`,
+`queued_run` and `queued_runs` (and, inside an approval's transaction,
+`refuse_denied` and `follow_edit`).
 
 A queued run is stored as the engine would leave a run stopped before its
 first step: `enqueue` writes, in one transaction, its first plan version
@@ -40,7 +43,8 @@ records how the worker left it: ``done``, ``refused``, or ``queued`` again
 (a released run: the next claim resumes it at once), only while the
 worker's lease token still names it. Times are the database's clock, as
 the leases'. Imports `errors`, `records`, `plan`, `usage`, the engine's
-event and result records and the store's `leases`; never the engine's
+event and result records and the store's `approvals`, `database`,
+`leases` and `log`; never the engine's
 running parts.
 """
 
@@ -52,17 +56,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from planexec.engine.events import PlanDrafted, RunFinished, RunStarted
 from planexec.engine.results import RunStatus
 from planexec.errors import LeaseHeldError, RunNotFoundError, StoreError
 from planexec.plan.model import Plan
 from planexec.records import Record
-from planexec.store.leases import Holder, Lease
+from planexec.store.approvals import ApprovalBook
+from planexec.store.database import Database
+from planexec.store.leases import Holder, Lease, LeaseBook
+from planexec.store.log import EventLog
 from planexec.usage import Usage
 
-__all__ = ["QUEUED_REASON", "Claim", "QueueState", "QueuedRun", "RunQueue"]
+__all__ = ["QUEUED_REASON", "Claim", "QueueState", "QueueStore", "QueuedRun", "RunQueue"]
 
 QUEUED_REASON = "waiting: not started; it runs once its plan is approved and a worker takes it (planexec queue)"
 MAX_TAKEOVERS = 3  # a run left behind by this many workers in a row is refused (see the module docstring)
@@ -145,25 +152,14 @@ class Claim(Record):
 
 
 class RunQueue:
-    """The run queue, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all`, `_q`, the chain, `_now`, `_take`, `_keep` and `_leases_of`)."""
+    """The run queue of a store (see the module docstring), over its `database.Database`: queued runs are written into
+    its event log (`log`), their plan's approval kept in its `approvals`, and a claim takes the run's lease (`leases`)."""
 
-    _tx: Any
-    _one: Any
-    _all: Any
-    _q: Any
-    _chain: Any
-    _save_chain: Any
-    _insert_plan: Any
-    _append_run: Any
-    _now: Any
-    _take: Any
-    _keep: Any
-    _leases_of: Any
-    _ask: Any
-    location: str
-    dialect: str
-    lease_ttl: float
-    _for_update: str
+    def __init__(self, db: Database, log: EventLog, approvals: ApprovalBook, leases: LeaseBook) -> None:
+        self.db = db
+        self.log = log
+        self.approvals = approvals
+        self.leases = leases
 
     def enqueue(
         self,
@@ -196,31 +192,33 @@ class RunQueue:
         events.append(
             RunFinished(run_id=run_id, seq=len(events), at=at, status=RunStatus.WAITING, reason=QUEUED_REASON, wall_time=0.0, usage=spent)
         )
-        with self._tx(write=True) as cur:
-            taken = self._one(cur, "SELECT 1 FROM runs WHERE run_id = ? UNION SELECT 1 FROM audit_heads WHERE run_id = ?", (run_id, run_id))
+        with self.db.tx(write=True) as cur:
+            taken = self.db.one(
+                cur, "SELECT 1 FROM runs WHERE run_id = ? UNION SELECT 1 FROM audit_heads WHERE run_id = ?", (run_id, run_id)
+            )
             if taken is not None:
-                raise StoreError(f"run {run_id!r} is already in {self.location}: choose another run id", location=self.location)
-            chain = self._chain(cur, run_id)
-            self._insert_plan(cur, run_id, plan, "the first plan", None, Usage(), at, chain)
-            self._save_chain(cur, chain)
-            self._append_run(cur, run_id, events, None)
+                raise StoreError(f"run {run_id!r} is already in {self.db.location}: choose another run id", location=self.db.location)
+            chain = self.db.chain(cur, run_id)
+            self.log.insert_plan(cur, run_id, plan, "the first plan", None, Usage(), at, chain)
+            self.db.save_chain(cur, chain)
+            self.log.append_run(cur, run_id, events, None)
             cur.execute(
-                self._q(
+                self.db.q(
                     "INSERT INTO run_queue (run_id, state, content_hash, setup, approve_steps, submitted_by, submitted_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)"
                 ),
                 (run_id, QueueState.QUEUED.value, plan.content_hash, json.dumps(setup, ensure_ascii=False, sort_keys=True),
-                 int(approve_steps), submitted_by, self._now(cur)),
+                 int(approve_steps), submitted_by, self.db.now(cur)),
             )  # fmt: skip
         return self.queued_run(run_id)
 
     def queued_run(self, run_id: str) -> QueuedRun:
         """The run's queue row; `RunNotFoundError` when it was never queued."""
-        with self._tx(write=False) as cur:
-            row = self._one(cur, f"SELECT {_COLUMNS}, {_APPROVAL} FROM run_queue q WHERE q.run_id = ?", (run_id,))
+        with self.db.tx(write=False) as cur:
+            row = self.db.one(cur, f"SELECT {_COLUMNS}, {_APPROVAL} FROM run_queue q WHERE q.run_id = ?", (run_id,))
             if row is None:
-                raise RunNotFoundError(run_id, location=self.location)
-            leases = self._leases_of(cur, [run_id])
+                raise RunNotFoundError(run_id, location=self.db.location)
+            leases = self.leases.leases_of(cur, [run_id])
         return _queued(row, leases.get(run_id))
 
     def queued_runs(self, states: Iterable[QueueState | str] | None = None, *, limit: int | None = 100) -> list[QueuedRun]:
@@ -234,9 +232,9 @@ class RunQueue:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(0, int(limit)))
-        with self._tx(write=False) as cur:
-            rows = self._all(cur, sql, params)
-            leases = self._leases_of(cur, [row[0] for row in rows if row[1] == QueueState.TAKEN.value])
+        with self.db.tx(write=False) as cur:
+            rows = self.db.all(cur, sql, params)
+            leases = self.leases.leases_of(cur, [row[0] for row in rows if row[1] == QueueState.TAKEN.value])
         return [_queued(row, leases.get(row[0])) for row in rows]
 
     def claim_run(self, *, max_takeovers: int = MAX_TAKEOVERS) -> Claim | None:
@@ -247,20 +245,20 @@ class RunQueue:
         """
         holder = Holder.me()
         claim: Claim | None = None
-        with self._tx(write=True) as cur:
-            now = self._now(cur)
+        with self.db.tx(write=True) as cur:
+            now = self.db.now(cur)
             gone = self._gone_here(cur, holder, now)
             sql = _CANDIDATES.format(
-                gone=f" OR q.run_id IN ({', '.join('?' * len(gone))})" if gone else "", lock=_SKIP_LOCKED[self.dialect]
+                gone=f" OR q.run_id IN ({', '.join('?' * len(gone))})" if gone else "", lock=_SKIP_LOCKED[self.db.dialect]
             )
-            rows = self._all(cur, sql, (now, *gone, _SCAN))
-            leases = self._leases_of(cur, [row[0] for row in rows])
+            rows = self.db.all(cur, sql, (now, *gone, _SCAN))
+            leases = self.leases.leases_of(cur, [row[0] for row in rows])
             for row in rows:
                 claim = self._claim_one(cur, row, leases.get(row[0]), holder, now, max_takeovers)
                 if claim is not None:
                     break
         if claim is not None:
-            self._keep(claim.run_id, holder)
+            self.leases.keep(claim.run_id, holder)
         return claim
 
     def _claim_one(self, cur: Any, row: Any, lease: Lease | None, holder: Holder, now: float, max_takeovers: int) -> Claim | None:
@@ -282,12 +280,12 @@ class RunQueue:
             self._settle(cur, queued.run_id, QueueState.REFUSED, why, now)
             return None
         try:
-            self._take(cur, queued.run_id, holder, self.lease_ttl)
+            self.leases.take(cur, queued.run_id, holder, self.leases.lease_ttl)
         except LeaseHeldError:  # a process took its lease just now: it is not ours to run
             return None
         taken_by = f"process {holder.pid} on {holder.host}"
         cur.execute(
-            self._q(
+            self.db.q(
                 "UPDATE run_queue SET state = ?, owner = ?, taken_by = ?, taken_at = ?, claims = claims + 1, takeovers = takeovers + ?,"
                 " reason = NULL WHERE run_id = ?"
             ),
@@ -309,12 +307,12 @@ class RunQueue:
         """The runs leased, unexpired, to processes of this machine that are gone: taken over at once, as `planexec resume` would."""
         if not holder.machine:
             return []
-        rows = self._all(cur, "SELECT run_id FROM leases WHERE machine = ? AND expires_at >= ?", (holder.machine, now))
-        leases = self._leases_of(cur, [run_id for (run_id,) in rows])
+        rows = self.db.all(cur, "SELECT run_id FROM leases WHERE machine = ? AND expires_at >= ?", (holder.machine, now))
+        leases = self.leases.leases_of(cur, [run_id for (run_id,) in rows])
         return sorted(run_id for run_id, lease in leases.items() if not lease.live)
 
     def _denial(self, cur: Any, queued: QueuedRun) -> str:
-        row = self._one(
+        row = self.db.one(
             cur,
             "SELECT decided_by, reason FROM approvals WHERE run_id = ? AND step_id = '' AND content_hash = ?",
             (queued.run_id, queued.content_hash),
@@ -325,47 +323,85 @@ class RunQueue:
     def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
         """Record how the worker holding lease token `owner` left the run: done, refused, or queued again; False when it no longer holds it."""
         state = QueueState(state)
-        with self._tx(write=True) as cur:
-            row = self._one(cur, "SELECT state, owner FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+        with self.db.tx(write=True) as cur:
+            row = self.db.one(cur, "SELECT state, owner FROM run_queue WHERE run_id = ?" + self.db.for_update, (run_id,))
             if row is None or row[0] != QueueState.TAKEN.value or row[1] != owner:
                 return False
-            self._settle(cur, run_id, state, reason, self._now(cur))
+            self._settle(cur, run_id, state, reason, self.db.now(cur))
         return True
 
     def _settle(self, cur: Any, run_id: str, state: QueueState, reason: str | None, now: float) -> None:
         if state is QueueState.QUEUED:  # handed back: claimable at once
-            cur.execute(self._q("UPDATE run_queue SET state = ?, owner = NULL, reason = ? WHERE run_id = ?"), (state.value, reason, run_id))
+            cur.execute(
+                self.db.q("UPDATE run_queue SET state = ?, owner = NULL, reason = ? WHERE run_id = ?"), (state.value, reason, run_id)
+            )
             return
         cur.execute(
-            self._q("UPDATE run_queue SET state = ?, ended_at = ?, reason = ? WHERE run_id = ?"), (state.value, now, reason, run_id)
+            self.db.q("UPDATE run_queue SET state = ?, ended_at = ?, reason = ? WHERE run_id = ?"), (state.value, now, reason, run_id)
         )
         if state is QueueState.REFUSED:  # a run that never started ends, and says why
             self._end_waiting(cur, run_id, f"refused: {reason}")
 
     def _end_waiting(self, cur: Any, run_id: str, reason: str) -> None:
         """Inside a write transaction: end a run that is still waiting (never started) as ``cancelled`` with `reason`."""
-        row = self._one(cur, "SELECT status FROM runs WHERE run_id = ?", (run_id,))
+        row = self.db.one(cur, "SELECT status FROM runs WHERE run_id = ?", (run_id,))
         if row is None or row[0] != RunStatus.WAITING.value:
             return
-        chain = self._chain(cur, run_id)
+        chain = self.db.chain(cur, run_id)
         ended = RunFinished(
             run_id=run_id, seq=chain.seq + 1, at=datetime.now(UTC), status=RunStatus.CANCELLED, reason=reason, wall_time=0.0, usage=Usage()
         )
-        self._append_run(cur, run_id, [ended], None)
+        self.log.append_run(cur, run_id, [ended], None)
 
     def refuse_denied(self, cur: Any, run_id: str, content_hash: str, denial: str) -> None:
         """Inside the transaction that denied a plan version: a queued run waiting for that version is refused at once."""
-        row = self._one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+        row = self.db.one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self.db.for_update, (run_id,))
         if row is not None and row[0] == QueueState.QUEUED.value and row[1] == content_hash:
-            self._settle(cur, run_id, QueueState.REFUSED, denial, self._now(cur))
+            self._settle(cur, run_id, QueueState.REFUSED, denial, self.db.now(cur))
 
     def follow_edit(self, cur: Any, run_id: str, old_hash: str, plan: Plan) -> None:
         """Inside the transaction that stored a person's edit of `old_hash`: a queued run now waits for the edit's approval."""
-        row = self._one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self._for_update, (run_id,))
+        row = self.db.one(cur, "SELECT state, content_hash FROM run_queue WHERE run_id = ?" + self.db.for_update, (run_id,))
         if row is None or row[0] != QueueState.QUEUED.value or row[1] != old_hash:
             return
-        cur.execute(self._q("UPDATE run_queue SET content_hash = ? WHERE run_id = ?"), (plan.content_hash, run_id))
-        self._ask(cur, run_id, plan.content_hash)
+        cur.execute(self.db.q("UPDATE run_queue SET content_hash = ? WHERE run_id = ?"), (plan.content_hash, run_id))
+        self.approvals.ask(cur, run_id, plan.content_hash)
+
+
+@runtime_checkable
+class QueueStore(Protocol):
+    """A store with a run queue (the SQL stores): what `planexec submit`, `planexec worker` and the faces' workers use."""
+
+    location: str
+
+    def enqueue(
+        self,
+        run_id: str,
+        plan: Plan,
+        *,
+        setup: Mapping[str, Any] | None = None,
+        submitted_by: str = "",
+        approve_steps: bool = False,
+        drafts: Iterable[Mapping[str, Any]] = (),
+    ) -> QueuedRun:
+        """Store `plan` as the run `run_id`, queued."""
+        ...
+
+    def queued_run(self, run_id: str) -> QueuedRun:
+        """The run's queue row."""
+        ...
+
+    def queued_runs(self, states: Iterable[QueueState | str] | None = None, *, limit: int | None = 100) -> list[QueuedRun]:
+        """Queued runs, oldest first."""
+        ...
+
+    def claim_run(self, *, max_takeovers: int = MAX_TAKEOVERS) -> Claim | None:
+        """Take the next run for this process, with its lease."""
+        ...
+
+    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
+        """Record how the worker holding lease token `owner` left the run."""
+        ...
 
 
 def _time(epoch: Any) -> datetime | None:

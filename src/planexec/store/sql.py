@@ -1,160 +1,66 @@
-"""The SQL both backends share: the event log with its snapshots, runs and plan versions.
+"""The run store in SQL, both backends': one database, and one part per capability, composed.
 
 Owns `SqlRunStore`, the `RunStore` written once in plain SQL with ``?``
-placeholders. A backend (`sqlite`, `postgres`) supplies the connection: a
-`_transaction(write=...)` context that yields a DB-API cursor, commits on
-exit, rolls back and raises a `StoreError` on any failure, and `_q` to turn
-``?`` into its own placeholder. Each public write is one transaction, so a
-failed call changes nothing. Appending is the hot path (one transaction per
-batch of events while a run goes on): one query for the run's last seq, one
-multi-row INSERT, and snapshot updates only for the events that change the
-``runs`` row. Approvals, templates, run leases and the run queue are its
-mixins (`approvals`, `templates`, `leases`, `queue`); an append to a run
-this store holds checks its lease in the same transaction.
-
-Every record of a run joins its hash chain as it is written (see `audit`):
-the run's head is read (locked, on PostgreSQL, so two writers never take
-the same link) and written back in the same transaction, and `audit_trail`
-reads it all back for `audit.verify_run`. The run's last event seq is the
-head's, so chaining adds one statement to an append (the head's update),
-not two. Secrets never reach the database: every event, plan version and
-approval is redacted (`secrets.redact`) on its way in, before it is hashed,
-and the run summaries are made from the redacted events. Events are stored
-as the compact JSON their record writes, the very text their hash covers.
-Imports `events`, `plan`, `plan_diff`, `results`, `records`, `usage`, `secrets`,
-`errors` and the store's `audit`, `base`, `rows`, `approvals`, `templates`, `leases` and `queue`.
+placeholders: a `database.Database` (the connection, its transactions,
+dialect and clock) that a backend (`sqlite`, `postgres`) subclasses with
+its connection, and the parts it is made of, each over that database and
+each owning its tables: `log.EventLog` (events, snapshots, plan versions,
+the audit trail), `approvals.ApprovalBook`, `templates.TemplateBook`,
+`leases.LeaseBook` and `queue.RunQueue`. The store offers each part's
+public methods as its own, so it is every protocol at once (`RunRecords`,
+`ApprovalStore`, `TemplateStore`, `leases.Holds`, `queue.QueueStore`);
+a caller that needs one capability types it by that protocol. Each public
+write is one transaction, so a failed call changes nothing. Imports the
+store's `base`, `audit`, `database`, `log`, `approvals`, `templates`,
+`leases` and `queue`, and the records they return.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
-from planexec.engine.events import parse_event
 from planexec.engine.results import PlanVersion, RunStatus
-from planexec.errors import EventConflictError, RunNotFoundError, StoreError
-from planexec.plan.diff import PlanDiff
+from planexec.errors import LeaseLostError
 from planexec.plan.model import Plan
-from planexec.records import json_encoder
-from planexec.secrets import redact, secrets
-from planexec.store.approvals import Approvals
-from planexec.store.audit import (
-    GENESIS,
-    AuditTrail,
-    Chain,
-    ChainHead,
-    ChainRecord,
-    approval_ref,
-    canonical,
-    decision_content,
-    plan_content,
-    request_content,
-)
-from planexec.store.base import RunSummary
-from planexec.store.leases import Lease, Leases
-from planexec.store.queue import RunQueue
-from planexec.store.rows import from_timestamp, timestamp
-from planexec.store.templates import Templates
-from planexec.usage import Usage
+from planexec.store.approvals import ApprovalBook
+from planexec.store.audit import AuditTrail
+from planexec.store.base import Approval, RunSummary, Template
+from planexec.store.database import Database
+from planexec.store.leases import Holder, Lease, LeaseBook
+from planexec.store.log import EventLog
+from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState, RunQueue
+from planexec.store.templates import TemplateBook
 
 __all__ = ["SqlRunStore"]
 
-_CHUNK = 100  # rows per INSERT statement (well under every backend's limit on bound parameters)
-_USAGE_EVENTS = frozenset({"step_succeeded", "step_failed", "plan_drafted", "plan_revised", "joiner_decided"})
-_SNAPSHOT_EVENTS = frozenset({"run_started", "run_resumed", "plan_revised", "plan_completed", "run_finished"})
-_RUN_COLUMNS = (
-    "run_id, goal, status, plan_id, plan_version, content_hash, step_count, started_at, "
-    "finished_at, wall_time, usage, reason, parent_run_id, parent_step_id"
-)
 
-
-class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
-    """A `RunStore` in SQL; backends subclass it with a connection (see the module docstring)."""
-
-    dialect = "sql"
-    location = "?"
-    _for_update = ""  # how a read locks the rows it reads until the transaction ends, where the backend can
+class SqlRunStore(Database):
+    """A `RunStore` in SQL, composed of its parts (see the module docstring); backends subclass it with a connection."""
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._closed = False
-        self._insert_sql: dict[int, str] = {}
-        self._init_leases()
+        super().__init__()
+        self.lease_book = LeaseBook(self)
+        self.log = EventLog(self, self.lease_book)
+        self.approval_book = ApprovalBook(self, self.log)
+        self.template_book = TemplateBook(self)
+        self.queue = RunQueue(self, self.log, self.approval_book, self.lease_book)
+        self.approval_book.queue = self.queue  # a denial or an edit of a queued run's plan moves its queue row
 
-    # --- what a backend supplies ------------------------------------------------
+    @property
+    def lease_ttl(self) -> float:
+        """How long a lease outlives its holder's last heartbeat (see `leases.lease_ttl`)."""
+        return self.lease_book.lease_ttl
 
-    @abstractmethod
-    def _transaction(self, *, write: bool) -> AbstractContextManager[Any]:
-        """A transaction yielding a DB-API cursor: committed when the block ends, rolled back when it raises."""
-
-    def _q(self, sql: str) -> str:
-        """`sql` with the backend's placeholders."""
-        return sql
-
-    @abstractmethod
-    def _close_connection(self) -> None:
-        """Close the backend's connection(s)."""
-
-    def _raw(self, column: str) -> str:
-        """`column` read as it is stored (a backend that may hold text that is not UTF-8 reads its bytes)."""
-        return column
-
-    # --- plumbing ----------------------------------------------------------------
-
-    @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Any]:
-        if self._closed:
-            raise StoreError(f"{self.location}: the run store is closed", location=self.location)
-        with self._lock, self._transaction(write=write) as cur:
-            yield cur
-
-    def _one(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        cur.execute(self._q(sql), params)
-        return cur.fetchone()
-
-    def _all(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        cur.execute(self._q(sql), params)
-        return list(cur.fetchall())
-
-    def _require_run(self, cur: Any, run_id: str) -> None:
-        if self._one(cur, "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)) is None:
-            raise RunNotFoundError(run_id, location=self.location)
-
-    def _chain(self, cur: Any, run_id: str) -> Chain:
-        """The run's chain head, locked until the transaction ends; a new chain for a run that has none yet."""
-        select = self._q("SELECT link, seq, hash FROM audit_heads WHERE run_id = ?" + self._for_update)
-        cur.execute(select, (run_id,))
-        row = cur.fetchone()
-        if row is None:
-            cur.execute(
-                self._q("INSERT INTO audit_heads (run_id, link, seq, hash) VALUES (?, -1, -1, ?) ON CONFLICT (run_id) DO NOTHING"),
-                (run_id, GENESIS),
-            )
-            cur.execute(select, (run_id,))
-            row = cur.fetchone()
-        return Chain(run_id, ChainHead(link=row[0], seq=row[1], hash=row[2]))
-
-    def _save_chain(self, cur: Any, chain: Chain) -> None:
-        """Write the head back (in the transaction that added the records)."""
-        if chain.changed:
-            cur.execute(
-                self._q("UPDATE audit_heads SET link = ?, seq = ?, hash = ? WHERE run_id = ?"),
-                (chain.link, chain.seq, chain.hash, chain.run_id),
-            )
+    @lease_ttl.setter
+    def lease_ttl(self, seconds: float) -> None:
+        self.lease_book.lease_ttl = seconds
 
     def close(self) -> None:
-        """Release the connection; later calls raise `StoreError`."""
-        if not self._closed:
-            self._stop_heartbeat()  # gives up the runs this store holds (outside the lock: a heartbeat may be waiting on it)
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._close_connection()
+        """Give up the runs this store holds, then release the connection; later calls raise `StoreError`."""
+        if not self.closed:
+            self.lease_book.stop_heartbeat()  # outside the lock: a heartbeat may be waiting on it
+        self.close_database()
 
     def __enter__(self) -> Self:
         return self
@@ -165,412 +71,160 @@ class SqlRunStore(Approvals, Templates, Leases, RunQueue, ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"
 
-    # --- the event log -----------------------------------------------------------
-
+    # --- EventLog (log) ------------------------------------------------------------
     def append(self, events: Iterable[Any], *, parent: tuple[str, str] | None = None) -> int:
         """Store events and update the snapshots in one transaction; returns how many were new (see `RunStore.append`)."""
-        batch = events if isinstance(events, list) else list(events)
-        if not batch:
-            return 0
-        first, last = batch[0].run_id, batch[-1].run_id
-        groups: dict[str, list[Any]] = {first: batch}
-        if last != first or len({ev.run_id for ev in batch}) > 1:
-            groups = {}
-            for ev in batch:
-                groups.setdefault(ev.run_id, []).append(ev)
-        stored = 0
-        with self._tx(write=True) as cur:
-            for run_id in sorted(groups):  # the heads are locked in one order: two writers never wait on each other
-                stored += self._append_run(cur, run_id, groups[run_id], parent)
-        return stored
-
-    def _append_run(self, cur: Any, run_id: str, evs: list[Any], parent: tuple[str, str] | None) -> int:
-        self._check_lease(cur, run_id)
-        chain = self._chain(cur, run_id)
-        if chain.legacy:  # recorded before the audit log: its head has no seq
-            row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-            last = -1 if row[0] is None else int(row[0])
-        else:
-            last = chain.seq
-        found = _stored_all(evs, last + 1) if evs[0].seq == last + 1 else None  # the usual case: the next events, in order
-        if found is not None:
-            fresh, bodies, changes = found
-        else:
-            fresh, bodies = self._sort_out(cur, run_id, evs, last)
-            changes = any(_changes_run(ev) for ev in fresh)
-        if not fresh:
-            return 0
-        if last == -1:
-            self._create_run(cur, run_id, fresh[0], parent)
-        params = chain.event_rows(fresh, bodies)
-        width = 7 * _CHUNK  # the parameters of one INSERT: 7 a row
-        for start in range(0, len(params), width):
-            chunk = params[start : start + width]
-            cur.execute(self._insert(len(chunk) // 7), chunk)
-        if changes:
-            self._update_snapshot(cur, run_id, fresh, chain)
-        self._save_chain(cur, chain)
-        return len(fresh)
-
-    def _insert(self, rows: int) -> str:
-        sql = self._insert_sql.get(rows)
-        if sql is None:
-            sql = self._insert_sql[rows] = self._q(
-                "INSERT INTO events (run_id, seq, type, body, link, prev_hash, hash) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
-            )
-        return sql
-
-    def _sort_out(self, cur: Any, run_id: str, evs: list[Any], last: int) -> tuple[list[Any], list[str]]:
-        """The slow path: drop events stored before (same content), refuse conflicts and gaps; the new ones in order."""
-        by_seq: dict[int, tuple[Any, str]] = {}
-        for ev in evs:
-            ev, body = _stored(ev)
-            if ev.seq < 0:
-                raise EventConflictError(
-                    f"event of run {run_id!r} has a negative seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location
-                )
-            seen = by_seq.get(ev.seq)
-            if seen is not None and json.loads(seen[1]) != json.loads(body):
-                raise EventConflictError(
-                    f"two different events of run {run_id!r} have seq {ev.seq}", run_id=run_id, seq=ev.seq, location=self.location
-                )
-            by_seq[ev.seq] = (ev, body)
-        old = sorted(s for s in by_seq if s <= last)
-        if old:
-            stored = self._all(cur, "SELECT seq, body FROM events WHERE run_id = ? AND seq >= ? AND seq <= ?", (run_id, old[0], old[-1]))
-            bodies = {int(seq): body for seq, body in stored}
-            for seq in old:
-                if seq not in bodies:
-                    raise EventConflictError(
-                        f"event {seq} of run {run_id!r} is missing from {self.location} (removed from the log?)",
-                        run_id=run_id,
-                        seq=seq,
-                        location=self.location,
-                    )
-                if json.loads(bodies[seq]) != json.loads(by_seq[seq][1]):
-                    raise EventConflictError(
-                        f"event {seq} of run {run_id!r} is already stored with another content ({by_seq[seq][0].type} now, "
-                        f"{json.loads(bodies[seq]).get('type')} stored)",
-                        run_id=run_id,
-                        seq=seq,
-                        location=self.location,
-                    )
-        fresh = sorted(s for s in by_seq if s > last)
-        for expected, seq in enumerate(fresh, start=last + 1):
-            if seq != expected:
-                raise EventConflictError(
-                    f"event {seq} of run {run_id!r} would leave a gap: the next event to store is {expected}",
-                    run_id=run_id,
-                    seq=seq,
-                    location=self.location,
-                )
-        return [by_seq[s][0] for s in fresh], [by_seq[s][1] for s in fresh]
-
-    def _create_run(self, cur: Any, run_id: str, first: Any, parent: tuple[str, str] | None) -> None:
-        parent_run, parent_step = parent if parent is not None else (None, None)
-        cur.execute(
-            self._q(
-                "INSERT INTO runs (run_id, status, started_at, parent_run_id, parent_step_id) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id) DO NOTHING"
-            ),
-            (run_id, RunStatus.RUNNING.value, timestamp(first.at), parent_run, parent_step),
-        )
-
-    def _update_snapshot(self, cur: Any, run_id: str, evs: list[Any], chain: Chain) -> None:
-        """Apply what these new events change in the run's row (and the plan versions); same transaction."""
-        used = Usage()
-        finished = False
-        for ev in evs:
-            kind = ev.type
-            if kind in _USAGE_EVENTS:
-                used = used + ev.usage
-            if kind == "run_started":
-                cur.execute(
-                    self._q(
-                        "UPDATE runs SET goal = ?, plan_id = ?, plan_version = ?, content_hash = ?, step_count = ?, "
-                        "status = ?, finished_at = NULL, wall_time = NULL WHERE run_id = ?"
-                    ),
-                    (ev.goal, ev.plan_id, ev.plan_version, ev.content_hash, len(ev.step_ids), RunStatus.RUNNING.value, run_id),
-                )
-            elif kind == "run_resumed":  # a stopped run goes on: it is running again until its next RunFinished
-                cur.execute(
-                    self._q("UPDATE runs SET status = ?, finished_at = NULL, wall_time = NULL, reason = NULL WHERE run_id = ?"),
-                    (RunStatus.RUNNING.value, run_id),
-                )
-                self._resumed_version(cur, run_id, ev.plan_version)
-            elif kind == "plan_revised":
-                cur.execute(
-                    self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
-                    (ev.version, ev.content_hash, len(ev.step_ids), run_id),
-                )
-                plan = ev.plan.model_copy(update={"version": ev.version})
-                self._insert_plan(cur, run_id, plan, ev.reason, ev.diff.to_json(), ev.usage, ev.at, chain)
-            elif kind == "plan_completed":
-                cur.execute(
-                    self._q("UPDATE runs SET content_hash = ?, step_count = ? WHERE run_id = ?"),
-                    (ev.content_hash, len(ev.step_ids), run_id),
-                )
-            elif kind == "run_finished":
-                finished = True
-                cur.execute(
-                    self._q("UPDATE runs SET status = ?, finished_at = ?, wall_time = ?, usage = ?, reason = ? WHERE run_id = ?"),
-                    (ev.status.value, timestamp(ev.at), ev.wall_time, ev.usage.model_dump_json(), ev.reason, run_id),
-                )
-        if not finished and not used.is_zero():  # so far: the total arrives with RunFinished
-            row = self._one(cur, "SELECT usage FROM runs WHERE run_id = ?", (run_id,))
-            total = Usage.model_validate_json(row[0]) + used
-            cur.execute(self._q("UPDATE runs SET usage = ? WHERE run_id = ?"), (total.model_dump_json(), run_id))
-
-    def _resumed_version(self, cur: Any, run_id: str, version: int) -> None:
-        """A run resumed on a stored version its row does not name (a person's edit of a queued run's plan): the row names it."""
-        row = self._one(cur, "SELECT r.plan_version, p.plan FROM runs r JOIN plans p ON p.run_id = r.run_id AND p.version = ? WHERE r.run_id = ?",
-                        (version, run_id))  # fmt: skip
-        if row is not None and row[0] != version:
-            plan = Plan.from_json(row[1])
-            cur.execute(
-                self._q("UPDATE runs SET plan_version = ?, content_hash = ?, step_count = ? WHERE run_id = ?"),
-                (version, plan.content_hash, len(plan.steps), run_id),
-            )
+        return self.log.append(events, parent=parent)
 
     def events(self, run_id: str, after_seq: int = -1, limit: int | None = None) -> list[Any]:
         """The run's events after `after_seq`, in order, at most `limit`; `RunNotFoundError` for an unknown run."""
-        sql = "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
-        params: tuple[Any, ...] = (run_id, after_seq)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (max(0, int(limit)),)
-        with self._tx(write=False) as cur:
-            self._require_run(cur, run_id)
-            rows = self._all(cur, sql, params)
-        return [parse_event(body) for (body,) in rows]
+        return self.log.events(run_id, after_seq, limit)
 
     def last_seq(self, run_id: str) -> int:
         """The seq of the run's last stored event; -1 when there is none."""
-        with self._tx(write=False) as cur:
-            row = self._one(cur, "SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        return -1 if row[0] is None else int(row[0])
-
-    # --- runs and plans ----------------------------------------------------------
+        return self.log.last_seq(run_id)
 
     def runs(self, *, limit: int | None = 50, status: RunStatus | str | None = None) -> list[RunSummary]:
         """Runs, newest first (only those with `status`, when given), at most `limit`."""
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
-        params: tuple[Any, ...] = ()
-        if status is not None:
-            sql += " WHERE status = ?"
-            params += (RunStatus(status).value,)
-        sql += " ORDER BY started_at DESC, run_id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params += (max(0, int(limit)),)
-        with self._tx(write=False) as cur:
-            rows = self._all(cur, sql, params)
-            leases = self._leases_of(cur, [row[0] for row in rows if row[2] == RunStatus.RUNNING.value])
-        return [_summary(row, leases.get(row[0])) for row in rows]
+        return self.log.runs(limit=limit, status=status)
 
     def run(self, run_id: str) -> RunSummary:
         """The run's summary; `RunNotFoundError` naming the id when there is none."""
-        with self._tx(write=False) as cur:
-            row = self._one(cur, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
-            if row is None:
-                raise RunNotFoundError(run_id, location=self.location)
-            leases = self._leases_of(cur, [run_id] if row[2] == RunStatus.RUNNING.value else [])
-        return _summary(row, leases.get(run_id))
+        return self.log.run(run_id)
 
     def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
         """Store a version of the run's plan (normally the first, before its `RunStarted`); the same again is a no-op."""
-        with self._tx(write=True) as cur:
-            chain = self._chain(cur, run_id)
-            self._insert_plan(cur, run_id, plan, reason, None, Usage(), datetime.now(UTC), chain)
-            self._save_chain(cur, chain)
-
-    def _insert_plan(
-        self, cur: Any, run_id: str, plan: Plan, reason: str, diff: str | None, usage: Usage, at: datetime, chain: Chain
-    ) -> None:
-        text = _plan_text(plan)
-        row = self._one(cur, "SELECT plan FROM plans WHERE run_id = ? AND version = ?", (run_id, plan.version))
-        if row is not None:
-            if json.loads(row[0]) != json.loads(text):
-                raise StoreError(
-                    f"run {run_id!r} already has a different plan version {plan.version} in {self.location}", location=self.location
-                )
-            return
-        reason = redact(reason)
-        diff = None if diff is None else canonical(redact(json.loads(diff)))
-        columns = (text, reason, diff, usage.model_dump_json(), timestamp(at))
-        cur.execute(
-            self._q(
-                "INSERT INTO plans (run_id, version, plan, reason, diff, usage, created_at, link, prev_hash, hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ),
-            (run_id, plan.version, *columns, *chain.add("plan", plan.version, plan_content(*columns))),
-        )
+        return self.log.save_plan(run_id, plan, reason=reason)
 
     def plan_versions(self, run_id: str) -> list[PlanVersion]:
         """Every stored version of the run's plan, the first first; `RunNotFoundError` for an unknown run."""
-        with self._tx(write=False) as cur:
-            rows = self._all(cur, "SELECT version, plan, reason, diff, usage FROM plans WHERE run_id = ? ORDER BY version", (run_id,))
-            if not rows:
-                self._require_run(cur, run_id)
-        return [
-            PlanVersion(
-                version=int(version),
-                plan=Plan.from_json(plan),
-                reason=reason,
-                diff=PlanDiff.from_json(diff) if diff else None,
-                usage=Usage.model_validate_json(usage),
-            )
-            for version, plan, reason, diff, usage in rows
-        ]
-
-    # --- the audit log -------------------------------------------------------------
+        return self.log.plan_versions(run_id)
 
     def audit_trail(self, run_id: str) -> AuditTrail:
         """The run's head and every record with its chain columns, read as stored (see `audit.verify_run`)."""
-        r = self._raw
-        with self._tx(write=False) as cur:
-            head = self._one(cur, "SELECT link, seq, hash FROM audit_heads WHERE run_id = ?", (run_id,))
-            if head is None:
-                self._require_run(cur, run_id)
-            events = self._all(
-                cur, f"SELECT seq, {r('type')}, {r('body')}, link, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
-            plans = self._all(
-                cur,
-                f"SELECT version, {r('plan')}, {r('reason')}, {r('diff')}, {r('usage')}, {r('created_at')}, link, prev_hash, hash "
-                "FROM plans WHERE run_id = ? ORDER BY version",
-                (run_id,),
-            )
-            approvals = self._all(
-                cur,
-                f"SELECT {r('step_id')}, {r('content_hash')}, {r('requested_at')}, link, prev_hash, hash, {r('state')}, "
-                f"{r('decided_at')}, {r('decided_by')}, {r('reason')}, decision_link, decision_prev_hash, decision_hash "
-                "FROM approvals WHERE run_id = ? ORDER BY approval_id",
-                (run_id,),
-            )
-        records = [
-            ChainRecord(table="event", kind=_text(kind), ref=_key(seq), content=_text(body), **_chained(link, prev, digest))
-            for seq, kind, body, link, prev, digest in events
-        ]
-        for version, plan, reason, diff, usage, created, link, prev, digest in plans:
-            content = plan_content(_text(plan), _text(reason), _maybe_text(diff), _text(usage), _text(created))
-            records.append(ChainRecord(table="plan", kind="plan", ref=_key(version), content=content, **_chained(link, prev, digest)))
-        for step, content_hash, requested, link, prev, digest, state, decided, by, reason, d_link, d_prev, d_hash in approvals:
-            ref = approval_ref(_text(step), _text(content_hash))
-            content = request_content(_text(step), _text(content_hash), _text(requested))
-            records.append(
-                ChainRecord(table="approval_request", kind="approval_request", ref=ref, content=content, **_chained(link, prev, digest))
-            )
-            if _text(state) != "pending" or d_hash is not None:
-                content = decision_content(_text(state), _maybe_text(decided), _maybe_text(by), _maybe_text(reason))
-                chained = _chained(d_link, d_prev, d_hash)
-                records.append(ChainRecord(table="approval_decision", kind="approval_decision", ref=ref, content=content, **chained))
-        chain_head = None if head is None else ChainHead(link=_int(head[0]), seq=_int(head[1]), hash=_maybe_text(head[2]))
-        return AuditTrail(run_id=run_id, head=chain_head, records=records)
+        return self.log.audit_trail(run_id)
 
+    # --- ApprovalBook (approval_book) ------------------------------------------------------------
+    def request_approval(
+        self,
+        run_id: str,
+        content_hash: str,
+        *,
+        step_id: str | None = None,
+        approved: bool | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Ask for approval of the plan (`step_id` None) or a step; the same request again returns the stored one."""
+        return self.approval_book.request_approval(run_id, content_hash, step_id=step_id, approved=approved, by=by, reason=reason)
 
-def _plan_text(plan: Plan) -> str:
-    """A plan version as the store keeps it: its own compact JSON, read back and written canonically (redacted)
-    only when a secret may be in it (one substring search instead of a walk over a 10,000-step plan)."""
-    text = plan.model_dump_json(by_alias=True)
-    if not secrets.may_be_in(text):
-        return text
-    return canonical(redact(json.loads(text)))
+    def decide_approval(
+        self,
+        run_id: str,
+        *,
+        step_id: str | None = None,
+        approved: bool,
+        by: str,
+        reason: str | None = None,
+        content_hash: str | None = None,
+    ) -> Approval:
+        """Approve or deny the pending request (the latest, or the one for `content_hash`); `ApprovalError` when none is pending."""
+        return self.approval_book.decide_approval(
+            run_id, step_id=step_id, approved=approved, by=by, reason=reason, content_hash=content_hash
+        )
 
+    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+        """Answer the pending plan version `content_hash` with the edit `plan` (its next version); the denied request."""
+        return self.approval_book.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
 
-def _stored_all(evs: list[Any], seq: int) -> tuple[list[Any], list[str], bool] | None:
-    """The store's hot path, one pass over a batch numbered on from `seq` without a gap: each event as stored
-    (`_stored`), its JSON, and whether any changes the run's row (`_changes_run`); None for any other batch
-    (`SqlRunStore._sort_out` takes it)."""
-    redacting = bool(secrets)  # no secret known: no event needs a look
-    stored: list[Any] = []
-    bodies: list[str] = []
-    changes = False
-    encoders: dict[type[Any], Callable[[Any], bytes]] = {}
-    for ev in evs:
-        if ev.seq != seq:
-            return None
-        seq += 1
-        cls = type(ev)
-        encode = encoders.get(cls)
-        if encode is None:
-            encode = encoders[cls] = json_encoder(cls)
-        body = encode(ev).decode()  # `ev.to_json()`, without a call a record
-        if redacting and secrets.may_be_in(body):
-            ev, body = _stored(ev)
-        stored.append(ev)
-        bodies.append(body)
-        if not changes:
-            changes = _changes_run(ev)
-    return stored, bodies, changes
+    def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
+        """Approval requests, oldest first, of one run or all; only the pending ones with `pending_only`."""
+        return self.approval_book.approvals(run_id, pending_only=pending_only)
 
+    # --- TemplateBook (template_book) ------------------------------------------------------------
+    def save_template(
+        self,
+        name: str,
+        plan: Plan | dict[str, Any],
+        *,
+        params: Sequence[str] = (),
+        description: str = "",
+        source_run_id: str | None = None,
+    ) -> Template:
+        """Save `plan` as the next version of template `name` (1 for a new name)."""
+        return self.template_book.save_template(name, plan, params=params, description=description, source_run_id=source_run_id)
 
-def _changes_run(ev: Any) -> bool:
-    """Whether the event changes the run's row (`SqlRunStore._update_snapshot`)."""
-    kind = ev.type
-    return kind in _SNAPSHOT_EVENTS or (kind in _USAGE_EVENTS and not ev.usage.is_zero())
+    def template(self, name: str, version: int | None = None) -> Template:
+        """The latest (or the given) version of template `name`; `TemplateNotFoundError` when there is none."""
+        return self.template_book.template(name, version)
 
+    def templates(self, name: str | None = None) -> list[Template]:
+        """Every saved version, of one name or all, by name then version."""
+        return self.template_book.templates(name)
 
-def _stored(ev: Any) -> tuple[Any, str]:
-    """The event as the store keeps it, redacted, and its JSON: the compact text the record's own encoder writes
-    (fields in their declared order), which is the text stored and hashed; redacted when it holds a secret."""
-    body = ev.to_json()
-    if not secrets.may_be_in(body):  # one substring search over the text instead of a walk over the data
-        return ev, body
-    data = json.loads(body)
-    hidden = redact(data)
-    if hidden == data:
-        return ev, body
-    body = canonical(hidden)
-    return parse_event(body), body
+    def delete_template(self, name: str, version: int | None = None) -> int:
+        """Delete one version of template `name`, or all of them; how many; `TemplateNotFoundError` when none."""
+        return self.template_book.delete_template(name, version)
 
+    # --- LeaseBook (lease_book) ------------------------------------------------------------
+    def acquire_lease(self, run_id: str, holder: Holder | None = None, *, ttl: float | None = None) -> Lease:
+        """Take run `run_id` for `holder` (this process by default); `LeaseHeldError` naming the holder when another live process has it."""
+        return self.lease_book.acquire_lease(run_id, holder, ttl=ttl)
 
-def _text(value: Any) -> str:
-    """A column read by `_raw`: text as it is, bytes decoded so that encoding them again gives the same bytes."""
-    if isinstance(value, str):
-        return value
-    return bytes(value).decode("utf-8", "surrogateescape")
+    def renew_lease(self, run_id: str, holder: Holder, *, ttl: float | None = None) -> None:
+        """Move the lease's expiry forward; `LeaseLostError` when `holder` no longer holds it."""
+        return self.lease_book.renew_lease(run_id, holder, ttl=ttl)
 
+    def release_lease(self, run_id: str, holder: Holder) -> bool:
+        """Give the run up (only if `holder` still holds it); True when a lease was released."""
+        return self.lease_book.release_lease(run_id, holder)
 
-def _maybe_text(value: Any) -> str | None:
-    return None if value is None else _text(value)
+    def lease(self, run_id: str) -> Lease | None:
+        """The run's lease as it stands (None when nobody holds it); `live` says whether it still binds."""
+        return self.lease_book.lease(run_id)
 
+    def leases(self) -> dict[str, Lease]:
+        """Every lease in the store, by run id (a released lease is gone; an expired one stays until taken)."""
+        return self.lease_book.leases()
 
-def _int(value: Any) -> int | None:
-    """An integer column as stored; None when it holds something else (SQLite keeps whatever was written)."""
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
+    def hold(self, run_id: str, *, on_lost: Callable[[LeaseLostError], None] | None = None) -> Lease:
+        """Take the run's lease and keep it renewed (every third of the lease's life) until `let_go`; `LeaseHeldError` when another process has it."""
+        return self.lease_book.hold(run_id, on_lost=on_lost)
 
+    def let_go(self, run_id: str) -> None:
+        """Release the run's lease held with `hold` (a no-op when it is not held)."""
+        return self.lease_book.let_go(run_id)
 
-def _key(value: Any) -> int | str:
-    """A record's key (seq, version): the number, or the text it holds instead (which then does not verify)."""
-    number = _int(value)
-    return number if number is not None else str(value)
+    def holding(self) -> list[str]:
+        """The runs this store holds with `hold`."""
+        return self.lease_book.holding()
 
+    # --- RunQueue (queue) ------------------------------------------------------------
+    def enqueue(
+        self,
+        run_id: str,
+        plan: Plan,
+        *,
+        setup: Mapping[str, Any] | None = None,
+        submitted_by: str = "",
+        approve_steps: bool = False,
+        drafts: Iterable[Mapping[str, Any]] = (),
+    ) -> QueuedRun:
+        """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already."""
+        return self.queue.enqueue(run_id, plan, setup=setup, submitted_by=submitted_by, approve_steps=approve_steps, drafts=drafts)
 
-def _chained(link: Any, prev: Any, digest: Any) -> dict[str, Any]:
-    """A record's chain columns as the verifier reads them."""
-    return {"link": _int(link), "prev_hash": _maybe_text(prev), "hash": _maybe_text(digest)}
+    def queued_run(self, run_id: str) -> QueuedRun:
+        """The run's queue row; `RunNotFoundError` when it was never queued."""
+        return self.queue.queued_run(run_id)
 
+    def queued_runs(self, states: Iterable[QueueState | str] | None = None, *, limit: int | None = 100) -> list[QueuedRun]:
+        """Queued runs, oldest first: those in `states` (default: waiting and taken), at most `limit`."""
+        return self.queue.queued_runs(states, limit=limit)
 
-def _summary(row: Sequence[Any], lease: Lease | None = None) -> RunSummary:
-    (run_id, goal, status, plan_id, version, content_hash, steps, started, finished, wall, usage, reason, parent_run, parent_step) = row
-    return RunSummary(
-        run_id=run_id,
-        goal=goal,
-        status=RunStatus(status),
-        plan_id=plan_id,
-        plan_version=int(version),
-        content_hash=content_hash,
-        step_count=int(steps),
-        started_at=from_timestamp(started),  # type: ignore[arg-type]  # the column is NOT NULL
-        finished_at=from_timestamp(finished),
-        wall_time=None if wall is None else float(wall),
-        usage=Usage.model_validate_json(usage),
-        reason=reason,
-        parent_run_id=parent_run,
-        parent_step_id=parent_step,
-        lease=lease,
-    )
+    def claim_run(self, *, max_takeovers: int = MAX_TAKEOVERS) -> Claim | None:
+        """Take the next run for this process, with its lease kept renewed until `let_go`; None when none can be taken now."""
+        return self.queue.claim_run(max_takeovers=max_takeovers)
+
+    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
+        """Record how the worker holding lease token `owner` left the run: done, refused, or queued again; False when it no longer holds it."""
+        return self.queue.settle_queued(run_id, owner, state, reason)

@@ -147,7 +147,7 @@ class SqliteRunStore(SqlRunStore):
 
     def migrate(self, target: int = SCHEMA_VERSION) -> list[int]:
         """Apply the missing migrations up to `target` in one transaction; the versions applied."""
-        with self._tx(write=True) as cur:
+        with self.tx(write=True) as cur:
             tables = {name for (name,) in cur.execute(_TABLES)}
             version = installed_version(cur, tables, self.location)  # again, under the write lock: another process may have done it
             if version == 0:
@@ -182,7 +182,7 @@ class SqliteRunStore(SqlRunStore):
                     self._checkpointer = _Checkpointer(self.path, self._timeout)
                 self._checkpointer.poke()
 
-    def _raw(self, column: str) -> str:
+    def raw(self, column: str) -> str:
         # SQLite keeps whatever bytes were written into a TEXT column: read them as bytes, so a damaged one is reported, not raised
         return f"CAST({column} AS BLOB)"
 
@@ -202,7 +202,7 @@ class SqliteRunStore(SqlRunStore):
         """Release the run's lease, then (in the background) copy the WAL back and cut it to nothing: a run that
         ended here leaves no WAL behind it, even while this store stays open for the next run."""
         super().let_go(run_id)
-        if self._closed:
+        if self.closed:
             return
         if self._checkpointer is None:
             self._checkpointer = _Checkpointer(self.path, self._timeout)

@@ -1,10 +1,10 @@
 """Plan templates in the run store: named plans saved as numbered versions with their declared parameters.
 
-Owns `Templates`, the part of `sql.SqlRunStore` that keeps the
-``templates`` table: saving gives the next version of a name, reading
+Owns `TemplateBook`, the store's part that keeps the ``templates`` table,
+over its `database.Database`: saving gives the next version of a name, reading
 takes the latest or a given version, deleting takes one version or all,
 and a name or version that is not there is a `TemplateNotFoundError`.
-Imports `plan`, `errors` and the store's `base`.
+Imports `plan`, `errors` and the store's `base`, `database` and `rows`.
 """
 
 from __future__ import annotations
@@ -17,22 +17,20 @@ from typing import Any
 from planexec.errors import TemplateNotFoundError
 from planexec.plan.model import Plan
 from planexec.store.base import Template
+from planexec.store.database import Database
 from planexec.store.rows import from_timestamp, now
 
-__all__ = ["Templates"]
+__all__ = ["TemplateBook"]
 
 _TEMPLATE_COLUMNS = "name, version, plan, params, created_at, description, source_run_id"
 _TEMPLATE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 
-class Templates:
-    """Saved plan templates, for a `SqlRunStore` (which supplies `_tx`, `_one`, `_all` and `_q`)."""
+class TemplateBook:
+    """The plan library of a store (see the module docstring), over its `database.Database`."""
 
-    _tx: Any
-    _one: Any
-    _all: Any
-    _q: Any
-    location: str
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def save_template(
         self,
@@ -51,14 +49,14 @@ class Templates:
         data = json.loads(plan.model_dump_json(by_alias=True, exclude={"content_hash"})) if isinstance(plan, Plan) else plan
         text = json.dumps(data, ensure_ascii=False)
         declared = json.dumps(list(dict.fromkeys(params)))
-        with self._tx(write=True) as cur:
-            row = self._one(cur, "SELECT MAX(version) FROM templates WHERE name = ?", (name,))
+        with self.db.tx(write=True) as cur:
+            row = self.db.one(cur, "SELECT MAX(version) FROM templates WHERE name = ?", (name,))
             version = int(row[0] or 0) + 1
             cur.execute(
-                self._q(f"INSERT INTO templates ({_TEMPLATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+                self.db.q(f"INSERT INTO templates ({_TEMPLATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
                 (name, version, text, declared, now(), description, source_run_id),
             )
-            row = self._one(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates WHERE name = ? AND version = ?", (name, version))
+            row = self.db.one(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates WHERE name = ? AND version = ?", (name, version))
         return _template(row)
 
     def template(self, name: str, version: int | None = None) -> Template:
@@ -67,17 +65,17 @@ class Templates:
         params: tuple[Any, ...] = (name,)
         sql += " AND version = ?" if version is not None else " ORDER BY version DESC LIMIT 1"
         params += (version,) if version is not None else ()
-        with self._tx(write=False) as cur:
-            row = self._one(cur, sql, params)
+        with self.db.tx(write=False) as cur:
+            row = self.db.one(cur, sql, params)
         if row is None:
-            raise TemplateNotFoundError(name, version, location=self.location)
+            raise TemplateNotFoundError(name, version, location=self.db.location)
         return _template(row)
 
     def templates(self, name: str | None = None) -> list[Template]:
         """Every saved version, of one name or all, by name then version."""
         where, params = (" WHERE name = ?", (name,)) if name is not None else ("", ())
-        with self._tx(write=False) as cur:
-            rows = self._all(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates{where} ORDER BY name, version", params)
+        with self.db.tx(write=False) as cur:
+            rows = self.db.all(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates{where} ORDER BY name, version", params)
         return [_template(r) for r in rows]
 
     def delete_template(self, name: str, version: int | None = None) -> int:
@@ -86,11 +84,11 @@ class Templates:
         params: list[object] = [name]
         if version is not None:
             sql, params = sql + " AND version = ?", [name, version]
-        with self._tx(write=True) as cur:
-            cur.execute(self._q(sql), params)
+        with self.db.tx(write=True) as cur:
+            cur.execute(self.db.q(sql), params)
             deleted = cur.rowcount
             if not deleted:
-                raise TemplateNotFoundError(name, version, location=self.location)
+                raise TemplateNotFoundError(name, version, location=self.db.location)
         return int(deleted)
 
 

@@ -34,10 +34,10 @@ from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
 from planexec.engine.results import RunResult
 from planexec.engine.runner import Runner
-from planexec.errors import PlanRejectedError, StoreError
+from planexec.errors import PlanRejectedError
 from planexec.fleet.local import LocalWorker
 from planexec.fleet.saved import run_setup
-from planexec.fleet.worker import QueueWorker, submit_plan
+from planexec.fleet.worker import QueueWorker, queue_store
 from planexec.governance.policies import Policy, PolicyContext, narrow_plan, review_plan
 from planexec.governance.review import ReviewOutcome, decide_review
 from planexec.library.reuse import ReusePlanning, latest_templates, match_rules, matchers_of, plan_with_reuse, reuse_overhead
@@ -54,7 +54,7 @@ from planexec.planning.router import Route, Routing, route
 from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
-from planexec.store.sql import SqlRunStore
+from planexec.team import queueing
 from planexec.team.agent import single_plan, single_registry, start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox, engine_config
@@ -65,7 +65,7 @@ from planexec.usage import Usage
 from planexec.workers.context import run_dependencies
 from planexec.workers.gate import CallApprover
 from planexec.workers.registry import TOOL_WORKER, Registry
-from planexec.workers.tools import Tool, in_thread
+from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
 __all__ = ["MODES", "Mode", "Reviewer", "Team"]
@@ -503,7 +503,7 @@ class Team:
     def worker(self, **options: Any) -> QueueWorker:
         """A worker that takes the store's queued runs and works each on this team (`run_settings`); `options` are
         `QueueWorker`'s (concurrency, poll, idle_exit, once, grace, on_note). ``await team.worker(once=True).serve()``."""
-        return QueueWorker(self._queue_store(), engine_for=self.run_settings, runner=self.runner, **options)
+        return QueueWorker(queue_store(self.store), engine_for=self.run_settings, runner=self.runner, **options)
 
     def local_worker(self, *, on_note: Callable[[str], None] | None = None, **options: Any) -> LocalWorker:
         """`worker` in a thread of its own, for a face on one machine (`fleet.local`): ``start()``, ``wake()``, ``stop()``;
@@ -540,61 +540,24 @@ class Team:
         check_plan(plan, self.registry)
         planning = Planning(plan=plan, drafts=[], usage=Usage())
         yield Planned(planning)
-        async for stage in self._submitted(planning, run_id=run_id or new_run_id(), submission=submit):
+        async for stage in self._queued(planning, run_id=run_id or new_run_id(), submission=submit):
             yield stage
 
-    def _queue_store(self) -> SqlRunStore:
-        if not isinstance(self.store, SqlRunStore):  # the stores planexec opens are; none, or a plugin's, keeps no queue
-            where = str(getattr(self.store, "location", "none"))
-            raise StoreError(f"runs are handed to workers through a run store with a queue; this team's store is {where}", location=where)
-        return self.store
-
-    async def _submitted(self, planning: Planning, *, run_id: str, submission: Submission) -> AsyncIterator[Stage]:
-        """The policies' review of a submitted plan, then its run stored: refused, waiting for a person, or queued."""
-        context = self.policy_context()
-        plan = narrow_plan(planning.plan, self.policies, context)[0]  # the policies judge, and the worker runs, the narrowed plan
-        if plan is not planning.plan:
-            planning = dataclasses.replace(planning, plan=plan)
-        review = review_plan(plan, self.policies, context)
-        yes = "auto_approve" if self.auto_approve else None
-        outcome = decide_review(plan, review, policies_configured=bool(self.policies), yes=yes, person_required=False)
-        if outcome.by == "policy" and not outcome.approved:
-            yield Reviewed(outcome)
-            yield await self._enqueue(plan, planning, run_id, submission, denied=("policy", outcome.reason))
-        elif submission.person or not outcome.approved:
-            yield WaitingForPerson(plan, review)
-            yield await self._enqueue(plan, planning, run_id, submission)
-        else:
-            yield Reviewed(outcome)
-            yield await self._enqueue(plan, planning, run_id, submission, approved_by=outcome.by)
-
-    async def _enqueue(
-        self,
-        plan: Plan,
-        planning: Planning | None,
-        run_id: str,
-        submission: Submission,
-        *,
-        approved_by: str | None = None,
-        denied: tuple[str, str] | None = None,
-        single: str | None = None,
-    ) -> Queued:
-        store = self._queue_store()
-        setup = self.setup(planning, **({"single": single} if single is not None else {}))
-        drafts = planning.draft_events() if planning is not None else []
-        steps = submission.approve_steps or self.auto_approve
-        await in_thread(
-            lambda: submit_plan(
-                store, plan, run_id=run_id, setup=setup, approved_by=approved_by, approve_steps=steps,
-                submitted_by=submission.by, drafts=drafts, denied_by=denied,
-            )
+    def _queued(self, planning: Planning, *, run_id: str, submission: Submission) -> AsyncIterator[Stage]:
+        """A submitted plan's review and its run stored (`team.queueing`)."""
+        return queueing.reviewed(
+            planning, run_id=run_id, submission=submission, store=self.store, policies=self.policies,
+            context=self.policy_context(), auto_approve=self.auto_approve, setup=self.setup,
         )  # fmt: skip
-        mode: Literal["plan", "single"] = "single" if single is not None else "plan"
-        if denied is not None:
-            return Queued(run_id, plan, "refused", mode, denied[1])
-        if approved_by is not None:
-            return Queued(run_id, plan, "queued", mode, f"approved by {approved_by}: the next free worker takes it")
-        return Queued(run_id, plan, "waiting", mode, f"its plan waits for a person: planexec approve {run_id}, or the console")
+
+    async def _queue_single(self, goal: str, planning: Planning | None, run_id: str, submission: Submission, role: str) -> Queued:
+        """A single agent's run stored approved by its submitter (no plan to review, as here); `role` whose tools it has."""
+        plan = single_plan(goal, requires_approval=self.auto_approve)
+        by = submission.by or "the submitter"
+        return await queueing.enqueue(
+            plan, planning, store=self.store, run_id=run_id, setup=self.setup(planning, single=role), submission=submission,
+            auto_approve=self.auto_approve, approved_by=by,
+        )  # fmt: skip
 
     # --- the whole job ---------------------------------------------------------------------------
 
@@ -674,8 +637,7 @@ class Team:
             mode = routed.mode
         if mode == "single":
             if submit is not None:  # no plan to review, as here: the submitter's goal is the agent's
-                plan = single_plan(goal, requires_approval=self.auto_approve)
-                yield await self._enqueue(plan, None, str(run_id), submit, approved_by=submit.by or "the submitter", single="*")
+                yield await self._queue_single(goal, None, str(run_id), submit, "*")
                 return
             yield Started(self.start_single(goal, overhead=overhead, run_id=run_id), "single", "one agent works the goal")
             return
@@ -688,16 +650,14 @@ class Team:
             step = planning.plan.steps[0]
             own = self.single_agent_tools(step)
             if own is not None and submit is not None:
-                plan = single_plan(goal, requires_approval=self.auto_approve)
-                by = submit.by or "the submitter"
-                yield await self._enqueue(plan, planning, str(run_id), submit, approved_by=by, single=step.worker)
+                yield await self._queue_single(goal, planning, str(run_id), submit, step.worker)
                 return
             if own is not None:
                 run = self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
                 yield Started(run, "single", f"the plan has one step: one agent works the goal with the tools of {step.worker}")
                 return
         if submit is not None:
-            async for stage in self._submitted(planning, run_id=str(run_id), submission=submit):
+            async for stage in self._queued(planning, run_id=str(run_id), submission=submit):
                 yield stage
             return
         outcome: ReviewOutcome | None = None
