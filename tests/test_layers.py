@@ -80,7 +80,7 @@ def test_the_architecture_page_draws_every_package_and_module_in_its_layer():
     packages = [p for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
     modules = [p.stem for p in SRC.glob("*.py") if not p.stem.startswith("_")]
     for name in [p.name for p in packages] + modules:
-        assert name in rows or name in ("events", "policies"), f"docs/architecture.md does not draw planexec.{name}"
+        assert name in rows or name in ("events", "policies", "stages", "runs"), f"docs/architecture.md does not draw planexec.{name}"
     for package in packages:
         row = rows[package.name][1]
         for module in sorted(package.glob("*.py")):
@@ -113,3 +113,25 @@ def test_only_the_team_and_its_saved_plan_seam_build_an_engine():
                 builders.add(str(path.relative_to(SRC)))
     assert builders <= {"team/team.py", "fleet/saved.py", "team/agent.py", "team/subteam.py", "engine/engine.py"}, builders
     assert "fleet/saved.py" in builders and "team/team.py" in builders
+
+
+def test_the_faces_contract_forbids_every_private_module():
+    """The web console and the MCP server import only the public API: import-linter forbids every other module, and this
+    keeps the list whole (a new private module is forbidden too, or the test names it)."""
+    import tomllib
+
+    config = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "forbidden"]
+    assert set(contract["source_modules"]) == {"planexec.web", "planexec.mcp_server"}
+    forbidden = set(contract["forbidden_modules"])
+    public = {"planexec", "planexec.events", "planexec.errors", "planexec.policies", "planexec.store", "planexec.testing",
+              "planexec.stages", "planexec.runs", "planexec.plan", "planexec.library", "planexec.fleet", "planexec.models"}  # fmt: skip
+    faces = {"planexec.cli", "planexec.web", "planexec.mcp_server"}
+    graph = grimp.build_graph("planexec")
+    for module in sorted(graph.modules):
+        if module in public or any(module == f or module.startswith(f + ".") for f in faces):
+            continue
+        covered = any(module == f or module.startswith(f + ".") for f in forbidden)
+        assert covered, f"{module} is neither public nor forbidden to the faces: add it to the forbidden contract in pyproject.toml"
+    for name in forbidden:
+        assert name not in public, f"{name} is public: the faces may import it"

@@ -38,7 +38,22 @@ SUBMODULES = {
         "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "store_target", "DEFAULT_STORE", "STORE_ENV",
         "SCHEMA_VERSION", "RunSummary", "RunView", "replay", "Approval", "ApprovalState", "Template", "StoreError",
         "RunNotFoundError", "EventConflictError", "ApprovalError", "TemplateNotFoundError", "record_run",
-        "DurableRunner", "resolve_step", "ResumeError", "verify_run", "AuditReport", "AuditProblem", "ProblemKind",
+        "DurableRunner", "resolve_step", "ResumeError", "verify_run", "AuditReport", "AuditProblem", "ProblemKind", "sqlite_path",
+    },
+    "stages": {"EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"},
+    "runs": {
+        "Approval", "ApprovalState", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun", "RunStatus",
+        "RunSummary", "RunView", "StepRecord", "StepState", "describe_refused", "edit_plan", "find_edit", "pending_version", "redact",
+        "replay", "run_setup",
+    },
+    "plan": {
+        "PlanDiff", "criterion_label", "diff_plans", "find_references", "plan_graph", "plan_table", "print_compact", "read_compact",
+        "resolve_references", "with_lines",
+    },
+    "library": {"ReusePlanning", "TemplateError", "export_templates", "import_templates", "instantiate", "parse_values"},
+    "fleet": {
+        "FleetStore", "LocalWorker", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "recorded_runner", "run_setup",
+        "saved_plan_engine", "submit_plan", "tools_registry",
     },
     "testing": {"ScriptedModel", "FunctionModel", "ObedientModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"},
 }  # fmt: skip

@@ -538,17 +538,18 @@ def plan_registry(
     return team.registry
 
 
-def face_team(config: Config, store: RunStore | str, *, tools: Sequence[str] = ()) -> Team:
-    """The team a face plans, reviews and submits with (``planexec serve``, ``planexec mcp``): planexec.toml's models and
-    tools, `tools`, the built-in roles, the workspace toolkit and the project's policies; `UsageError` when it cannot be made."""
+def face_team(config: Config, store: RunStore | str, *, tools: Sequence[str] = (), policies: Sequence[str] = (), yes: bool = False) -> Team:
+    """The team a face plans, reviews and submits with (``planexec serve``, ``planexec mcp``, ``planexec submit --goal``):
+    planexec.toml's models and tools, `tools`, the built-in roles, the workspace toolkit, and the project's policies with
+    `policies` (files); `yes` approves what a person would be asked. `UsageError` when it cannot be made."""
     try:
-        policies = load_policies(config.policies)
+        loaded = load_policies([*config.policies, *policies])
         return Team(
             config=config,
             store=store,
             mode="plan",
             toolbox=Toolbox(modules=list(tools), roles=True, workspace=config.workspace or "workspace"),
-            review=ReviewOptions(policies=tuple(policies)),
+            review=ReviewOptions(policies=tuple(loaded), auto_approve=yes),
         )
     except (ConfigError, PolicyError, RegistryError, StoreError, ValueError) as exc:
         raise UsageError(str(exc)) from None

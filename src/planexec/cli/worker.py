@@ -24,15 +24,16 @@ from typing import Any
 
 from rich.table import Table
 
-from planexec import Plan, validate_plan
+from planexec import Plan, Submission, new_run_id, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.engine.loop import run_to_end
-from planexec.errors import StoreError
+from planexec.errors import PlanexecError, StoreError
 from planexec.fleet.worker import FleetStore, QueueWorker, WorkerReport, submit_plan
 from planexec.store import store_target
 from planexec.store.location import sqlite_path
 from planexec.store.queue import QueueState
+from planexec.team.stages import Planned, Queued
 
 __all__ = ["add_fleet_commands", "cmd_queue", "cmd_submit", "cmd_worker"]
 
@@ -40,8 +41,14 @@ __all__ = ["add_fleet_commands", "cmd_queue", "cmd_submit", "cmd_worker"]
 def add_fleet_commands(sub: Any) -> None:
     """Register ``submit``, ``worker`` and ``queue``."""
     tools_help = "a tools module the run needs (recorded with it: workers load it); repeatable; added to 'tools' in planexec.toml"
-    p = sub.add_parser("submit", help="queue a plan file (or template) for planexec worker, approved now (--yes, the terminal) or later")
-    p.add_argument("plan", nargs="?", metavar="PLAN.json", help="the plan file (or give --template)")
+    p = sub.add_parser(
+        "submit", help="queue a plan file, a template or a goal for planexec worker, approved now (--yes, the terminal) or later"
+    )
+    p.add_argument("plan", nargs="?", metavar="PLAN.json", help="the plan file (or give --template, or --goal)")
+    p.add_argument(
+        "--goal", metavar="GOAL", help="plan this goal with the project's team (Team.submit), have the policies review it, queue it"
+    )
+    p.add_argument("--mode", choices=("plan", "auto", "single"), default="plan", help="with --goal: how it is worked (default plan)")
     p.add_argument("--tools", action="append", default=[], metavar="MODULE", help=tools_help)
     p.add_argument("--yes", "-y", action="store_true", help="approve the plan and every step that requires approval, in your name")
     p.add_argument(
@@ -49,7 +56,7 @@ def add_fleet_commands(sub: Any) -> None:
         help="policies that review the plan first: a YAML rule file or a Python module; repeatable; added to 'policies' in planexec.toml",
     )  # fmt: skip
     p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
-    p.add_argument("--json", action="store_true", help="print the queued run as JSON")
+    p.add_argument("--json", action="store_true", help="print the queued run as JSON (with --goal: each stage, one JSON object a line)")
     add_template_options(p)
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_submit)
@@ -89,6 +96,8 @@ def _seconds(text: str) -> float:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """``planexec submit PLAN.json``: check, review and queue the plan; nothing runs here."""
+    if args.goal is not None:
+        return _submit_goal(args)
     plan = _submitted_plan(args)
     if plan is None:
         return common.EXIT_FAILED
@@ -121,6 +130,45 @@ def cmd_submit(args: argparse.Namespace) -> int:
     else:
         common.say(f"queued run {queued.run_id}: no worker takes it before its plan is approved: planexec approve {queued.run_id}")
     return common.EXIT_OK
+
+
+def _submit_goal(args: argparse.Namespace) -> int:
+    """``planexec submit --goal GOAL``: the goal path of every face (`Team.iter` with a `Submission`); nothing runs here.
+
+    Each stage is said as it comes (``--json``: its JSON form, a line each).
+    Every plan waits for a person's approval in the store unless ``--yes``
+    approves it (and the steps that require approval) in your name.
+    """
+    if args.plan is not None or args.template is not None:
+        raise common.UsageError("give a goal (--goal), a plan file or --template NAME: one of them")
+    if not args.goal.strip():
+        raise common.UsageError("--goal is empty: say what you want done")
+    config = common.config()
+    store = _queue_store(common.run_store(args, config))  # an existing --run-id: exit 4
+    team = common.face_team(config, store, tools=args.tools, policies=args.policies, yes=args.yes)
+    submission = Submission(by=common.user(), person=not args.yes, approve_steps=args.yes)
+    stages = team.iter(args.goal, mode=args.mode, run_id=args.run_id or new_run_id(), submit=submission)
+
+    async def follow() -> Queued | None:
+        queued = None
+        async for stage in stages:
+            if args.json:
+                common.emit(json.dumps(stage.to_dict(), ensure_ascii=False, default=str))
+            elif isinstance(stage, Planned):
+                plan = stage.planning.plan
+                common.say(f"planned {len(plan.steps)} steps ({plan.content_hash[:19]}): {', '.join(plan.step_ids)}")
+            queued = stage if isinstance(stage, Queued) else queued
+        return queued
+
+    try:
+        queued = run_to_end(follow())
+    except (PlanexecError, ValueError) as exc:
+        common.say(f"nothing was queued: {type(exc).__name__}: {exc}", stderr=True)
+        return common.EXIT_FAILED
+    assert queued is not None  # a submission ends queued or raises
+    if not args.json:
+        common.say(f"run {queued.run_id} is {queued.state}: {queued.reason}")
+    return common.EXIT_FAILED if queued.state == "refused" else common.EXIT_OK
 
 
 def _submitted_plan(args: argparse.Namespace) -> Plan | None:

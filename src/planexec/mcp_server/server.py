@@ -52,7 +52,7 @@ from planexec.mcp_server.answers import (
 )
 from planexec.mcp_server.service import RequestError, Service
 from planexec.mcp_server.views import STATES
-from planexec.secrets import redact
+from planexec.runs import redact
 
 __all__ = ["INSTRUCTIONS", "NO_DECISIONS", "BearerToken", "PersonsAnswer", "build_server", "serve_http", "serve_stdio"]
 

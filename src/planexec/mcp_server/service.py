@@ -32,6 +32,7 @@ local worker and the face's `views` and `answers`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -39,9 +40,8 @@ from typing import Any
 
 from planexec import Planning, RunStatus, Submission, Team, new_run_id
 from planexec.errors import ApprovalError, ModelError, PlanningError, PlanValidationError, StoreError
-from planexec.fleet.local import LocalWorker
-from planexec.library.reuse import ReusePlanning
-from planexec.library.templates import TemplateError, instantiate
+from planexec.fleet import LocalWorker
+from planexec.library import ReusePlanning, TemplateError, instantiate
 from planexec.mcp_server.answers import (
     ApprovalList,
     Decision,
@@ -55,10 +55,9 @@ from planexec.mcp_server.answers import (
     TemplateList,
 )
 from planexec.mcp_server.views import STATES, next_step, pending_approvals, run_details, run_lines
-from planexec.secrets import redact
+from planexec.runs import redact
+from planexec.stages import Planned, Queued, Reviewed, Stage, WaitingForPerson
 from planexec.store import RunStore
-from planexec.team.stages import Planned, Queued, Reviewed, Stage, WaitingForPerson
-from planexec.workers.tools import in_thread
 
 __all__ = ["RequestError", "Service"]
 
@@ -96,9 +95,9 @@ class Service:
     async def run_template(self, name: str, parameters: Mapping[str, Any], version: int | None = None) -> StartedRun:
         """Fill in the template `name` (its latest version, or `version`) and submit it as a waiting run."""
         try:
-            template = await in_thread(self.store.template, name, version)
+            template = await asyncio.to_thread(self.store.template, name, version)
         except StoreError as exc:
-            names = sorted({t.name for t in await in_thread(self.store.templates)})
+            names = sorted({t.name for t in await asyncio.to_thread(self.store.templates)})
             raise RequestError(f"{exc}; the plan library has: {', '.join(names) or 'no templates'} (list_templates)") from None
         try:
             plan = instantiate(template, dict(parameters))
@@ -187,7 +186,7 @@ class Service:
     async def show_run(self, run_id: str) -> RunDetails:
         """The run: its state, plan, steps, what waits for a person, its answer and usage."""
         try:
-            details: RunDetails = await in_thread(run_details, self.store, run_id)
+            details: RunDetails = await asyncio.to_thread(run_details, self.store, run_id)
         except StoreError as exc:
             raise RequestError(f"{exc} (list_runs shows the runs)") from None
         return details
@@ -198,12 +197,12 @@ class Service:
             raise RequestError(f"state must be one of {', '.join(STATES)}, not {state!r}")
         if not 1 <= limit <= 1000:
             raise RequestError(f"limit must be between 1 and 1000, not {limit}")
-        runs = await in_thread(run_lines, self.store, state=state, limit=limit)
+        runs = await asyncio.to_thread(run_lines, self.store, state=state, limit=limit)
         return RunList(store=self.store.location, runs=runs)
 
     async def list_templates(self) -> TemplateList:
         """The latest version of every template of the plan library."""
-        latest = {t.name: t for t in await in_thread(self.store.templates)}  # by name then version: the last one stays
+        latest = {t.name: t for t in await asyncio.to_thread(self.store.templates)}  # by name then version: the last one stays
         lines = [
             TemplateLine(
                 name=t.name,
@@ -220,7 +219,7 @@ class Service:
     async def list_approvals(self, run_id: str | None = None) -> ApprovalList:
         """What waits for a person (of one run, or of all)."""
         try:
-            return ApprovalList(approvals=await in_thread(pending_approvals, self.store, run_id))
+            return ApprovalList(approvals=await asyncio.to_thread(pending_approvals, self.store, run_id))
         except StoreError as exc:
             raise RequestError(str(exc)) from None
 
@@ -239,7 +238,7 @@ class Service:
     async def decide(self, pending: PendingApproval, *, approved: bool, reason: str | None) -> Decision:
         """Record the person's decision on exactly this request (its content hash); `RequestError` when it no longer waits."""
         try:
-            decided = await in_thread(
+            decided = await asyncio.to_thread(
                 self.store.decide_approval, pending.run_id, step_id=pending.step_id, approved=approved, by=self.user,
                 reason=reason, content_hash=pending.content_hash,
             )  # fmt: skip
@@ -254,6 +253,6 @@ class Service:
 
     async def _summary(self, run_id: str) -> Any:
         try:
-            return await in_thread(self.store.run, run_id)
+            return await asyncio.to_thread(self.store.run, run_id)
         except StoreError as exc:
             raise RequestError(f"{exc} (list_runs shows the runs)") from None

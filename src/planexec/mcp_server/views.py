@@ -18,9 +18,8 @@ import json
 from typing import Any
 
 from planexec import RunStatus, StepRecord, StepState
-from planexec.engine.results import PlanVersion
 from planexec.mcp_server.answers import PendingApproval, RunDetails, RunLine, StepLine
-from planexec.secrets import redact
+from planexec.runs import PlanVersion, redact
 from planexec.store import Approval, RunStore, RunSummary, replay
 
 __all__ = ["OUTPUT_LIMIT", "STATES", "face_state", "next_step", "pending_approvals", "run_details", "run_lines"]

@@ -17,6 +17,7 @@ from planexec.models.base import (
 from planexec.models.local import LocalModel
 from planexec.models.openai import OpenAIModel
 from planexec.models.profile import CAPABLE, EMBEDDED, ModelProfile, profile_of
+from planexec.models.providers import parse_model_name
 
 __all__ = [
     "CAPABLE",
@@ -35,6 +36,7 @@ __all__ = [
     "ToolDefinition",
     "block_model_requests",
     "ensure_requests_allowed",
+    "parse_model_name",
     "profile_of",
     "stream_response",
 ]

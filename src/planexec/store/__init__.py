@@ -23,7 +23,7 @@ from planexec.errors import (
 )
 from planexec.store.audit import AuditProblem, AuditReport, ProblemKind, verify_run
 from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
-from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, store_target
+from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, sqlite_path, store_target
 from planexec.store.postgres import PostgresRunStore
 from planexec.store.schema import SCHEMA_VERSION
 from planexec.store.sqlite import SqliteRunStore
@@ -54,6 +54,7 @@ __all__ = [
     "record_run",
     "replay",
     "resolve_step",
+    "sqlite_path",
     "store_target",
     "verify_run",
 ]

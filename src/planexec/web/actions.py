@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planexec import Plan, validate_plan
-from planexec.engine.approval import find_edit
 from planexec.errors import PlanParseError, Problem, RunNotFoundError
-from planexec.plan.compact import print_compact, read_compact, with_lines
+from planexec.plan import print_compact, read_compact, with_lines
+from planexec.runs import edit_plan, find_edit
 from planexec.store import Approval, RunStore
-from planexec.store.approvals import edit_plan
 
 __all__ = ["FORMS", "EditCheck", "check_edit", "convert", "decide", "find_pending", "show", "stale_reason", "submit_edit"]
 

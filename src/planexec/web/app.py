@@ -37,11 +37,10 @@ from sse_starlette.sse import EventSourceResponse
 
 from planexec import Team
 from planexec.errors import ApprovalError, PlanexecError, RunNotFoundError, StoreError
-from planexec.fleet.local import LocalWorker
+from planexec.fleet import LocalWorker
 from planexec.policies import Policy
-from planexec.store import RunStore, open_store
-from planexec.store.approvals import pending_version, run_setup
-from planexec.store.location import sqlite_path
+from planexec.runs import pending_version, run_setup
+from planexec.store import RunStore, open_store, sqlite_path
 from planexec.web import actions, start, views
 from planexec.web.security import Guard, csrf_token
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from planexec import Plan, Step, StepRecord, StepState, Usage
-from planexec.plan.model import criterion_label, find_references, resolve_references
+from planexec.plan import criterion_label, find_references, resolve_references
 from planexec.policies import Policy, PolicyContext, Review, review_plan
 from planexec.store import RunView
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from planexec import Plan, Submission, Team, new_run_id
 from planexec.errors import ConfigError, PlanexecError, PlanValidationError
-from planexec.fleet.local import LocalWorker
-from planexec.library.templates import TemplateError, instantiate, parse_values
-from planexec.models.providers import parse_model_name
+from planexec.fleet import LocalWorker
+from planexec.library import TemplateError, instantiate, parse_values
+from planexec.models import parse_model_name
 from planexec.store import RunStore, Template
 
 __all__ = ["GOAL_MODES", "FormCheck", "Submitter", "check_goal", "check_template"]

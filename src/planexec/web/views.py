@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from planexec import Plan, RunStatus, Step, StepRecord
-from planexec.engine.results import PlanVersion, describe_refused
 from planexec.policies import Policy, Review
+from planexec.runs import PlanVersion, describe_refused
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary, RunView, replay
 from planexec.web.details import criteria_results, describe_usage, plan_review, resolved_inputs, usage_by_role
 from planexec.web.graph import plan_svg, timeline_svg

@@ -1,0 +1,11 @@
+"""The stages of a goal's path, public: what `Team.iter` yields and a face shows (see `planexec.team.stages`).
+
+A face (the CLI, the web console, the MCP server, or one of your own)
+follows a goal through these records: `Routed`, `Planned`,
+`WaitingForPerson`, `Reviewed`, `Started` or `Queued`, `EventSeen`,
+`Finished`. Each says its `kind` and has a JSON form (`to_dict`).
+"""
+
+from planexec.team.stages import EventSeen, Finished, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
+
+__all__ = ["EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
