@@ -116,16 +116,17 @@ def test_only_the_team_and_its_saved_plan_seam_build_an_engine():
 
 
 def test_the_faces_contract_forbids_every_private_module():
-    """The web console and the MCP server import only the public API: import-linter forbids every other module, and this
+    """The CLI, the web console and the MCP server import only the public API: import-linter forbids every other module, and this
     keeps the list whole (a new private module is forbidden too, or the test names it)."""
     import tomllib
 
     config = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
     [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "forbidden"]
-    assert set(contract["source_modules"]) == {"planexec.web", "planexec.mcp_server"}
+    assert set(contract["source_modules"]) == {"planexec.cli", "planexec.web", "planexec.mcp_server"}
     forbidden = set(contract["forbidden_modules"])
     public = {"planexec", "planexec.events", "planexec.errors", "planexec.policies", "planexec.store", "planexec.testing",
-              "planexec.stages", "planexec.runs", "planexec.plan", "planexec.library", "planexec.fleet", "planexec.models"}  # fmt: skip
+              "planexec.stages", "planexec.runs", "planexec.plan", "planexec.library", "planexec.fleet", "planexec.models",
+              "planexec.config", "planexec.telemetry", "planexec.scale", "planexec.eval"}  # fmt: skip
     faces = {"planexec.cli", "planexec.web", "planexec.mcp_server"}
     graph = grimp.build_graph("planexec")
     for module in sorted(graph.modules):

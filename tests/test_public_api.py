@@ -23,39 +23,69 @@ EXPECTED = {
 
 SUBMODULES = {
     "events": {
-        "Event", "parse_event", "RunStarted", "RunFinished", "RunResumed", "StepReady", "StepStarted", "StepSucceeded",
-        "StepFailed", "StepRetried", "StepRerouted", "StepSkipped", "StepCancelled", "StepJudged", "StepResolved",
-        "PlanDrafted", "PlanStepParsed", "PlanCompleted", "ReplanStarted", "PlanRevised", "JoinerDecided", "SubRunEvent",
-        "ApprovalRequested", "ApprovalDecided", "RollbackStarted", "RollbackFinished", "ToolCallDecided",
+        "ApprovalDecided", "ApprovalRequested", "Event", "JoinerDecided", "PlanCompleted", "PlanDrafted", "PlanRevised",
+        "PlanStepParsed", "ReplanStarted", "RollbackFinished", "RollbackStarted", "RunFinished", "RunResumed", "RunStarted",
+        "StepCancelled", "StepFailed", "StepJudged", "StepReady", "StepRerouted", "StepResolved", "StepRetried", "StepSkipped",
+        "StepStarted", "StepSucceeded", "SubRunEvent", "ToolCallDecided", "parse_event"
     },
     "policies": {
-        "Policy", "PolicyContext", "PolicyVerdict", "Review", "ReviewOutcome", "policy", "review_plan", "PolicySet",
-        "load_policies", "MaxSteps", "MaxEstimatedCost", "ToolsNeedPerson", "ForbidTools", "RequiresOrder",
-        "RiskEscalation", "Approver", "StoreApprover", "PlanApprover", "LimitGrants", "narrow_plan", "CallRequest",
-        "approve_calls", "decide_review", "person",
+        "Approver", "CallRequest", "ForbidTools", "LimitGrants", "MaxEstimatedCost", "MaxSteps", "PlanApprover", "Policy",
+        "PolicyContext", "PolicySet", "PolicyVerdict", "RequiresOrder", "Review", "ReviewOutcome", "RiskEscalation",
+        "StoreApprover", "ToolsNeedPerson", "approve_calls", "decide_review", "load_policies", "narrow_plan", "person",
+        "policy", "review_plan"
     },
     "store": {
-        "RunStore", "SqliteRunStore", "PostgresRunStore", "open_store", "store_target", "DEFAULT_STORE", "STORE_ENV",
-        "SCHEMA_VERSION", "RunSummary", "RunView", "replay", "Approval", "ApprovalState", "Template", "StoreError",
-        "RunNotFoundError", "EventConflictError", "ApprovalError", "TemplateNotFoundError", "record_run",
-        "DurableRunner", "resolve_step", "ResumeError", "verify_run", "AuditReport", "AuditProblem", "ProblemKind", "sqlite_path",
+        "Approval", "ApprovalError", "ApprovalState", "AuditProblem", "AuditReport", "DECISIONS", "DEFAULT_STORE",
+        "DurableRunner", "EventConflictError", "PostgresRunStore", "ProblemKind", "ResumeError", "RunNotFoundError",
+        "RunStore", "RunSummary", "RunView", "SCHEMA_VERSION", "STORE_ENV", "SqliteRunStore", "StoreCheck", "StoreError",
+        "Template", "TemplateNotFoundError", "check_store", "open_store", "record_run", "replay", "resolve_step",
+        "sqlite_path", "store_target", "verify_run"
     },
-    "stages": {"EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"},
+    "stages": {
+        "EventSeen", "Finished", "Planned", "Queued", "ROUTINGS", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"
+    },
     "runs": {
-        "Approval", "ApprovalState", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun", "RunStatus",
-        "RunSummary", "RunView", "StepRecord", "StepState", "describe_refused", "edit_plan", "find_edit", "pending_version", "redact",
-        "replay", "run_setup",
+        "Approval", "ApprovalState", "CallRecord", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun",
+        "RunStatus", "RunSummary", "RunView", "StepRecord", "StepState", "describe_refused", "edit_plan", "find_edit",
+        "in_thread", "pending_version", "redact", "replay", "run_setup", "run_to_end", "single_plan", "step_hash"
     },
     "plan": {
-        "PlanDiff", "criterion_label", "diff_plans", "find_references", "plan_graph", "plan_table", "print_compact", "read_compact",
-        "resolve_references", "with_lines",
+        "PlanDiff", "criterion_label", "diff_plans", "find_references", "grants_text", "plan_graph", "plan_table",
+        "print_compact", "read_compact", "resolve_references", "with_lines"
     },
-    "library": {"ReusePlanning", "TemplateError", "export_templates", "import_templates", "instantiate", "parse_values"},
+    "library": {
+        "ReusePlanning", "TemplateError", "diff_templates", "export_templates", "import_templates", "instantiate",
+        "parse_values", "save_run_template"
+    },
     "fleet": {
         "FleetStore", "LocalWorker", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "recorded_runner", "run_setup",
-        "saved_plan_engine", "submit_plan", "tools_registry",
+        "saved_plan_engine", "submit_plan", "tools_registry"
     },
-    "testing": {"ScriptedModel", "FunctionModel", "ObedientModel", "ScriptExhaustedError", "count_tokens", "scripted_tool", "sleep_tool", "tool_call"},
+    "models": {
+        "AnthropicModel", "CAPABLE", "EMBEDDED", "LocalModel", "Message", "Model", "ModelDelta", "ModelProfile",
+        "ModelRequest", "ModelResponse", "ModelSettings", "OpenAIModel", "PriceTable", "StreamingModel", "ToolCall",
+        "ToolDefinition", "block_model_requests", "ensure_requests_allowed", "parse_model_name", "profile_of",
+        "stream_response"
+    },
+    "config": {
+        "CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "RunnerConfig",
+        "ServeConfig", "TelemetryConfig", "ToolResources", "load_config"
+    },
+    "telemetry": {
+        "Telemetry", "TelemetrySettings", "TreeExporter", "active", "configure", "disable", "enable", "goal_scope",
+        "render_tree", "resolve_settings", "run_scope", "start_run", "trace_run", "traced"
+    },
+    "scale": {
+        "INSTALL_HINT", "RayRunner", "Runner", "remote_ref", "runner_for"
+    },
+    "eval": {
+        "EvalOptions", "EvalRecord", "LatencyModel", "MODES", "SuiteError", "configured_models", "goals_table", "load_suite",
+        "parse_modes", "ratio_notes", "run_suite", "scripted_models", "summary_table", "write_report"
+    },
+    "testing": {
+        "FunctionModel", "ObedientModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool",
+        "sleep_tool", "tool_call"
+    },
 }  # fmt: skip
 
 

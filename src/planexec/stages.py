@@ -4,8 +4,10 @@ A face (the CLI, the web console, the MCP server, or one of your own)
 follows a goal through these records: `Routed`, `Planned`,
 `WaitingForPerson`, `Reviewed`, `Started` or `Queued`, `EventSeen`,
 `Finished`. Each says its `kind` and has a JSON form (`to_dict`).
+`ROUTINGS` are the ways ``auto`` mode may decide (`PlanningOptions.routing`).
 """
 
+from planexec.planning.router import ROUTINGS
 from planexec.team.stages import EventSeen, Finished, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
 
-__all__ = ["EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
+__all__ = ["ROUTINGS", "EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]

@@ -54,18 +54,15 @@ from planexec import (
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, run_review
 from planexec.config import Config, RunnerConfig, load_config
-from planexec.engine.runner import Runner
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
-from planexec.fleet.saved import recorded_runner
-from planexec.models.pricing import PriceTable
+from planexec.fleet import recorded_runner
+from planexec.models import PriceTable
 from planexec.policies import Approver, CallRequest, PolicyContext, PolicySet, ReviewOutcome, approve_calls, load_policies, person
-from planexec.scale import RayRunner, runner_for
-from planexec.secrets import redact
+from planexec.runs import in_thread, redact
+from planexec.scale import RayRunner, Runner, runner_for
 from planexec.store import RunStore, open_store, store_target
-from planexec.team.settings import engine_config as settings_from_config
 from planexec.telemetry import configure as configure_telemetry
 from planexec.telemetry import trace_run
-from planexec.workers.tools import in_thread
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_STORE_FAILED = 3  # the run store failed while the run was being recorded (the run stopped; resume it)
@@ -377,7 +374,7 @@ def add_store_options(p: argparse.ArgumentParser) -> None:
 def engine_config(args: argparse.Namespace, config: Config, **given: Any) -> EngineConfig:
     """The engine's settings a command runs with: ``--max-concurrency`` and ``--timeout`` (where the command has them) and
     `given` (None: not given), over planexec.toml's (`team.settings.engine_config`), over the engine's defaults."""
-    return settings_from_config(
+    return EngineConfig.from_config(
         config,
         max_concurrency=getattr(args, "max_concurrency", None) or None,
         default_timeout=getattr(args, "timeout", None) or None,

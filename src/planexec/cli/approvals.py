@@ -38,11 +38,9 @@ from planexec import Plan, Step, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
-from planexec.engine.approval import PlanEdit, step_hash
 from planexec.errors import PlanParseError, PolicyError, StoreError
-from planexec.models.pricing import PriceTable
-from planexec.plan.diff import PlanDiff
-from planexec.plan.view import plan_table
+from planexec.models import PriceTable
+from planexec.plan import PlanDiff, plan_table
 from planexec.policies import (
     Approver,
     CallRequest,
@@ -56,9 +54,8 @@ from planexec.policies import (
     load_policies,
     review_plan,
 )
+from planexec.runs import PlanEdit, edit_plan, in_thread, pending_version, run_setup, step_hash
 from planexec.store import Approval, ApprovalState, RunStore
-from planexec.store.approvals import edit_plan, pending_version, run_setup
-from planexec.workers.tools import in_thread
 
 __all__ = [
     "ReviewingPlanApprover",

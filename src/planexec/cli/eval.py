@@ -17,19 +17,23 @@ from typing import Any
 
 from planexec.cli import _common as common
 from planexec.errors import ConfigError
-from planexec.eval.harness import (
+from planexec.eval import (
     MODES,
     EvalOptions,
     EvalRecord,
+    LatencyModel,
+    SuiteError,
     configured_models,
+    goals_table,
+    load_suite,
     parse_modes,
+    ratio_notes,
     run_suite,
     scripted_models,
+    summary_table,
+    write_report,
 )
-from planexec.eval.oracle import LatencyModel
-from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
-from planexec.eval.suite import SuiteError, load_suite
-from planexec.models.settings import ModelSettings
+from planexec.models import ModelSettings
 
 __all__ = ["add_eval_options", "run_eval"]
 

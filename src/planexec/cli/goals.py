@@ -26,13 +26,12 @@ from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
 from planexec.config import Config
-from planexec.engine.loop import run_to_end
 from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
-from planexec.library.reuse import ReusePlanning
-from planexec.plan.view import plan_graph, plan_table
-from planexec.planning.router import ROUTINGS
+from planexec.library import ReusePlanning
+from planexec.plan import plan_graph, plan_table
+from planexec.runs import run_to_end, single_plan
+from planexec.stages import ROUTINGS
 from planexec.store import RunStore
-from planexec.team.agent import single_plan
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
 

@@ -31,12 +31,11 @@ from rich.text import Text
 from planexec import RunStatus, Step, StepRecord, StepState
 from planexec.cli import _common as common
 from planexec.cli.progress import describe_call, describe_event
-from planexec.engine.results import PlanVersion, describe_refused
 from planexec.errors import StoreError
 from planexec.events import RunResumed, StepResolved
-from planexec.plan.view import grants_text
-from planexec.store import Approval, RunStore, RunSummary, RunView, replay, store_target
-from planexec.store.location import sqlite_path
+from planexec.plan import grants_text
+from planexec.runs import PlanVersion, describe_refused
+from planexec.store import Approval, RunStore, RunSummary, RunView, replay, sqlite_path, store_target
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
 

@@ -25,8 +25,8 @@ from planexec.cli.goals import cmd_run_goal
 from planexec.cli.plans import check_template_args, template_plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config
-from planexec.engine.loop import run_to_end
-from planexec.fleet.saved import run_setup, saved_plan_engine
+from planexec.fleet import run_setup, saved_plan_engine
+from planexec.runs import run_to_end
 
 __all__ = ["cmd_run", "cmd_schema", "cmd_validate"]
 

@@ -26,15 +26,16 @@ from planexec import Plan
 from planexec.cli import _common as common
 from planexec.cli import history
 from planexec.errors import PlanValidationError, StoreError
-from planexec.library.export import export_templates, import_templates
-from planexec.library.templates import (
+from planexec.library import (
     TemplateError,
     diff_templates,
+    export_templates,
+    import_templates,
     instantiate,
     parse_values,
     save_run_template,
 )
-from planexec.plan.view import plan_table
+from planexec.plan import plan_table
 from planexec.store import RunStore, Template, open_store, store_target
 
 __all__ = ["add_library_commands", "add_template_options", "check_template_args", "template_plan"]

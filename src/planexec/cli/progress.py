@@ -26,7 +26,6 @@ from rich.table import Table
 from rich.text import Text
 
 from planexec import Plan, RunResult, RunStatus, Usage
-from planexec.engine.results import describe_refused
 from planexec.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -55,7 +54,7 @@ from planexec.events import (
     ToolCallDecided,
     parse_event,
 )
-from planexec.workers.gate import CallRecord
+from planexec.runs import CallRecord, describe_refused
 
 __all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_call", "describe_event", "print_summary", "usage_table"]
 

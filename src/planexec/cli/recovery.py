@@ -23,12 +23,11 @@ from planexec import RunResult
 from planexec.cli import _common as common
 from planexec.cli.approvals import resume_approvers
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
-from planexec.engine.loop import run_to_end
-from planexec.engine.resume import DECISIONS
 from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.events import RunStarted
-from planexec.fleet.saved import saved_plan_engine
-from planexec.store import ResumeError, RunStore, resolve_step
+from planexec.fleet import saved_plan_engine
+from planexec.runs import run_to_end
+from planexec.store import DECISIONS, ResumeError, RunStore, resolve_step
 from planexec.telemetry import start_run
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]

@@ -32,8 +32,7 @@ from rich.text import Text
 
 from planexec import Plan, check_plan
 from planexec.errors import PlanValidationError
-from planexec.plan.diff import diff_plans
-from planexec.plan.view import plan_graph, plan_table
+from planexec.plan import diff_plans, plan_graph, plan_table
 from planexec.policies import Policy, PolicyContext, Review, ReviewOutcome, decide_review, narrow_plan, review_plan
 
 __all__ = ["ReviewTerminal", "run_review", "verdicts_table"]

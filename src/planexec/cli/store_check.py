@@ -25,8 +25,7 @@ from rich.text import Text
 
 from planexec.cli import _common as common
 from planexec.errors import StoreError
-from planexec.store import store_target
-from planexec.store.check import StoreCheck, check_store
+from planexec.store import StoreCheck, check_store, store_target
 
 __all__ = ["add_store_commands", "cmd_check"]
 

@@ -27,13 +27,11 @@ from rich.table import Table
 from planexec import Plan, Submission, new_run_id, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
-from planexec.engine.loop import run_to_end
 from planexec.errors import PlanexecError, StoreError
-from planexec.fleet.worker import FleetStore, QueueWorker, WorkerReport, submit_plan
-from planexec.store import store_target
-from planexec.store.location import sqlite_path
-from planexec.store.queue import QueueState
-from planexec.team.stages import Planned, Queued
+from planexec.fleet import FleetStore, QueueWorker, WorkerReport, submit_plan
+from planexec.runs import QueueState, run_to_end
+from planexec.stages import Planned, Queued
+from planexec.store import sqlite_path, store_target
 
 __all__ = ["add_fleet_commands", "cmd_queue", "cmd_submit", "cmd_worker"]
 

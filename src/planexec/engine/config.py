@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from planexec.config import Config
 from planexec.engine.approval import Approver, PlanApprover
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.join import Joiner
@@ -96,6 +97,22 @@ class EngineConfig:
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated again (`TypeError` for a name that is not a setting)."""
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_config(cls, config: Config, base: EngineConfig | None = None, **given: Any) -> EngineConfig:
+        """The settings planexec.toml gives: `base` (default: the defaults with planexec.toml's ``max_concurrency``,
+        ``default_timeout``, ``max_output_bytes`` (0: no limit) and ``max_replans`` laid over them), then `given`
+        (a value that is None is left as it is: a flag not given)."""
+        if base is None:
+            toml = {
+                "max_concurrency": config.max_concurrency,
+                "default_timeout": config.default_timeout,
+                "max_output_bytes": config.max_output_bytes,
+                "max_replans": config.max_replans,
+            }
+            base = cls().replace(**{k: v for k, v in toml.items() if v is not None})
+        changes = {k: v for k, v in given.items() if v is not None}
+        return base.replace(**changes) if changes else base
 
 
 class RunHandle(Protocol):

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from planexec.config import Config
+from planexec.engine.config import EngineConfig
 from planexec.engine.loop import run_to_end
 from planexec.engine.results import RunResult, RunStatus, StepState
 from planexec.errors import ModelError, PlanningError
@@ -47,7 +48,7 @@ from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.planning.joiner import joiner_note
 from planexec.planning.stream import PlanStream
 from planexec.records import Record
-from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox, engine_config
+from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox
 from planexec.team.team import Team
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
@@ -252,7 +253,9 @@ def team_for(model: Model, registry: Registry, options: EvalOptions) -> Team:
             joiner=options.join and joiner_note(model) is None,
         ),
         review=ReviewOptions(auto_approve=True),
-        engine=engine_config(Config(), max_replans=options.max_replans if options.replan else 0, default_timeout=options.step_timeout),
+        engine=EngineConfig.from_config(
+            Config(), max_replans=options.max_replans if options.replan else 0, default_timeout=options.step_timeout
+        ),
     )
 
 

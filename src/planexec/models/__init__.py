@@ -16,8 +16,10 @@ from planexec.models.base import (
 )
 from planexec.models.local import LocalModel
 from planexec.models.openai import OpenAIModel
+from planexec.models.pricing import PriceTable
 from planexec.models.profile import CAPABLE, EMBEDDED, ModelProfile, profile_of
 from planexec.models.providers import parse_model_name
+from planexec.models.settings import ModelSettings
 
 __all__ = [
     "CAPABLE",
@@ -30,7 +32,9 @@ __all__ = [
     "ModelProfile",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "OpenAIModel",
+    "PriceTable",
     "StreamingModel",
     "ToolCall",
     "ToolDefinition",

@@ -4,12 +4,13 @@
 every other step in the driver (`scale.ray_runner`; what a Ray worker runs
 is `scale.remote`); `runner_for` builds the runner that
 ``[planexec.runner]`` (a `config.RunnerConfig`) asks for; `remote_ref`
-says which tools' steps go to the cluster. `scale.cluster.TempRayCluster`
+says which tools' steps go to the cluster; `Runner` is the seam's protocol. `scale.cluster.TempRayCluster`
 starts a throwaway cluster on loopback for tests and benchmarks. Ray is an
 extra (``pip install 'planexec[ray]'``), imported only when a runner
 connects. Imports `config`, `errors`, `engine.runner` and `workers`.
 """
 
+from planexec.engine.runner import Runner
 from planexec.scale.ray_runner import INSTALL_HINT, RayRunner, remote_ref, runner_for
 
-__all__ = ["INSTALL_HINT", "RayRunner", "remote_ref", "runner_for"]
+__all__ = ["INSTALL_HINT", "RayRunner", "Runner", "remote_ref", "runner_for"]

@@ -13,7 +13,7 @@ engine.
 
 from planexec.engine.recording import DurableRunner, record_run
 from planexec.engine.replay import RunView, replay
-from planexec.engine.resume import ResumeError, resolve_step
+from planexec.engine.resume import DECISIONS, ResumeError, resolve_step
 from planexec.errors import (
     ApprovalError,
     EventConflictError,
@@ -23,12 +23,14 @@ from planexec.errors import (
 )
 from planexec.store.audit import AuditProblem, AuditReport, ProblemKind, verify_run
 from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
+from planexec.store.check import StoreCheck, check_store
 from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, sqlite_path, store_target
 from planexec.store.postgres import PostgresRunStore
 from planexec.store.schema import SCHEMA_VERSION
 from planexec.store.sqlite import SqliteRunStore
 
 __all__ = [
+    "DECISIONS",
     "DEFAULT_STORE",
     "SCHEMA_VERSION",
     "STORE_ENV",
@@ -47,9 +49,11 @@ __all__ = [
     "RunSummary",
     "RunView",
     "SqliteRunStore",
+    "StoreCheck",
     "StoreError",
     "Template",
     "TemplateNotFoundError",
+    "check_store",
     "open_store",
     "record_run",
     "replay",

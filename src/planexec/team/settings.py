@@ -6,8 +6,8 @@ one's own, the built-in roles, the workspace toolkit), `PlanningOptions`
 (routing, the planner's bounds and form, reuse, the joiner), `ReviewOptions`
 (policies, the reviewer, the approvers, ``--yes``), `Submission` (a goal
 handed to the store's queue instead of run here: who submits it, whether a
-person approves every plan) and `engine_config`, the
-engine's settings (`EngineConfig`) as ``planexec.toml`` gives them. Every
+person approves every plan); the engine's settings as ``planexec.toml``
+gives them are `EngineConfig.from_config`. Every
 field left None is planexec.toml's value, then the default, resolved once by
 the `Team`; the engine's own settings (concurrency, timeouts, retries of a
 plan, budget, output size, the contract switch) are an `EngineConfig`, never
@@ -34,9 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from planexec.config import Config
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
-from planexec.engine.config import EngineConfig
 from planexec.engine.join import Joiner
 from planexec.governance.policies import Policy
 from planexec.governance.review import ReviewOutcome
@@ -46,7 +44,7 @@ from planexec.planning.router import ROUTINGS, Routing
 from planexec.workers.gate import CallApprover
 from planexec.workers.registry import Registry
 
-__all__ = ["ModelOptions", "PlanningOptions", "ReviewOptions", "Reviewer", "Submission", "Toolbox", "engine_config"]
+__all__ = ["ModelOptions", "PlanningOptions", "ReviewOptions", "Reviewer", "Submission", "Toolbox"]
 
 ModelRef = str | Model
 
@@ -165,22 +163,3 @@ class ReviewOptions:
 
     def __post_init__(self) -> None:
         _frozen(self, "policies", tuple(self.policies))
-
-
-def engine_config(config: Config, base: EngineConfig | None = None, **given: Any) -> EngineConfig:
-    """The engine's settings: `base` (default: the engine's defaults with planexec.toml's limits laid over them), then `given`.
-
-    planexec.toml sets ``max_concurrency``, ``default_timeout``,
-    ``max_output_bytes`` (0: no limit) and ``max_replans`` when `base` is
-    None; a value in `given` that is None is left as it is (a flag not given).
-    """
-    if base is None:
-        toml: dict[str, Any] = {
-            "max_concurrency": config.max_concurrency,
-            "default_timeout": config.default_timeout,
-            "max_output_bytes": config.max_output_bytes,
-            "max_replans": config.max_replans,
-        }
-        base = EngineConfig().replace(**{k: v for k, v in toml.items() if v is not None})
-    changes = {k: v for k, v in given.items() if v is not None}
-    return base.replace(**changes) if changes else base

@@ -57,7 +57,7 @@ from planexec.store.location import open_store
 from planexec.team import queueing
 from planexec.team.agent import single_plan, single_registry, start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
-from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox, engine_config
+from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox
 from planexec.team.stages import EventSeen, Finished, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
 from planexec.telemetry.setup import active, configure, traced
@@ -184,7 +184,7 @@ class Team:
         self.plan_format: Literal["json", "compact"] = planning.plan_format or self.config.plan_format or profile.plan_format
         self.routing: Routing = planning.routing or self.config.routing or "planner"
         # the engine's own settings: as given, else planexec.toml's over the engine's defaults; the team's seed
-        self.engine_config: EngineConfig = engine_config(self.config, engine, seed=seed)
+        self.engine_config: EngineConfig = EngineConfig.from_config(self.config, engine, seed=seed)
         self.joiner = self._joiner(planning.joiner if planning.joiner is not None else bool(self.config.joiner))
         self.reuse = matchers_of(planning.reuse if planning.reuse is not None else self.config.reuse)  # () is off
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
