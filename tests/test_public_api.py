@@ -42,7 +42,7 @@ SUBMODULES = {
         "sqlite_path", "store_target", "verify_run"
     },
     "stages": {
-        "EventSeen", "Finished", "Planned", "Queued", "ROUTINGS", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"
+        "EventSeen", "Finished", "Planned", "Queued", "ROUTINGS", "Reviewed", "Route", "Routed", "Stage", "Started", "WaitingForPerson"
     },
     "runs": {
         "Approval", "ApprovalState", "CallRecord", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun",

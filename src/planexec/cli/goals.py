@@ -18,19 +18,22 @@ import json
 import os
 import sys
 import time
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
-from planexec import ModelOptions, Plan, Planning, PlanningOptions, Registry, ReviewOptions, RunResult, Team, Toolbox, Usage
+from planexec import ModelOptions, Plan, Planning, PlanningOptions, ReviewOptions, RunResult, Team, Toolbox
 from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
+from planexec.cli.review_terminal import ReviewTerminal, decide_here, verdicts_table
 from planexec.config import Config
-from planexec.errors import ConfigError, ModelError, PlanningError, RegistryError
+from planexec.errors import ConfigError, ModelError, PlanningError, PlanRejectedError, RegistryError
 from planexec.library import ReusePlanning
 from planexec.plan import plan_graph, plan_table
-from planexec.runs import run_to_end, single_plan
-from planexec.stages import ROUTINGS
+from planexec.policies import Review, ReviewOutcome
+from planexec.runs import run_to_end
+from planexec.stages import ROUTINGS, Planned, Reviewed, Route, Routed, Stage, Started
 from planexec.store import RunStore
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
@@ -86,7 +89,15 @@ def add_mode_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def team_from_args(args: argparse.Namespace, config: Config, *, store: RunStore | None = None, policies: Any = ()) -> Team:
+def team_from_args(
+    args: argparse.Namespace,
+    config: Config,
+    *,
+    store: RunStore | None = None,
+    policies: Any = (),
+    reviewer: Callable[[Plan, Any], ReviewOutcome] | None = None,
+    yes: bool = False,
+) -> Team:
     """The `Team` a goal command works with: the built-in roles and toolkit, the options given, planexec.toml, the defaults."""
     if os.getcwd() not in sys.path:  # `--tools mytools` finds ./mytools.py, as `python -m` would
         sys.path.insert(0, os.getcwd())
@@ -108,7 +119,7 @@ def team_from_args(args: argparse.Namespace, config: Config, *, store: RunStore 
                 reuse=False if getattr(args, "no_reuse", False) else None,
                 routing=getattr(args, "routing", None),
             ),
-            review=ReviewOptions(policies=policies),
+            review=ReviewOptions(policies=policies, reviewer=reviewer, auto_approve=yes),
             engine=common.engine_config(args, config, max_replans=limit),
             runner=common.runner_settings(args, config),
         )
@@ -189,7 +200,7 @@ def _display(args: argparse.Namespace, plan: Plan | None) -> LiveProgress | Even
 
 
 def cmd_run_goal(args: argparse.Namespace) -> int:
-    """``planexec run GOAL``: the `Team`'s stages, each shown: route, plan (or stream), review, run, report."""
+    """``planexec run GOAL``: `Team.iter`'s stages, each shown: route, plan (or stream), review, run, report."""
     t0 = time.perf_counter()  # the run's time counts routing and planning too
     mode, why = _requested_mode(args)
     config = common.config()
@@ -199,120 +210,120 @@ def cmd_run_goal(args: argparse.Namespace) -> int:
     if args.stream and not args.yes:
         raise common.UsageError("--stream starts steps before the plan is complete, so it cannot be reviewed first: add --yes")
     store = common.run_store(args, config)
-    team = team_from_args(args, config, store=store, policies=list(policies))
+    goal = _GoalFace(args, config, store, policies)
+    team = goal.team = team_from_args(args, config, store=store, policies=list(policies), reviewer=goal.review, yes=args.yes)
     common.connect_runner(team)  # a Ray cluster that cannot be reached stops the command before any planning
     _announce(team)
-    overhead: dict[str, Usage] = {}
-    routed = mode == "auto"
-    if routed:
-        decision = run_to_end(team.route_goal(args.goal))
-        if decision.by == "router":
-            overhead["router"] = decision.usage
-        routed = decision.by != "template"  # a saved plan runs as saved, even with one step
-        mode, why = decision.mode, f"{decision.by}: {decision.reason}"
-    common.say(f"mode: {'plan' if mode == 'stream' else mode} ({why})", stderr=True)
-    if mode == "single":
-        return _run_single(args, team, overhead, t0)
-    if mode == "stream":
-        display = _display(args, None)
-        approver = step_approver(store, yes=True, interactive=False, display=display, store_option=args.store)
-        calls = call_approver(store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
-        run = run_to_end(_stream(team, args.goal, display, run_id=args.run_id, approver=approver, call_approver=calls))
-        return _report(args, run, t0)
-    planning = _plan_or_exit(team, args.goal)
-    if planning is None:
+    if mode != "auto":
+        common.say(f"mode: {'plan' if mode == 'stream' else mode} ({why})", stderr=True)
+        if mode == "plan":
+            goal.planning_with()
+    try:
+        stages = team.iter(args.goal, mode=mode, run_id=args.run_id, events=False, run_options=goal.options)  # type: ignore[arg-type]
+        result = run_to_end(goal.follow(stages))
+    except PlanningError as exc:
+        common.say(f"planexec: no valid plan: {exc}", stderr=True)
         return common.EXIT_FAILED
-    if routed and len(planning.plan.steps) == 1:  # nothing to coordinate
-        step = planning.plan.steps[0]
-        role_tools = team.single_agent_tools(step)
-        if role_tools is None:
-            common.say(f"mode: plan (its one step calls {step.action} directly: no agent needed)", stderr=True)
-        else:
-            names = ", ".join(role_tools.tools) or "none"
-            common.say(
-                f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})",
-                stderr=True,
-            )
-            return _run_single(args, team, overhead, t0, registry=role_tools, planning=planning)
-    if not args.json:
-        _show_plan(planning, graph=args.show_graph)
-    shown = not args.json
-    outcome = common.review(
-        planning.plan,
-        team.registry,
-        policies,
-        config,
-        yes=args.yes,
-        json_output=args.json,
-        plan_shown=shown,
-        graph_shown=shown and args.show_graph,
-        can_wait=store is not None,
-    )
-    if outcome is None:
+    except ModelError as exc:
+        common.say(f"planexec: the planner's model failed: {type(exc).__name__}: {exc}", stderr=True)
         return common.EXIT_FAILED
-    if outcome.edited:  # the person's edit runs, not the planner's draft
-        planning = dataclasses.replace(planning, plan=outcome.plan)
-    display = _display(args, planning.plan)
-    approvers = run_approvers(
-        store, outcome, registry=team.registry, config=config, policies=policies, yes=args.yes, display=display, store_option=args.store
-    )
-    result = run_to_end(_execute(team, planning, display, overhead, run_id=args.run_id, **approvers))
+    except PlanRejectedError as exc:
+        common.say(f"planexec: the plan was not run: {exc.reason}", stderr=True)
+        return common.EXIT_FAILED
     return _report(args, result, t0)
 
 
-def _run_single(
-    args: argparse.Namespace,
-    team: Team,
-    overhead: dict[str, Usage],
-    t0: float,
-    *,
-    registry: Registry | None = None,
-    planning: Planning | None = None,
-) -> int:
-    """One agent with the tools of `registry` (default: the team's) works the goal; --yes lets it use tools that need approval."""
-    display = _display(args, single_plan(args.goal))  # the plan `start_single` runs
-    store = team.store if isinstance(team.store, RunStore) else None  # the CLI's stores are
-    approver = step_approver(store, yes=args.yes, interactive=False, display=display, store_option=args.store)
-    calls = call_approver(store, yes=args.yes, interactive=sys.stdin.isatty(), display=display, store_option=args.store)
+class _GoalFace:
+    """What ``planexec run GOAL`` shows and decides at each of the team's stages (see `cmd_run_goal`)."""
 
-    async def work() -> RunResult:
-        run = team.start_single(
-            args.goal,
-            registry=registry,
-            planning=planning,
-            overhead=overhead,
-            run_id=args.run_id,
-            requires_approval=args.yes,
-            approver=approver,
-            call_approver=calls,
-        )
-        return await common.watch(run, display)
+    def __init__(self, args: argparse.Namespace, config: Config, store: RunStore | None, policies: Any) -> None:
+        self.args, self.config, self.store, self.policies = args, config, store, policies
+        self.team: Team | None = None
+        self.display: LiveProgress | EventLog | None = None
+        self.terminal = ReviewTerminal(common.console(stderr=args.json), interactive=sys.stdin.isatty())
+        self.planning: Planning | None = None
+        self.route: Route | None = None
 
-    return _report(args, run_to_end(work()), t0)
+    def planning_with(self) -> None:
+        assert self.team is not None
+        common.say(f"planning with {self.team.planner_model.name} …", stderr=True)
 
+    def review(self, plan: Plan, result: Any) -> ReviewOutcome:
+        """The person at the terminal, ``--yes``, or nobody: then a recorded run waits for ``planexec approve``."""
+        assert self.team is not None
+        shown = not self.args.json
+        outcome = decide_here(
+            plan, result, self.policies, self.team.policy_context(), terminal=self.terminal, yes=self.args.yes,
+            plan_shown=shown and plan == (self.planning.plan if self.planning else None), graph_shown=shown and self.args.show_graph,
+        )  # fmt: skip
+        if not outcome.approved and outcome.by == "nobody" and self.store is not None:
+            common.say("the plan needs a person's approval: the run waits for `planexec approve RUN_ID` from another process", stderr=True)
+            return dataclasses.replace(outcome, decision="wait")
+        return outcome
 
-async def _execute(
-    team: Team,
-    planning: Planning,
-    display: LiveProgress | EventLog | None,
-    overhead: dict[str, Usage],
-    *,
-    run_id: str | None,
-    **approvers: Any,
-) -> RunResult:
-    run = team.start(
-        planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=False, **approvers
-    )  # the planner validated it
-    return await common.watch(run, display)
+    def options(self, plan: Plan | None, outcome: ReviewOutcome | None) -> dict[str, Any]:
+        """The run's approvers and display: a single agent's or a streamed plan's (no review), else the reviewed plan's."""
+        args, store = self.args, self.store
+        self.display = _display(args, plan)
+        if outcome is None:
+            yes = True if args.mode == "stream" or args.stream else args.yes
+            return {
+                "approver": step_approver(store, yes=yes, interactive=False, display=self.display, store_option=args.store),
+                "call_approver": call_approver(
+                    store, yes=args.yes, interactive=sys.stdin.isatty(), display=self.display, store_option=args.store
+                ),
+            }
+        assert self.team is not None
+        return run_approvers(
+            store, outcome, registry=self.team.registry, config=self.config, policies=self.policies, yes=args.yes,
+            display=self.display, store_option=args.store,
+        )  # fmt: skip
 
+    async def follow(self, stages: AsyncGenerator[Stage, None]) -> RunResult:
+        """Show each stage as it comes; the run's result."""
+        assert self.team is not None
+        async for stage in stages:
+            if isinstance(stage, Routed):
+                route = self.route = stage.route
+                common.say(f"mode: {route.mode} ({route.by}: {route.reason})", stderr=True)
+                if route.mode == "plan":
+                    self.planning_with()
+            elif isinstance(stage, Planned):
+                self.planning = stage.planning
+                self._planned(stage.planning)
+            elif isinstance(stage, Reviewed):
+                outcome = stage.outcome
+                if outcome.approved and (len(self.policies) or outcome.by != "policy"):
+                    common.say(f"plan approved by {outcome.by}: {outcome.reason}", stderr=True)
+                elif outcome.by == "policy" and not outcome.approved and len(self.policies):
+                    review = Review(decision="reject", plan_hash=outcome.plan.content_hash, plan_version=outcome.plan.version,
+                                    verdicts=outcome.verdicts)  # fmt: skip
+                    self.terminal.console.print(verdicts_table(review))
+            elif isinstance(stage, Started):
+                if stage.mode == "single" and self.planning is not None:
+                    step = self.planning.plan.steps[0]
+                    names = ", ".join(self.team.single_agent_tools(step).tools) or "none"  # type: ignore[union-attr]
+                    common.say(
+                        f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})",
+                        stderr=True,
+                    )
+                await stages.aclose()  # the run goes on; its events reach the display
+                return await common.watch(stage.run, self.display)
+        raise AssertionError("a goal's path starts a run or raises")  # pragma: no cover
 
-async def _stream(
-    team: Team, goal: str, display: EventLog | LiveProgress | None, *, run_id: str | None, approver: Any, call_approver: Any
-) -> RunResult:
-    run = team.start_streaming(
-        goal, run_id=run_id, approver=approver, call_approver=call_approver
-    )  # no plan approver: a streamed plan runs before it is complete
-    return await common.watch(run, display)
+    def _planned(self, planning: Planning) -> None:
+        """Say where the plan came from; show it unless one agent will work it (a one-step plan in auto mode)."""
+        assert self.team is not None
+        if isinstance(planning, ReusePlanning):  # the plan library was asked first: say what it did
+            common.say(planning.reuse.describe(), stderr=True)
+        plan = planning.plan
+        if self.route is not None and self.route.by != "template" and len(plan.steps) == 1:
+            step = plan.steps[0]
+            if self.team.single_agent_tools(step) is not None:
+                return  # one agent works it: `Started` says so
+            common.say(f"mode: plan (its one step calls {step.action} directly: no agent needed)", stderr=True)
+        if not self.args.json:
+            _show_plan(planning, graph=self.args.show_graph)
 
 
 def _report(args: argparse.Namespace, result: RunResult, t0: float) -> int:

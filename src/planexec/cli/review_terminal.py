@@ -35,7 +35,12 @@ from planexec.errors import PlanValidationError
 from planexec.plan import diff_plans, plan_graph, plan_table
 from planexec.policies import Policy, PolicyContext, Review, ReviewOutcome, decide_review, narrow_plan, review_plan
 
-__all__ = ["ReviewTerminal", "run_review", "verdicts_table"]
+__all__ = [
+    "ReviewTerminal",
+    "decide_here",
+    "run_review",
+    "verdicts_table",
+]
 
 _STYLE = {"approve": "green", "reject": "red", "escalate": "yellow"}
 
@@ -104,6 +109,27 @@ def run_review(
         terminal.say(f"narrowed by {note}")
     plan_shown = plan_shown and not notes
     result = review_plan(plan, policies, context)
+    return decide_here(
+        plan, result, policies, context, terminal=terminal, yes=yes, person_required=person_required, plan_shown=plan_shown,
+        graph_shown=graph_shown,
+    )  # fmt: skip
+
+
+def decide_here(
+    plan: Plan,
+    result: Review,
+    policies: Iterable[Policy],
+    context: PolicyContext,
+    *,
+    terminal: ReviewTerminal,
+    yes: bool = False,
+    person_required: bool = True,
+    plan_shown: bool = False,
+    graph_shown: bool = False,
+) -> ReviewOutcome:
+    """The decision on `plan` once the policies' review `result` is in: ``--yes``, the person at this terminal, or nobody
+    (no terminal: see `decide_review`); the reviewer a `Team` asks (`ReviewOptions.reviewer`) at ``planexec run GOAL``."""
+    policies = list(policies)
     if yes or not terminal.interactive or (result.decision == "approve" and not person_required):
         return _without_person(plan, policies, result, terminal, yes=yes, person_required=person_required)
     return _with_person(plan, policies, context, result, terminal, plan_shown=plan_shown, graph_shown=graph_shown)

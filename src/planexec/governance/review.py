@@ -34,10 +34,13 @@ class ReviewOutcome(Record):
     `by` is ``person`` (at the terminal), ``policy`` (a policy rejected, or
     every policy approved a plan that needs no person), ``--yes``, or
     ``nobody`` (a person was needed and none could be asked: not approved).
+    A reviewer that cannot ask a person here but knows one can decide later
+    answers ``wait``: the run starts and its plan waits for that person's
+    decision in the store (the engine's plan approver), never running before.
     `verdicts` are the policies' verdicts on the final plan.
     """
 
-    decision: Literal["approve", "reject"]
+    decision: Literal["approve", "reject", "wait"]  # wait: no person here; the run starts and waits for one in the store
     by: DecidedBy
     reason: str
     plan: Plan

@@ -68,9 +68,11 @@ from planexec.workers.registry import TOOL_WORKER, Registry
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
-__all__ = ["MODES", "Mode", "Reviewer", "Team"]
+__all__ = ["MODES", "Mode", "Reviewer", "RunOptions", "Team"]
 
 Mode = Literal["auto", "single", "plan", "stream"]
+# a face's engine settings for the run it starts, given the plan it runs and the review's outcome (see `Team.iter`)
+RunOptions = Callable[[Plan | None, ReviewOutcome | None], Mapping[str, Any]]
 MODES: tuple[str, ...] = get_args(Mode)
 
 
@@ -570,6 +572,7 @@ class Team:
         events: bool = True,
         deps: Any = None,
         submit: Submission | None = None,
+        run_options: RunOptions | None = None,
     ) -> AsyncGenerator[Stage, None]:
         """Work `goal` and yield each stage as it happens (`team.stages`): routed (``auto`` mode), planned, waiting for a
         person (when the reviewer is asked), reviewed, started, each event of the run (unless `events` is False), finished.
@@ -579,6 +582,14 @@ class Team:
         the review does not approve yields `Reviewed`, then raises
         `PlanRejectedError`; no valid plan raises `PlanningError`. `deps`
         reaches every tool that takes a `ToolContext`.
+
+        `run_options` is a face's say in the run it starts: given the plan
+        it runs (None for a streamed one) and the review's outcome (None for a
+        single agent or a streamed plan), the engine settings it adds (its
+        step, call and plan approvers; its own display follows the `Started`
+        run). A reviewer that answers ``wait`` (nobody to ask here) starts the
+        run under the plan approver those options or `ReviewOptions` give,
+        which waits for a person's decision in the store.
 
         With `submit` the goal is handed to the store's queue instead: the
         policies review the plan, the stages end with `Queued` (see
@@ -593,14 +604,14 @@ class Team:
         run: Run | None = None
         with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
             if active() is None:
-                async for stage in self._until_started(goal, mode=mode, run_id=run_id):
+                async for stage in self._until_started(goal, mode=mode, run_id=run_id, run_options=run_options):
                     yield stage
                     if isinstance(stage, Started):
                         run = stage.run
             else:
                 run_id = run_id or new_run_id()  # known before planning: the planner's calls carry it
                 with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
-                    async for stage in self._until_started(goal, mode=mode, run_id=run_id):
+                    async for stage in self._until_started(goal, mode=mode, run_id=run_id, run_options=run_options):
                         yield stage
                         if isinstance(stage, Started):
                             run = stage.run
@@ -622,8 +633,15 @@ class Team:
         raise AssertionError("a goal's path starts a run or raises")  # pragma: no cover
 
     async def _until_started(
-        self, goal: str, *, mode: Mode | None, run_id: str | None, submit: Submission | None = None
+        self,
+        goal: str,
+        *,
+        mode: Mode | None,
+        run_id: str | None,
+        submit: Submission | None = None,
+        run_options: RunOptions | None = None,
     ) -> AsyncIterator[Stage]:
+        options = run_options or (lambda plan, outcome: {})
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -639,10 +657,13 @@ class Team:
             if submit is not None:  # no plan to review, as here: the submitter's goal is the agent's
                 yield await self._queue_single(goal, None, str(run_id), submit, "*")
                 return
-            yield Started(self.start_single(goal, overhead=overhead, run_id=run_id), "single", "one agent works the goal")
+            run = self.start_single(goal, overhead=overhead, run_id=run_id, **options(single_plan(goal), None))
+            yield Started(run, "single", "one agent works the goal")
             return
         if mode == "stream":
-            yield Started(self.start_streaming(goal, run_id=run_id), "stream", "steps start while the plan is written")
+            yield Started(
+                self.start_streaming(goal, run_id=run_id, **options(None, None)), "stream", "steps start while the plan is written"
+            )
             return
         planning = await self.plan(goal)
         yield Planned(planning)
@@ -653,7 +674,8 @@ class Team:
                 yield await self._queue_single(goal, planning, str(run_id), submit, step.worker)
                 return
             if own is not None:
-                run = self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id)
+                extra = options(single_plan(goal), None)
+                run = self.start_single(goal, registry=own, planning=planning, overhead=overhead, run_id=run_id, **extra)
                 yield Started(run, "single", f"the plan has one step: one agent works the goal with the tools of {step.worker}")
                 return
         if submit is not None:
@@ -666,14 +688,16 @@ class Team:
             if isinstance(stage, Reviewed):
                 outcome = stage.outcome
         assert outcome is not None
-        if not outcome.approved:
+        extra = dict(options(outcome.plan, outcome))
+        waits = outcome.decision == "wait" and (extra.get("plan_approver") or self.review_options.plan_approver) is not None
+        if not outcome.approved and not waits:
             spent = sum(overhead.values(), planning.usage)
             raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=planning.plan.plan_id, usage=spent)
         if outcome.edited:  # the reviewer's edit runs, not the planner's draft
             check_plan(outcome.plan, self.registry)
             planning = dataclasses.replace(planning, plan=outcome.plan)
-        run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited)
-        yield Started(run, "plan", "a team follows the reviewed plan")
+        run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited, **extra)
+        yield Started(run, "plan", "its plan waits for a person in the store" if waits else "a team follows the reviewed plan")
 
     def _fits_a_template(self, goal: str) -> bool:
         """True when the rules of plan reuse fit `goal` to a template of the store (no model call)."""
