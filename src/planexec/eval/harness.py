@@ -316,7 +316,7 @@ async def _run(
         return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0)
     if mode == "plan":
         try:
-            planning = await team.plan(case.goal)
+            result = await team.run(case.goal, mode="plan")  # the goal path every face takes (`Team.iter`)
         except (PlanningError, ModelError) as exc:
             used = getattr(exc, "usage", None)
             usage = used if isinstance(used, Usage) else Usage()
@@ -325,7 +325,6 @@ async def _run(
                 suite, case, mode, repeat, success=False, stage="planner", status="no_plan", reason=f"{kind}: {str(exc).splitlines()[0]}",
                 usage=usage, usage_by_role={"planner": usage} if not usage.is_zero() else {}, wall_time=time.perf_counter() - t0,
             )  # fmt: skip
-        result = await team.start(planning.plan, planning=planning, validate=False).result()
         return _from_result(suite, case, mode, repeat, result, time.perf_counter() - t0)
     stream = PlanStream(team.planner, case.goal)
     result = await team.start_streaming(stream).result()
