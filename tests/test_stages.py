@@ -129,3 +129,58 @@ def test_single_and_stream_modes_start_at_once():
         Team(ScriptedModel([TWO_STEPS]), tools=[add], mode="stream", planning=PlanningOptions(joiner=False)), "add twice", events=False
     )
     assert [s.kind for s in stream] == ["started", "finished"] and stream[0].mode == "stream" and stream[-1].result.answer == 43
+
+
+def test_a_reviewer_with_nobody_to_ask_answers_wait_and_the_run_waits_for_a_person_in_the_store(tmp_path):
+    """``planexec run GOAL`` with no terminal and no --yes: the run starts, nothing of it runs before a person approves its
+    plan in the store (from another process, here from this test), and without a plan approver ``wait`` is a refusal."""
+    import dataclasses
+
+    from planexec.policies import PlanApprover, decide_review
+    from planexec.store import open_store
+
+    def nobody_here(plan, review):
+        return dataclasses.replace(decide_review(plan, review, policies_configured=False), decision="wait")
+
+    store = open_store(str(tmp_path / "runs.db"))
+    team = _team([TWO_STEPS], store=store, mode="plan", review=ReviewOptions(reviewer=nobody_here))
+
+    async def main():
+        seen = []
+        stages = team.iter(
+            "add twice", run_id="w1", events=False, run_options=lambda plan, outcome: {"plan_approver": PlanApprover(store, poll=0.02)}
+        )
+        async for stage in stages:
+            seen.append(stage)
+            if isinstance(stage, Started):
+                break
+        await stages.aclose()
+        run = seen[-1].run
+        for _ in range(200):  # the request is stored, and nothing runs
+            if _pending(store, "w1"):
+                break
+            await asyncio.sleep(0.02)
+        assert [e.type for e in store.events("w1")].count("step_started") == 0
+        [asked] = store.approvals("w1", pending_only=True)
+        store.decide_approval("w1", approved=True, by="alice", content_hash=asked.content_hash)
+        return seen, await run.result()
+
+    try:
+        seen, result = asyncio.run(main())
+        assert [s.kind for s in seen] == ["planned", "waiting_for_person", "reviewed", "started"]
+        assert seen[2].outcome.decision == "wait" and seen[3].reason == "its plan waits for a person in the store"
+        assert result.status.value == "succeeded" and result.answer == 43
+        lonely = _team([TWO_STEPS], mode="plan", review=ReviewOptions(reviewer=nobody_here))  # no plan approver: nobody decides
+        with pytest.raises(PlanRejectedError, match="nobody"):
+            asyncio.run(lonely.run("add twice"))
+    finally:
+        store.close()
+
+
+def _pending(store, run_id):
+    from planexec.errors import RunNotFoundError
+
+    try:
+        return store.approvals(run_id, pending_only=True)
+    except RunNotFoundError:  # not stored yet
+        return []
