@@ -1226,3 +1226,28 @@ def _version(project: Path, run_id: str) -> int:
         return store.run(run_id).plan_version
     finally:
         store.close()
+
+
+def test_a_console_whose_team_cannot_be_made_still_shows_its_runs_and_says_why_it_starts_nothing(project):
+    """planexec.toml names a policy file that is not there: the console starts (no worker), its pages answer, and the
+    start form says why nothing was started, beside the form; no traceback reaches the page."""
+    from fastapi.testclient import TestClient
+
+    from planexec.web import create_app
+
+    def broken() -> object:
+        raise ValueError("policy file 'missing.yaml' does not exist")
+
+    open_store(str(project / "runs.db")).close()  # a store there: the console would start its worker at once
+    app = create_app(str(project / "runs.db"), token=TOKEN, team=broken)  # type: ignore[arg-type]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        assert client.get("/", headers=auth).status_code == 200
+        page = client.get("/start", headers=auth).text
+        csrf = page.split('name="csrf" value="')[1].split('"')[0]
+        answer = client.post(
+            "/start/goal", data={"csrf": csrf, "goal": "add two numbers", "mode": "plan"},
+            headers={**auth, "Origin": "http://127.0.0.1"}, follow_redirects=False,
+        )  # fmt: skip
+    assert answer.status_code == 422
+    assert "nothing was started: policy file &#39;missing.yaml&#39; does not exist" in answer.text and "Traceback" not in answer.text

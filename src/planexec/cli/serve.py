@@ -102,7 +102,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     user = args.user or config.serve.user
 
     def team() -> Any:  # made on first use: a console over a project whose team cannot be made still shows its runs
-        return common.face_team(config, target)
+        try:
+            return common.face_team(config, target)
+        except common.UsageError as exc:  # said on the start page, beside the form
+            raise ValueError(str(exc)) from None
 
     app = create_app(target, token=token, user=user, loopback=loopback, policies=list(policies), team=team, worker=not args.no_worker)
     listening = _bind(args.host, port)
