@@ -146,3 +146,33 @@ def _plan():
     from planexec.plan.model import Plan
 
     return Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [_step("s1", 1, 2)]})
+
+
+def test_a_faces_own_worker_stopping_hands_its_run_back_and_the_next_worker_finishes_it_running_no_step_twice(tmp_path):
+    """The console or the MCP server stops while its worker runs a run: the run is released at its next step boundary
+    (the step running then finishes), handed back to the queue, and the next worker goes on from there."""
+    import time
+
+    from planexec.testing import sleep_tool
+
+    slow = json.dumps({"steps": [
+        {"id": "a", "worker": "tool", "action": "pause", "instruction": "wait", "parameters": {"seconds": 0.6, "value": 1}},
+        {"id": "b", "worker": "tool", "action": "pause", "instruction": "wait", "parameters": {"seconds": 0.1, "value": 2},
+         "depends_on": ["a"]},
+    ]})  # fmt: skip
+    team = Team(ScriptedModel([slow]), tools=[sleep_tool("pause")], engine=EngineConfig(max_replans=0), store=str(tmp_path / "runs.db"))
+    queued = asyncio.run(team.submit("wait twice", mode="plan", run_id="r", submission=Submission(by="ana", person=False)))
+    assert queued.state == "queued"
+    here = team.local_worker(poll=0.05, grace=5.0)
+    here.start()
+    deadline = time.monotonic() + 30
+    while not [e for e in team.store.events("r") if e.type == "step_started"]:
+        assert time.monotonic() < deadline and here.failed is None, here.failed
+        time.sleep(0.02)
+    report = here.stop(timeout=30)  # the face stops: step a ends, b never starts here
+    assert report is not None and [(r.run_id, r.outcome) for r in report.runs] == [("r", "released")]
+    assert team.store.queued_run("r").state.value == "queued" and team.store.run("r").status is RunStatus.CANCELLED
+    after = _work(team)
+    assert [(r.run_id, r.how, r.outcome) for r in after.runs] == [("r", "resumed", "succeeded")]
+    started = [e.step_id for e in team.store.events("r") if e.type == "step_started"]
+    assert started == ["a", "b"]  # a ran once, before the stop; b once, after
