@@ -567,7 +567,7 @@ def test_which_tools_go_to_the_cluster():
 
 
 def test_the_scale_package_exports_what_its_docstring_names_and_imports_no_ray():
-    assert scale.__all__ == ["INSTALL_HINT", "RayRunner", "remote_ref", "runner_for"]
+    assert scale.__all__ == ["INSTALL_HINT", "RayRunner", "Runner", "remote_ref", "runner_for"]
     assert cluster_module.__all__ == ["RayNode", "RayUnavailable", "TempRayCluster"]
     code = "import sys, planexec.scale, planexec.scale.cluster, planexec.cli.main; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})

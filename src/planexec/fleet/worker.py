@@ -136,13 +136,15 @@ def submit_plan(
     if registry is not None:
         check_plan(plan, registry)
     run_id = run_id or new_run_id()
-    store.enqueue(run_id, plan, setup=setup, submitted_by=submitted_by or approved_by or "", approve_steps=approve_steps, drafts=drafts)
-    store.request_approval(run_id, plan.content_hash)
+    decided: tuple[bool, str, str | None] | None = None
     if denied_by is not None:
-        store.decide_approval(run_id, approved=False, by=denied_by[0], content_hash=plan.content_hash, reason=denied_by[1])
+        decided = (False, denied_by[0], denied_by[1])
     elif approved_by:
-        store.decide_approval(run_id, approved=True, by=approved_by, content_hash=plan.content_hash, reason="approved when submitted")
-    return store.queued_run(run_id)
+        decided = (True, approved_by, "approved when submitted")
+    return store.enqueue(
+        run_id, plan, setup=setup, submitted_by=submitted_by or approved_by or "", approve_steps=approve_steps, drafts=drafts,
+        decided=decided,
+    )  # fmt: skip
 
 
 def tools_registry(plan: Plan, setup: Mapping[str, Any]) -> Registry:

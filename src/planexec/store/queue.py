@@ -170,11 +170,16 @@ class RunQueue:
         submitted_by: str = "",
         approve_steps: bool = False,
         drafts: Iterable[Mapping[str, Any]] = (),
+        decided: tuple[bool, str, str | None] | None = None,
     ) -> QueuedRun:
         """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already.
 
         `drafts` are the planner's drafts that wrote it (`PlanDrafted`'s fields
-        but the run's): they are the run's first events, and their usage its usage.
+        but the run's): they are the run's first events, and their usage its
+        usage. The plan version's approval is asked for in the same
+        transaction, so no process ever sees the run without it: pending, or
+        decided when `decided` (approved, by whom, why) says so; a denial
+        refuses the run at once.
         """
         setup = dict(setup or {})
         at = datetime.now(UTC)
@@ -210,6 +215,13 @@ class RunQueue:
                 (run_id, QueueState.QUEUED.value, plan.content_hash, json.dumps(setup, ensure_ascii=False, sort_keys=True),
                  int(approve_steps), submitted_by, self.db.now(cur)),
             )  # fmt: skip
+            if decided is None:
+                self.approvals.ask(cur, run_id, plan.content_hash)
+            else:
+                approved, by, why = decided
+                self.approvals.ask(cur, run_id, plan.content_hash, approved=approved, by=by, reason=why)
+                if not approved:
+                    self.refuse_denied(cur, run_id, plan.content_hash, f"its plan was denied by {by}" + (f": {why}" if why else ""))
         return self.queued_run(run_id)
 
     def queued_run(self, run_id: str) -> QueuedRun:
@@ -383,8 +395,9 @@ class QueueStore(Protocol):
         submitted_by: str = "",
         approve_steps: bool = False,
         drafts: Iterable[Mapping[str, Any]] = (),
+        decided: tuple[bool, str, str | None] | None = None,
     ) -> QueuedRun:
-        """Store `plan` as the run `run_id`, queued."""
+        """Store `plan` as the run `run_id`, queued, with its plan version's approval asked for (or decided)."""
         ...
 
     def queued_run(self, run_id: str) -> QueuedRun:

@@ -209,9 +209,12 @@ class SqlRunStore(Database):
         submitted_by: str = "",
         approve_steps: bool = False,
         drafts: Iterable[Mapping[str, Any]] = (),
+        decided: tuple[bool, str, str | None] | None = None,
     ) -> QueuedRun:
-        """Store `plan` as the run `run_id`, queued (see the module docstring); `StoreError` when the store has that run already."""
-        return self.queue.enqueue(run_id, plan, setup=setup, submitted_by=submitted_by, approve_steps=approve_steps, drafts=drafts)
+        """Store `plan` as the run `run_id`, queued, its approval asked for (or decided) in the same transaction."""
+        return self.queue.enqueue(
+            run_id, plan, setup=setup, submitted_by=submitted_by, approve_steps=approve_steps, drafts=drafts, decided=decided
+        )
 
     def queued_run(self, run_id: str) -> QueuedRun:
         """The run's queue row; `RunNotFoundError` when it was never queued."""
