@@ -167,6 +167,9 @@ def _mcp(project: Path) -> tuple[str, dict]:
                 result = await session.call_tool("plan_goal", {"goal": GOAL, "reuse": False})
                 assert not result.is_error, result.content[0].text
                 answer: dict = result.structured_content
+                handed = await session.call_tool("run_plan", {"run_id": answer["run_id"]})  # handed on: it still waits for a person
+                assert not handed.is_error, handed.content[0].text
+                answer["run_plan"] = handed.structured_content
                 return answer
 
     answer = anyio.run(scenario)
@@ -213,6 +216,7 @@ def test_the_library_the_cli_the_web_console_and_the_mcp_server_work_a_goal_thro
     assert library[1]["policies"] == cli[1]["policies"] == answer["review"]["decision"] == "approve"
     assert library[0]["plan"] == cli[0]["plan"] and library[0]["plan"]["content_hash"] == answer["content_hash"]
     assert library[2]["state"] == cli[2]["state"] == "waiting" and answer["state"] == "waiting_for_approval"
+    assert answer["run_plan"]["state"] == "waiting_for_approval" and len(answer["run_plan"]["pending"]) == 1
 
     runs = {face: _stored(project, run_id) for face, run_id in {"library": "lib", "cli": "cli", "web": web, "mcp": mcp}.items()}
     first = runs["library"]
