@@ -78,6 +78,7 @@ class SqliteRunStore(SqlRunStore):
         self._commits = 0
         self._checkpointer: _Checkpointer | None = None
         self._key = _key(self.path)
+        self._counted = False  # this store is counted in `_OPEN`
         with _OPEN_LOCK:
             here = self._key is not None and _OPEN.get(self._key, 0) > 0
         # a file this process has open already was checked then; reading it again here (a Python file opened and closed
@@ -96,12 +97,13 @@ class SqliteRunStore(SqlRunStore):
         if str(mode).lower() != "wal":
             self._conn.close()
             raise StoreError(f"{self.location}: cannot use WAL mode here (journal mode {mode!r})", location=self.location)
-        self._key = self._key or _key(self.path)  # a new file has one now
-        with _OPEN_LOCK:
-            if self._key is not None:
-                _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
         if version < SCHEMA_VERSION:
             self.migrate()
+        self._key = self._key or _key(self.path)  # a new file has one now
+        with _OPEN_LOCK:  # counted once it is whole (migrated): another open here may then skip reading the file
+            if self._key is not None:
+                _OPEN[self._key] = _OPEN.get(self._key, 0) + 1
+                self._counted = True
 
     # --- opening -------------------------------------------------------------------
 
@@ -210,8 +212,9 @@ class SqliteRunStore(SqlRunStore):
 
     def _close_connection(self) -> None:
         with _OPEN_LOCK:
-            if self._key is not None and _OPEN.get(self._key, 0) > 0:
+            if self._counted and self._key is not None:
                 _OPEN[self._key] -= 1
+                self._counted = False
         if self._checkpointer is not None:
             self._checkpointer.stop()
         try:
