@@ -107,3 +107,35 @@ def test_planexec_run_leaves_no_wal_beside_its_store(tmp_path, monkeypatch, caps
     capsys.readouterr()
     assert _wal(db) == 0 and not Path(f"{db}-shm").exists()
     assert main(["show", SqliteRunStore(db).runs()[0].run_id, "--store", str(db)]) == 0
+
+
+def test_two_stores_opening_one_new_file_at_once_in_one_process_both_find_it_whole(tmp_path):
+    """``planexec run`` in one thread and a reader in another open the same new file at once: the opens take turns, so
+    neither reads the file while the other migrates it (which dropped SQLite's locks: 'database is locked', or tables
+    not there yet)."""
+    import threading
+
+    failures: list[str] = []
+    for n in range(20):
+        path = tmp_path / f"runs-{n}.db"
+        opened: list[SqliteRunStore] = []
+        ready = threading.Barrier(2)
+
+        def open_and_read(path: Path = path, opened: list[SqliteRunStore] = opened, ready: threading.Barrier = ready) -> None:
+            ready.wait()
+            try:
+                store = SqliteRunStore(path)
+                opened.append(store)
+                store.templates()
+                store.runs()
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=open_and_read) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for store in opened:
+            store.close()
+    assert failures == []

@@ -52,6 +52,14 @@ _OPEN: dict[tuple[int, int], int] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+_OPENING: dict[str, threading.Lock] = {}  # by resolved path: the opens of one file in this process take turns
+
+
+def _opening(path: Path) -> threading.Lock:
+    with _OPEN_LOCK:
+        return _OPENING.setdefault(str(path.resolve()), threading.Lock())
+
+
 def _key(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -77,12 +85,23 @@ class SqliteRunStore(SqlRunStore):
         self._timeout = timeout
         self._commits = 0
         self._checkpointer: _Checkpointer | None = None
-        self._key = _key(self.path)
+        self._key: tuple[int, int] | None = None
         self._counted = False  # this store is counted in `_OPEN`
+        with _opening(self.path):  # one open of a file at a time in this process: see `_open`
+            self._open(create, timeout)
+
+    def _open(self, create: bool, timeout: float) -> None:
+        """Check the file (unless this process has it open, whole, already), connect, migrate, count it as open here.
+
+        A file this process has open already was checked then; reading it
+        again here (a Python file opened and closed beside SQLite's) would drop
+        SQLite's POSIX locks on it, and another connection's WAL with them. Two
+        opens of one file here take turns, so the second never reads the file
+        while the first migrates it.
+        """
+        self._key = _key(self.path)
         with _OPEN_LOCK:
             here = self._key is not None and _OPEN.get(self._key, 0) > 0
-        # a file this process has open already was checked then; reading it again here (a Python file opened and closed
-        # beside SQLite's) would drop SQLite's POSIX locks on it, and the other connection's WAL with them
         version = SCHEMA_VERSION if here else self._inspect(create)
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
