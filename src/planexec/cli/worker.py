@@ -28,7 +28,7 @@ from planexec import Plan, Submission, new_run_id, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.errors import PlanexecError, StoreError
-from planexec.fleet import FleetStore, QueueWorker, WorkerReport, submit_plan
+from planexec.fleet import FleetStore, QueueWorker, WorkerReport, queue_store, submit_plan
 from planexec.runs import QueueState, run_to_end
 from planexec.stages import Planned, Queued
 from planexec.store import sqlite_path, store_target
@@ -182,9 +182,10 @@ def _submitted_plan(args: argparse.Namespace) -> Plan | None:
 
 
 def _queue_store(store: object) -> FleetStore:
-    if not isinstance(store, FleetStore):  # the stores planexec opens are; a plugin's may not keep a queue
-        raise common.UsageError(f"the run store {getattr(store, 'location', store)} keeps no run queue")
-    return store
+    try:
+        return queue_store(store)  # the stores planexec opens keep one; a plugin's may not
+    except StoreError as exc:
+        raise common.UsageError(str(exc)) from None
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
