@@ -12,7 +12,9 @@ character becomes ``_``), with the server's input schema as its schema, so
 the planner's catalogue and the validator read it like any tool's. Its
 annotations, which are the server's own claims, map onto ours:
 ``readOnlyHint`` → `read_only`, ``idempotentHint`` → `idempotent`,
-``destructiveHint`` (when not read-only) → `requires_approval`. Its output is
+``destructiveHint`` (when not read-only) → `requires_approval`,
+``openWorldHint`` → `network` (true when absent, as the MCP specification
+says), so its arguments that name a destination are sensitive. Its output is
 always `untrusted_output`: it comes from outside. From there a call goes
 through the same capabilities, policies, approvals, provenance, timeouts,
 output bounds and usage as a local tool's.
@@ -82,6 +84,7 @@ class McpTool(Tool):
             read_only=read_only,
             requires_approval=bool(hints is not None and hints.destructive_hint and not read_only),
             untrusted_output=True,  # whatever the server says of it: it comes from outside
+            network=hints is None or hints.open_world_hint is None or bool(hints.open_world_hint),  # the spec's default: open
             input_schema=schema,
         )
 

@@ -37,7 +37,10 @@ class Constraint(_Frozen):
     regular expression as a whole. `paths`: a workspace-relative path that
     matches one of these globs (``notes.txt``, ``reports/*.md``; no ``..``).
     `hosts`: a URL or host name whose host is one of these (``*.example.com``
-    admits sub-domains). `minimum` / `maximum`: a number in this range.
+    admits sub-domains); a user or credentials before ``@``, a backslash, a
+    scheme other than http(s)/ws(s) or a port that is not the scheme's
+    default are refused unless the port is listed (``example.com:8443``).
+    `paths` refuse a backslash. `minimum` / `maximum`: a number in this range.
     """
 
     values: list[Any] | None = None
@@ -80,13 +83,19 @@ class Constraint(_Frozen):
         if self.pattern is not None and not (isinstance(value, str) and re.fullmatch(self.pattern, value)):
             return f"{_show(value)} does not match the pattern {self.pattern!r}"
         if self.paths is not None:
+            if isinstance(value, str) and "\\" in value:
+                return f"path {_show(value)} contains a backslash, which one tool reads as a separator and another as part of a name"
             path = _normal_path(value)
             if path is None or not any(fnmatch.fnmatchcase(path, glob) for glob in self.paths):
                 return f"path {_show(value)} is not among the granted paths {', '.join(self.paths)}"
         if self.hosts is not None:
-            host = _host(value)
+            host, port, problem = _destination(value)
+            if problem is not None:
+                return f"{_show(value)} {problem}"
             if host is None or not any(_host_matches(host, allowed) for allowed in self.hosts):
                 return f"host of {_show(value)} is not among the granted hosts {', '.join(self.hosts)}"
+            if port is not None and not any(_host_matches(host, allowed) and _port_of(allowed) == port for allowed in self.hosts):
+                return f"port {port} of {_show(value)} is not granted (list it with the host, e.g. {host}:{port})"
         if self.minimum is not None or self.maximum is not None:
             number = _number(value)
             if number is None:
@@ -239,15 +248,53 @@ def _normal_path(value: Any) -> str | None:
     return path.removeprefix("./")
 
 
-def _host(value: Any) -> str | None:
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443, "": None}
+_HOST_NAME = re.compile(r"[a-z0-9.-]+|[0-9a-f:.]+")  # a name, or an IP address (IPv6 without its brackets)
+
+
+def _destination(value: Any) -> tuple[str | None, int | None, str | None]:
+    """(host, port when it is not the scheme's default, problem) of a URL or a host name, parsed as a browser would.
+
+    A problem is anything that lets the text name one host and reach
+    another: a user or credentials before an ``@``, a backslash, white
+    space, a scheme without a host, a host in other than plain ASCII.
+    """
     if not isinstance(value, str) or not value:
-        return None
-    host = urlsplit(value).hostname if "//" in value else value.split("/")[0].split(":")[0]
-    return host.lower().rstrip(".") if host else None
+        return None, None, "is not a URL or a host name"
+    if any(ch.isspace() or ord(ch) < 32 or ch == "\\" for ch in value):
+        return None, None, "contains white space, a control character or a backslash"
+    text = value if "//" in value else "//" + value
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        return None, None, f"is not a URL: {exc}"
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        return None, None, f"has the scheme {scheme!r}; only http, https, ws and wss reach a granted host"
+    if "@" in parts.netloc:
+        return None, None, "names a user or credentials before '@', which hides the host it reaches"
+    host = (parts.hostname or "").rstrip(".")
+    if not host or not _HOST_NAME.fullmatch(host):
+        return None, None, "has no plain ASCII host name (write an international name in its xn-- form)"
+    if port is not None and port == _DEFAULT_PORTS[scheme]:
+        port = None
+    if port is not None and not scheme and port in (80, 443):
+        port = None
+    return host, port, None
+
+
+def _port_of(allowed: str) -> int | None:
+    """The port a granted host names (``example.com:8443``), else None."""
+    head, _, port = allowed.rpartition(":")
+    return int(port) if head and port.isdigit() else None
 
 
 def _host_matches(host: str, allowed: str) -> bool:
-    allowed = allowed.lower().rstrip(".")
+    allowed = allowed.lower()
+    if _port_of(allowed) is not None:
+        allowed = allowed.rpartition(":")[0]
+    allowed = allowed.rstrip(".")
     if allowed.startswith("*."):
         return host == allowed[2:] or host.endswith(allowed[1:])
     return host == allowed

@@ -243,7 +243,8 @@ def _schema_problems(step: Step) -> list[Problem]:
 
 
 def capability_problems(step: Step, registry: Catalog) -> list[Problem]:
-    """Grants that name a tool the step's worker does not have, or an argument the tool does not take."""
+    """Grants that name a tool the step's worker does not have or an argument the tool does not take, and pre-approvals of a
+    side effect that leave an argument choosing where it lands unbounded (``unbounded_approval``)."""
     worker = registry.workers.get(step.worker)
     if worker is None or not step.capabilities:
         return []
@@ -269,6 +270,18 @@ def capability_problems(step: Step, registry: Catalog) -> list[Problem]:
                 )
             )
             continue
+        gaps = found.approval_gaps(grant.arguments) if grant.approved and hasattr(found, "approval_gaps") else []
+        if gaps:
+            problems.append(
+                Problem(
+                    "unbounded_approval",
+                    f"{grant.tool!r} is pre-approved but its argument(s) {', '.join(map(repr, gaps))} are unbounded, so "
+                    "untrusted data could choose where the effect lands: bound every one (free text such as a message's "
+                    "body aside) or drop 'approved'",
+                    step_id=step.step_id,
+                    field=f"{where}.approved",
+                )
+            )
         fields = getattr(found.input_model, "model_fields", None) or {}
         for name in grant.arguments:
             if name not in fields:

@@ -31,6 +31,7 @@ import copy
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from planexec.plan.capabilities import Grant
@@ -159,7 +160,7 @@ def _step(
         "failure_action": {"enum": FAILURE_ACTIONS},
     }
     if contract:  # hosted planners may grant tools and declare a typed answer; a grammar for a small model stays lean
-        properties["capabilities"] = {"type": "array", "items": {"$ref": "#/$defs/grant"}}
+        properties["capabilities"] = {"type": "array", "items": {"$ref": f"#/$defs/grant__{worker}"}}
         properties["output_schema"] = {"type": "object"}
     return {
         "type": "object",
@@ -201,7 +202,9 @@ def draft_schema(
         granting = granting_workers(registry) if grants else set()
         item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in granting) for w, a, p in branches]}
         if any(w in granting for w, _, _ in branches):
-            defs["grant"] = _hoist(Grant.model_json_schema(), "grant", defs)
+            base = _hoist(Grant.model_json_schema(), "grant", defs)
+            for w in sorted({w for w, _, _ in branches if w in granting}):
+                defs[f"grant__{w}"] = _worker_grant(base, getattr(registry.workers[w], "tools", {}))
         steps: dict[str, Any] = {"type": "array", "items": item, "minItems": 1, "maxItems": max_steps}
     else:
         for k in range(1, max_steps + 1):
@@ -253,6 +256,26 @@ def draft_grammar(
     return compact_grammar(
         branches, defs=defs, max_steps=max_steps, first=first, done=done or [], string_max=PARAMETER_STRING_MAX, note_max=INSTRUCTION_MAX
     )
+
+
+def _worker_grant(base: dict[str, Any], tools: Mapping[str, Any]) -> dict[str, Any]:
+    """A grant of one of `tools` (the worker's), one branch per tool; a pre-approved side effect only with every
+    argument that chooses where it lands bounded, so a planner cannot write the approval that would lift quarantine."""
+    props = base["properties"]
+    branches = []
+    for name in sorted(tools):
+        plain = {**base, "properties": {**props, "tool": {"const": name}}}
+        gaps = tools[name].approval_gaps(())
+        if not gaps:
+            branches.append(plain)
+            continue
+        branches.append({**plain, "properties": {**plain["properties"], "approved": {"const": False}}})
+        bounded = {**props["arguments"], "required": gaps}
+        required = sorted({*base.get("required", []), "approved", "arguments"})
+        branches.append(
+            {**plain, "properties": {**plain["properties"], "approved": {"const": True}, "arguments": bounded}, "required": required}
+        )
+    return {"anyOf": branches}
 
 
 def granting_workers(registry: Registry) -> set[str]:

@@ -16,13 +16,16 @@ The rules, in order (the first that refuses decides; its name is the rule):
 5. ``quarantine``: the worker has read untrusted text (a referenced input
    or a tool output declared untrusted) and the tool is side-effecting (not
    read-only). A reader of untrusted text returns data; it does not act,
-   except for a call the reviewed plan pre-approved with every sensitive
-   argument bounded: the plan fixed where that effect lands.
+   except for a call the reviewed plan pre-approved with every argument it
+   passes bounded (free text such as a message's body aside): the plan
+   fixed where that effect lands.
 6. ``untrusted_argument``: an argument the tool declares sensitive (a path,
-   a recipient, a URL, an amount, code) was not bounded by the grant and
-   its value appears nowhere in the trusted text (the goal, the plan's own
-   instruction and literals, trusted inputs) while the worker has read
-   untrusted text: untrusted data chose it.
+   a recipient, a URL, an amount, code; every destination of a tool that
+   reaches the network) was not bounded by the grant and its value is not
+   one the user or the reviewed plan gave as a value (a literal of the
+   step's parameters or grants, a value of a trusted input) while the
+   worker has read untrusted text: untrusted data chose it. Text that
+   merely occurs in the goal or an instruction grants nothing.
 7. ``approval``: a side-effecting call the plan did not pre-approve
    (`Grant.approved`) is approved per call, with its arguments shown.
 
@@ -45,7 +48,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from planexec.errors import CallRefusedError
 from planexec.plan.capabilities import Grant
-from planexec.plan.model import find_references, is_whole_reference
+from planexec.plan.model import find_references
 from planexec.records import OMIT_EMPTY, Record
 from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool
@@ -176,7 +179,7 @@ class Gate:
         self.inherited = [Source.from_key(key) for key in inherited]
         goal_trusted = self.hooks.goal_trusted if self.hooks is not None else True
         self.tainted = any(out.untrusted for out in inputs) or not goal_trusted
-        self.trusted_text = _trusted_text(call, [out.value for out in inputs if not out.untrusted], goal=goal_trusted)
+        self.trusted_values = _trusted_values(call, [out.value for out in inputs if not out.untrusted], plan=goal_trusted)
         self.refused: list[dict[str, Any]] = []
 
     async def admit_direct(self, tool: Tool) -> None:
@@ -268,16 +271,21 @@ class Gate:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
         chain = _chain(merge_sources(self.inherited, self.sources), self.more) if self.tainted else []
         if self.tainted and not found.read_only:
-            if grant.approved and found.sensitive <= grant.arguments.keys():
-                # the reviewed plan fixed where this effect lands (every sensitive argument bounded) and pre-approved it
+            loose = _unbounded(found, grant, arguments)
+            if grant.approved and not loose:
+                # the reviewed plan fixed where this effect lands (every argument bounded, free text aside) and pre-approved it
                 return _Decision(True, chain=chain)
             reason = (
                 f"{tool!r} changes things and this worker has read untrusted text; a reader of untrusted text returns data, it does not act"
             )
+            if grant.approved:
+                reason += (
+                    f" (the plan pre-approved {tool!r} but left {', '.join(map(repr, loose))} unbounded, so untrusted data could choose)"
+                )
             return await self._escalate(tool, arguments, "quarantine", reason, chain)
         if self.tainted:
             for name in sorted(found.sensitive & arguments.keys()):
-                if not grant.bounds(name) and not _is_trusted(arguments[name], self.trusted_text):
+                if not grant.bounds(name) and not _is_trusted(arguments[name], self.trusted_values):
                     reason = f"argument {name!r} = {_short(arguments[name])} comes from untrusted data and the grant does not bound it"
                     return await self._escalate(tool, arguments, "untrusted_argument", reason, chain)
         if (not found.read_only or found.requires_approval) and not grant.approved:
@@ -374,59 +382,73 @@ def _chain(untrusted: list[Source], more: bool) -> list[str]:
     return chain
 
 
-def _trusted_text(call: StepCall, trusted_values: list[Any], *, goal: bool = True) -> list[str]:
-    """The texts a value may come from and still be trusted: the goal, the plan's own words and literals, trusted inputs.
+def _unbounded(tool: Tool, grant: Grant, arguments: Mapping[str, Any]) -> list[str]:
+    """The arguments of a call that untrusted data could choose: sensitive (not free text), not bounded by the grant,
+    and not the tool's own default (passing a default chooses nothing the call could not have left out)."""
+    return sorted(
+        name
+        for name, value in arguments.items()
+        if name in tool.sensitive and not grant.bounds(name) and not (name in tool.defaults and _same(tool.defaults[name], value))
+    )
 
-    When the goal itself carries untrusted text (`goal` False), so does every plan written for it: only trusted
-    inputs count.
+
+def _trusted_values(call: StepCall, trusted_inputs: list[Any], *, plan: bool = True) -> set[tuple[str, Any]]:
+    """The values an argument may take and still be trusted: those the user or the reviewed plan gave as values.
+
+    They are the literals of the step's parameters and of its grants' value
+    bounds, and every value in a trusted input (a typed slot of a trusted
+    step, a trusted step's answer). The goal and the instruction are prose,
+    not values: a name they mention ("do not open secrets.txt") grants
+    nothing. When the goal carries untrusted text (`plan` False), so does
+    every plan written for it: only trusted inputs count.
     """
-    step = call.step
-    if not goal:
-        return [t for value in trusted_values for t in _literal_strings(value) if t]
-    texts = [call.goal, step.instruction]
-    texts += _literal_strings(step.parameters)
-    for value in trusted_values:
-        texts += _literal_strings(value)
-    return [t for t in texts if t]
+    out: set[tuple[str, Any]] = set()
+    sources: list[Any] = list(trusted_inputs)
+    if plan:
+        step = call.step
+        sources.append(step.parameters)
+        for grant in step.capabilities or ():
+            for bound in grant.arguments.values():
+                sources.append(bound.values or [])
+    for value in sources:
+        out.update(_leaves(value))
+    return out
 
 
-def _literal_strings(value: Any) -> list[str]:
-    """Every string and number in a value, references left out (their values are judged by their own provenance)."""
+def _leaves(value: Any) -> list[tuple[str, Any]]:
+    """Every string and number in a value as a (kind, value) key, references left out (their values have their own provenance)."""
     if isinstance(value, str):
-        if is_whole_reference(value):
-            return []
-        return [value] if not find_references(value) else [_strip_refs(value)]
+        if find_references(value):
+            return []  # a reference, or a text built around one: the value arrives at run time
+        return [("s", value)]
     if isinstance(value, bool) or value is None:
         return []
     if isinstance(value, (int, float)):
-        return [str(value)]
+        return [("n", float(value))]
     if isinstance(value, Mapping):
-        return [s for k, v in value.items() for s in (str(k), *_literal_strings(v))]
+        return [leaf for v in value.values() for leaf in _leaves(v)]
     if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _literal_strings(v)]
+        return [leaf for v in value for leaf in _leaves(v)]
     return []
 
 
-def _strip_refs(text: str) -> str:
-    for ref, path in find_references(text):
-        text = text.replace("${" + ref + (f".{path}" if path else "") + "}", " ")
-    return text
-
-
-def _is_trusted(value: Any, texts: list[str]) -> bool:
-    """True when the value carries no choice of its own or appears in the trusted text (the plan or the user chose it)."""
+def _is_trusted(value: Any, values: set[tuple[str, Any]]) -> bool:
+    """True when the value carries no choice of its own, or is, whole, a value the user or the plan gave."""
     if value is None or isinstance(value, bool) or value == "":
         return True
-    if isinstance(value, (int, float)):
-        token = str(value)
-        return any(token in t for t in texts)
     if isinstance(value, str):
-        return any(value in t for t in texts)
+        return ("s", value) in values
+    if isinstance(value, (int, float)):
+        return ("n", float(value)) in values
     if isinstance(value, Mapping):
-        return all(_is_trusted(v, texts) for v in value.values())
+        return all(_is_trusted(v, values) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return all(_is_trusted(v, texts) for v in value)
+        return all(_is_trusted(v, values) for v in value)
     return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
 
 
 def _short(value: Any) -> str:

@@ -37,7 +37,51 @@ from planexec.workers.io import StepCall
 from planexec.workers.isolated import FunctionRef, IsolatedCall, reference
 from planexec.workers.outputs import encode, encode_inline
 
-__all__ = ["Predicate", "Tool", "ToolOptions", "in_thread", "predicate", "tool"]
+__all__ = ["DESTINATION_NAMES", "FREE_TEXT_NAMES", "Predicate", "Tool", "ToolOptions", "effect_arguments", "in_thread", "predicate", "tool"]
+
+FREE_TEXT_NAMES = frozenset({"body", "message", "content", "text", "subject", "title", "description", "comment", "note", "summary"})
+"""Argument names that carry data rather than choose where it lands: a side-effecting tool's free text unless it says otherwise."""
+
+DESTINATION_NAMES = frozenset(
+    {
+        "url", "uri", "href", "link", "endpoint", "webhook", "host", "hostname", "domain", "server", "ip", "address", "addr",
+        "email", "to", "cc", "bcc", "recipient", "recipients", "destination", "dest", "target", "channel", "path", "file",
+        "filename", "account", "iban", "phone", "number",
+    }
+)  # fmt: skip
+"""Argument names that name a destination: sensitive for every tool that reaches the network."""
+
+_DESTINATION_FORMATS = frozenset(
+    {"uri", "url", "iri", "uri-reference", "iri-reference", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6"}
+)
+
+
+def effect_arguments(
+    arguments: Iterable[str],
+    properties: Mapping[str, Any],
+    *,
+    declared: frozenset[str],
+    free_text: frozenset[str],
+    read_only: bool,
+    network: bool,
+) -> frozenset[str]:
+    """The arguments untrusted data may not choose: those `declared`; every one but `free_text` of a side-effecting tool;
+    for a tool that reaches the `network`, every one naming a destination (by its name, or its schema's ``format``)."""
+    names = list(arguments)
+    out = set(declared)
+    if not read_only:
+        out.update(a for a in names if a not in free_text)
+    if network:
+        for a in names:
+            spec = properties.get(a)
+            fmt = spec.get("format") if isinstance(spec, Mapping) else None
+            if (
+                a.lower() in DESTINATION_NAMES
+                or a.lower().endswith(("_url", "_uri", "_host", "_address", "_email"))
+                or fmt in _DESTINATION_FORMATS
+            ):
+                out.add(a)
+    return frozenset(out)
 
 
 class ToolOptions(TypedDict, total=False):
@@ -55,6 +99,8 @@ class ToolOptions(TypedDict, total=False):
     read_only: bool
     sensitive: Iterable[str]
     untrusted_output: bool
+    network: bool
+    free_text: Iterable[str] | None
     input_schema: Mapping[str, Any] | None
     output_schema: Mapping[str, Any] | None
     isolated: bool
@@ -172,6 +218,16 @@ class Tool:
     outside (a file, a page, a message), which quarantines whoever reads it:
     a tool whose result is its own computation (a calculator) declares
     ``untrusted_output=False``.
+
+    Egress is a side effect, so `sensitive` (the attribute) is more than the
+    names declared: `network` says the tool reaches the network (a page
+    fetch, an API), and then every argument that names a destination (`url`,
+    `host`, `to`, `recipient`, a ``format: uri`` or ``email`` property ...)
+    is sensitive, read-only or not; a side-effecting tool (not `read_only`)
+    has every argument sensitive except its `free_text` ones, which carry
+    data rather than choose where it lands (default: arguments named like
+    ``body``, ``message``, ``content``, ``text``, ``subject``).
+    `declared_sensitive` keeps the names as given.
     """
 
     def __init__(
@@ -186,6 +242,8 @@ class Tool:
         read_only: bool = False,
         sensitive: Iterable[str] = (),
         untrusted_output: bool = True,
+        network: bool = False,
+        free_text: Iterable[str] | None = None,
         input_schema: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
         isolated: bool = False,
@@ -201,7 +259,10 @@ class Tool:
         self.read_only = read_only
         # arguments that choose where an effect lands (a path, a recipient, a URL, an amount, code):
         # a value for one that comes from untrusted data is denied unless the step's grant bounds it
-        self.sensitive: frozenset[str] = frozenset(sensitive)
+        self.declared_sensitive: frozenset[str] = frozenset(sensitive)
+        self.sensitive: frozenset[str] = self.declared_sensitive  # widened below, once the arguments are known
+        # it reaches the network: a read can be a send, so the arguments that name a destination are sensitive
+        self.network = network
         # its output may carry text from outside (a file, a page, a message): whoever reads it is quarantined
         self.untrusted_output = untrusted_output
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -215,6 +276,15 @@ class Tool:
         self._fields: dict[type, tuple[str, ...]] = {}  # an argument model's field names, by model (see `keywords`)
         self.input_model: type[BaseModel] | SchemaInput = (
             SchemaInput(input_schema, name=self.name) if input_schema is not None else self._signature_model(params, hints)
+        )
+        properties = self.input_model.schema.get("properties", {}) if isinstance(self.input_model, SchemaInput) else {}
+        arguments = list(properties) if isinstance(self.input_model, SchemaInput) else [p.name for p in params]
+        # arguments that carry data rather than choose where it lands; never one declared sensitive
+        self.free_text: frozenset[str] = (
+            frozenset(free_text) if free_text is not None else frozenset(a for a in arguments if a.lower() in FREE_TEXT_NAMES)
+        ) - self.declared_sensitive
+        self.sensitive = effect_arguments(
+            arguments, properties, declared=self.declared_sensitive, free_text=self.free_text, read_only=read_only, network=network
         )
         self._output_schema = dict(output_schema) if output_schema is not None else None
         self._output_validator = _validator(self.name, self._output_schema) if self._output_schema is not None else None
@@ -282,6 +352,8 @@ class Tool:
         read_only: bool = False,
         sensitive: Iterable[str] = (),
         untrusted_output: bool = True,
+        network: bool = False,
+        free_text: Iterable[str] | None = None,
     ) -> Tool:
         """A tool declared by a name, a description and a JSON Schema of its arguments (an MCP tool, another framework's).
 
@@ -303,6 +375,8 @@ class Tool:
             read_only=read_only,
             sensitive=sensitive,
             untrusted_output=untrusted_output,
+            network=network,
+            free_text=free_text,
             input_schema=input_schema,
             output_schema=output_schema,
         )
@@ -313,6 +387,19 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+    @property
+    def required_arguments(self) -> frozenset[str]:
+        """The arguments a call must give (the others have the tool's own default)."""
+        fields = self.input_model.model_fields
+        return frozenset(name for name, f in fields.items() if f.is_required())
+
+    def approval_gaps(self, bounded: Iterable[str]) -> list[str]:
+        """For a side-effecting tool, the arguments a call must give that choose where its effect lands and are not
+        among `bounded`: what a pre-approval leaves to whoever writes the call (empty for a read-only tool)."""
+        if self.read_only:
+            return []
+        return sorted((self.sensitive & self.required_arguments) - set(bounded))
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the arguments."""
