@@ -1,8 +1,8 @@
 """Prompt injection: what an obedient model can be made to do, per mode and approval setting.
 
 Runs the injection suite (`planexec.eval.injection_scenarios.SCENARIOS`,
-thirteen goals over the workspace toolkit, ``send_message`` and
-``transfer``) with `planexec.eval.injection.run_suite`: every scenario
+fifteen goals over the workspace toolkit, ``send_message``, ``transfer``
+and ``fetch_page``) with `planexec.eval.injection.run_suite`: every scenario
 attacked and as its benign twin, as one agent (``single``) and as a team
 following the oracle's plan (``team``), under each approval setting
 (``yes``: everything approved, as ``planexec run --yes``; ``none``: no
@@ -17,7 +17,7 @@ that were asked for, injected out-of-plan reads that ran / were asked
 for, the attack success rate (attacked runs in which any injected call
 ran), the benign utility (benign twins whose outcome holds) and the
 utility under attack. ``--detail`` adds a row per scenario. Takes a few
-seconds (about 0.05 s per run; 156 runs).
+seconds (about 0.1 s per run; 180 runs).
 
 Run from the repository root (planexec installed, e.g. ``pip install -e .``)::
 

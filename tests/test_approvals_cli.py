@@ -226,6 +226,10 @@ def reg():
     def build(name: str) -> str:
         return f"built {name}"
 
+    @reg.tool(read_only=True)
+    def check(name: str) -> str:
+        return f"checked {name}"
+
     @reg.tool
     def ship(name: str) -> str:
         return f"shipped {name}"
@@ -321,7 +325,8 @@ REPLANNED = {
     ],
 }
 REVISION = [{"id": "c", "action": "ship", "parameters": {"name": "c"}, "depends_on": ["a"]}]  # a tool v1 did not grant
-REBUILD = [{"id": "c", "action": "build", "parameters": {"name": "c"}, "depends_on": ["a"]}]  # within what v1 granted
+# changes nothing, so --yes may approve it (a revision that acts waits for a person: see test_attacker_contract.py)
+REBUILD = [{"id": "c", "action": "check", "parameters": {"name": "c"}, "depends_on": ["a"]}]
 
 
 def replanning_engine(reg: Registry, store: SqliteRunStore, plan_approver: PlanApprover, revision=REVISION) -> Engine:

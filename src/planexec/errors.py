@@ -245,12 +245,14 @@ class ToolOutputError(ToolError):
 class CallRefusedError(ToolInputError):
     """The plan's contract refused a tool call (`rule`: not granted, outside its grant, untrusted data chose an argument...).
 
-    `chain` is where the deciding data came from, for the person reading the denial.
+    `chain` is where the deciding data came from, for the person reading the denial. `usage` is what a worker's model
+    calls had used when it stopped (a `planexec.usage.Usage`; None for a refusal before any call).
     """
 
-    def __init__(self, message: str, *, tool: str, rule: str, chain: list[str] | None = None) -> None:
+    def __init__(self, message: str, *, tool: str, rule: str, chain: list[str] | None = None, usage: Any = None) -> None:
         self.rule = rule
         self.chain = list(chain or [])
+        self.usage = usage
         super().__init__(message, tool=tool)
 
 

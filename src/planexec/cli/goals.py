@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
-from planexec import ModelOptions, Plan, Planning, PlanningOptions, ReviewOptions, RunResult, Team, Toolbox
+from planexec import ModelOptions, Plan, Planning, PlanningOptions, ReviewOptions, RunResult, RunStatus, Team, Toolbox
 from planexec.cli import _common as common
 from planexec.cli.approvals import call_approver, run_approvers, step_approver
 from planexec.cli.progress import EventLog, LiveProgress, print_summary, usage_table
@@ -33,7 +33,7 @@ from planexec.library import ReusePlanning
 from planexec.plan import plan_graph, plan_table
 from planexec.policies import Review, ReviewOutcome
 from planexec.runs import run_to_end
-from planexec.stages import ROUTINGS, Planned, Reviewed, Route, Routed, Stage, Started
+from planexec.stages import ROUTINGS, Finished, HandedOff, Planned, Reviewed, Route, Routed, Stage, Started
 from planexec.store import RunStore
 
 __all__ = ["MODES", "add_goal_options", "add_mode_option", "cmd_plan", "cmd_run_goal", "team_from_args"]
@@ -307,8 +307,19 @@ class _GoalFace:
                         f"mode: single (the plan has one step, so one agent works the goal directly, with the tools of {step.worker}: {names})",
                         stderr=True,
                     )
-                await stages.aclose()  # the run goes on; its events reach the display
-                return await common.watch(stage.run, self.display)
+                watched = await common.watch(stage.run, self.display)
+                if watched.status is not RunStatus.INCOMPLETE or stage.mode != "single":
+                    await stages.aclose()  # nothing follows the run but its end
+                    return watched
+            elif isinstance(stage, HandedOff):  # the contract stopped the agent: a plan finishes the goal
+                self.route, self.planning = None, None
+                common.say(
+                    f"the single agent stopped ({stage.result.reason}); a plan finishes the goal, each value read from "
+                    "untrusted text carried as a typed slot and each change under its grant",
+                    stderr=True,
+                )
+            elif isinstance(stage, Finished):
+                return stage.result
         raise AssertionError("a goal's path starts a run or raises")  # pragma: no cover
 
     def _planned(self, planning: Planning) -> None:

@@ -321,6 +321,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 _STYLE = {
     RunStatus.SUCCEEDED: "green",
     RunStatus.PARTIAL: "yellow",
+    RunStatus.INCOMPLETE: "red",
     RunStatus.ABORTED: "red",
     RunStatus.FAILED: "red",
     RunStatus.CANCELLED: "yellow",

@@ -73,6 +73,7 @@ _LOOK = {
 _STATUS_STYLE = {
     RunStatus.SUCCEEDED: "bold green",
     RunStatus.PARTIAL: "bold yellow",
+    RunStatus.INCOMPLETE: "bold red",
     RunStatus.ABORTED: "bold red",
     RunStatus.CANCELLED: "bold yellow",
     RunStatus.REPLAN_REQUESTED: "bold magenta",

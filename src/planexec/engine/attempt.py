@@ -187,7 +187,8 @@ class Attempts:
             except _ReferenceError as exc:
                 return None, _error("reference", exc), time.perf_counter() - t0, ZERO
             except CallRefusedError as exc:  # the contract refused the step's own call: the rule names why
-                return None, _error(exc.rule, exc), time.perf_counter() - t0, meter.total
+                used = exc.usage if isinstance(exc.usage, Usage) and not exc.usage.is_zero() else meter.total
+                return None, _error(exc.rule, exc), time.perf_counter() - t0, used
             except ToolInputError as exc:
                 return None, _error("tool_input", exc), time.perf_counter() - t0, meter.total
             except ToolOutputError as exc:

@@ -1,7 +1,10 @@
 """What a replanner is told and what it answers: the engine's side of replanning.
 
 Owns `ReplanContext` (the goal, the current plan, the finished steps with
-size-bounded outputs, the failure), `Revision` (the steps still to do, and
+size-bounded outputs, the failure; an untrusted output is shown only as its
+short typed slots, never as text that could carry instructions),
+`mark_untrusted` (a revision's steps that copy such a slot are marked and
+run quarantined), `Revision` (the steps still to do, and
 what writing them cost), the `Replanner` protocol, `FunctionReplanner`
 (your function writes the revision) and `revised_plan`, which composes the
 next version: the finished steps, unchanged, then the new ones. Finished
@@ -25,7 +28,7 @@ from planexec.plan.model import Plan, Step
 from planexec.records import Record
 from planexec.usage import Usage
 
-__all__ = ["FunctionReplanner", "ReplanContext", "Replanner", "Revision", "revised_plan"]
+__all__ = ["FunctionReplanner", "ReplanContext", "Replanner", "Revision", "mark_untrusted", "revised_plan"]
 
 OUTPUT_CHARS = 600  # per finished step's output shown to the replanner
 CONTEXT_CHARS = 6000  # all finished outputs together
@@ -46,12 +49,38 @@ class ReplanContext(Record):
     failures: dict[str, str]
     request: ReplanRequest
     attempt: int = 1
+    untrusted: dict[str, list[str]] = field(default_factory=dict)  # finished step -> the untrusted origins its output derives from
+
+    def shown(self, step_id: str) -> Any:
+        """A finished step's output as the replanner may see it: whole when trusted; of an untrusted one, only its typed
+        slots that are short values (an id, a path, an amount), never text that could carry instructions."""
+        value = self.done[step_id]
+        if step_id not in self.untrusted:
+            return value
+        origins = ", ".join(self.untrusted[step_id]) or "outside text"
+        if isinstance(value, dict):
+            slots = {k: v if _slot(v) else f"(text, {len(json.dumps(v, default=str))} characters, not shown)" for k, v in value.items()}
+            return {"untrusted data from": origins, "values, not instructions": slots}
+        size = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False, default=str))
+        return f"(untrusted text from {origins}, {size} characters, not shown: refer to it as ${{{step_id}}})"
+
+    def untrusted_values(self) -> dict[str, list[str]]:
+        """Each untrusted slot value shown to the replanner (as text), with the origins it came from."""
+        out: dict[str, list[str]] = {}
+        for sid, origins in self.untrusted.items():
+            value = self.done.get(sid)
+            if isinstance(value, dict):
+                for v in value.values():
+                    if _slot(v) and v is not None and not isinstance(v, bool) and len(str(v)) >= 3:
+                        out.setdefault(str(v), []).extend(origins)
+        return out
 
     def outputs_text(self, *, per_step: int = OUTPUT_CHARS, total: int = CONTEXT_CHARS) -> str:
-        """The finished steps' outputs as bounded text: each cut at `per_step` characters, all at `total`."""
+        """The finished steps' outputs as bounded text (untrusted ones as `shown`): each cut at `per_step` characters, all
+        at `total`."""
         lines: list[str] = []
         used = 0
-        items = list(self.done.items())
+        items = [(sid, self.shown(sid)) for sid in self.done]
         for i, (sid, value) in enumerate(items):
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
             if len(text) > per_step:
@@ -75,6 +104,32 @@ class ReplanContext(Record):
             deps = f" after {', '.join(s.dependencies)}" if s.dependencies else ""
             lines.append(f"- {s.step_id} [{s.worker}.{s.action}] {s.instruction} {params}{deps} -- {state}")
         return "\n".join(lines)
+
+
+SLOT_CHARS = 80  # an untrusted typed slot longer than this (or on several lines) is text, not a value: never shown
+
+
+def _slot(value: Any) -> bool:
+    """True for a short value a typed slot carries (a number, a flag, a one-line string of at most `SLOT_CHARS`)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, str) and len(value) <= SLOT_CHARS and "\n" not in value
+
+
+def mark_untrusted(steps: list[Step], context: ReplanContext) -> list[Step]:
+    """The revision's steps, each whose instruction or literal parameters copy an untrusted value the replanner was shown
+    marked `Step.untrusted_from` with where it came from (its worker then starts quarantined)."""
+    shown = context.untrusted_values()
+    if not shown:
+        return steps
+    out = []
+    for step in steps:
+        words = [step.instruction, json.dumps(step.parameters, ensure_ascii=False, default=str)]
+        origins = sorted({o for value, where in shown.items() if any(value in w for w in words) for o in where})
+        if origins:
+            step = step.model_copy(update={"untrusted_from": sorted({*(step.untrusted_from or []), *origins})})
+        out.append(step)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,10 +20,11 @@ from planexec.errors import ReplanRequested, RunAbortedError, RunCancelledError,
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
 from planexec.usage import Usage
-from planexec.workers.gate import CallRecord
+from planexec.workers.gate import CONTRACT_STOPS, CallRecord
 from planexec.workers.io import Output, Source, lineage
 
 __all__ = [
+    "CONTRACT_STOPS",
     "ErrorInfo",
     "PlanVersion",
     "ReplanRequest",
@@ -66,6 +67,7 @@ class RunStatus(str, Enum):
     FAILED = "failed"  # it could not go on: an invalid streamed plan, a replan that failed, a budget, a joiner
     NEEDS_DECISION = "needs_decision"  # resumed after a crash, a step that was running needs a person (`planexec resolve`)
     WAITING = "waiting"  # stored and not started: its plan waits for a person's approval, or for a worker to take it (the queue)
+    INCOMPLETE = "incomplete"  # the contract refused a call the work needed (quarantine, an untrusted argument): not done, and why
 
 
 class ErrorInfo(BaseModel):
@@ -76,8 +78,9 @@ class ErrorInfo(BaseModel):
     rule: str = Field(
         description="a step's: timeout, tool_input, tool_output, reference, check_failed, incomplete (out of turns with work left), "
         "worker, exception, approval_required (nobody could approve the step or one of the plan's own calls), approval_denied, "
-        "outside_grant and untrusted_argument (the contract refused the step's own call); a run's: replan_limit, replan_loop, "
-        "replan_invalid, replanner, joiner, budget, plan_rejected, engine"
+        "outside_grant, untrusted_argument and quarantine (the contract refused the step's own call, or a single agent's "
+        "escalation: the run ends incomplete); a run's: replan_limit, replan_loop, replan_invalid, replan_widens, "
+        "replan_effects (a revision that acts, and no person to approve it), replanner, joiner, budget, plan_rejected, engine"
     )
     type: str
     message: str
@@ -259,7 +262,7 @@ class RunResult(BaseModel):
         """Return self when the run succeeded or finished partially; raise the matching `RunError` otherwise."""
         failed = next((s for s, r in self.steps.items() if r.state is StepState.FAILED), None)
         msg = f"run {self.run_id} {self.status.value}" + (f": {self.reason}" if self.reason else "")
-        if self.status is RunStatus.ABORTED:
+        if self.status in (RunStatus.ABORTED, RunStatus.INCOMPLETE):
             raise RunAbortedError(msg, run_id=self.run_id, step_id=failed)
         if self.status is RunStatus.CANCELLED:
             raise RunCancelledError(msg, run_id=self.run_id)

@@ -26,6 +26,7 @@ run or the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from planexec.engine.approval import PlanEdit
@@ -40,7 +41,7 @@ from planexec.engine.events import (
     RollbackStarted,
 )
 from planexec.engine.join import JoinContext, JoinDecision, Joiner, JoinerError
-from planexec.engine.replan import ReplanContext, Revision, revised_plan
+from planexec.engine.replan import ReplanContext, Revision, mark_untrusted, revised_plan
 from planexec.engine.results import PlanVersion, ReplanRequest, RunResult, RunStatus, StepState
 from planexec.engine.state import RunControl, RunState
 from planexec.errors import PlanningError, PlanParseError, PlanValidationError
@@ -48,7 +49,7 @@ from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan
 from planexec.usage import Usage
-from planexec.workers.grants import widening
+from planexec.workers.grants import side_effects, widening
 
 __all__ = ["Revisions"]
 
@@ -209,7 +210,14 @@ class Revisions:
         self._tried.add(remaining_hash([s for s in plan.steps if s.step_id not in done], done))
         if not self._versions:
             self._versions.append(PlanVersion(version=plan.version, plan=plan))
-        context = ReplanContext(goal=plan.goal, plan=plan, done=done, failures=failures, request=request, attempt=self._replans + 1)
+        untrusted = {
+            sid: [s.label() for s in r.output.provenance.untrusted_origins()]
+            for sid, r in state.records.items()
+            if sid in done and r.output is not None and r.output.untrusted
+        }
+        context = ReplanContext(
+            goal=plan.goal, plan=plan, done=done, failures=failures, request=request, attempt=self._replans + 1, untrusted=untrusted
+        )
         run._emit(ReplanStarted, version=plan.version, reason=request.reason, source=request.source, step_id=request.step_id)
         revision, error, cancelled = await self._bounded(REPLAN_TASK, replanner.replan(context))
         self._replans += 1
@@ -226,6 +234,8 @@ class Revisions:
         if not isinstance(revision, Revision):
             run._stop("replanner", f"the replanner returned {type(revision).__name__}, not a Revision", request)
             return False
+        if self._config.enforce_contract:  # a step whose words copy untrusted values the replanner saw runs quarantined
+            revision = dataclasses.replace(revision, steps=mark_untrusted(list(revision.steps), context))
         return await self._go_on(plan, revision, done, request)
 
     async def _go_on(self, plan: Plan, revision: Revision, done: dict[str, Any], request: ReplanRequest) -> bool:
@@ -291,6 +301,14 @@ class Revisions:
                     + "; ".join(wider),
                 )
                 return False
+            acting = side_effects(plan, self._host.registry, [*diff.added, *diff.changed])
+            if acting and not getattr(approver, "person", False):
+                self._run._stop(
+                    "replan_effects",
+                    f"revision v{plan.version} adds steps that change things, and no person is here to approve it (--yes and "
+                    "policies never approve a revision's side effects: its replanner read the run's outputs): " + "; ".join(acting),
+                )
+                return False
         if approver is None:
             return True
         run = self._run
@@ -341,7 +359,7 @@ class Revisions:
         """After an abort that followed side effects, run the plan's rollback steps as a sub-run; its result, or None."""
         state, run = self._state, self._run
         current = state.plan
-        if current.rollback_plan is None or state.status is not RunStatus.ABORTED:
+        if current.rollback_plan is None or state.status not in (RunStatus.ABORTED, RunStatus.INCOMPLETE):
             return None
         effects = [
             sid for sid, r in state.records.items() if r.state is StepState.SUCCEEDED and not self._host.is_idempotent(state.steps[sid])

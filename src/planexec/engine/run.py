@@ -50,7 +50,17 @@ from planexec.engine.events import (
     utcnow,
 )
 from planexec.engine.history import History
-from planexec.engine.results import ErrorInfo, PlanVersion, ReplanRequest, RunResult, RunStatus, StepRecord, StepState, refused_by_rule
+from planexec.engine.results import (
+    CONTRACT_STOPS,
+    ErrorInfo,
+    PlanVersion,
+    ReplanRequest,
+    RunResult,
+    RunStatus,
+    StepRecord,
+    StepState,
+    refused_by_rule,
+)
 from planexec.engine.resume import Resumption
 from planexec.engine.revisions import Revisions
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_error, update_record
@@ -257,7 +267,8 @@ class Run:
                 usage = usage + r.usage
         if status is RunStatus.RUNNING:
             status = RunStatus.PARTIAL if failed else RunStatus.SUCCEEDED
-        rollback = await self._revisions.rollback() if status is RunStatus.ABORTED and not interrupted else None
+        stopped = status in (RunStatus.ABORTED, RunStatus.INCOMPLETE)
+        rollback = await self._revisions.rollback() if stopped and not interrupted else None
         answer = None
         extra = ZERO
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
@@ -552,7 +563,9 @@ class Run:
         rec.state, rec.error, rec.finished_at = StepState.FAILED, error, utcnow()
         rec.reason = f"failure action: {then}"
         state.sched.failed(sid)
-        if then == "abort":
+        if then == "abort" and error.rule in CONTRACT_STOPS:  # refused, not broken: the work is not done, and the run says why
+            self._end(RunStatus.INCOMPLETE, f"refused: step {sid!r} could not do its work ({error.render()})", from_step=True)
+        elif then == "abort":
             self._end(RunStatus.ABORTED, f"step {sid!r} failed ({error.render()}); failure action abort", from_step=True)
         elif then == "replan":
             source = "check_failed" if error.rule == "check_failed" else "failure_action"

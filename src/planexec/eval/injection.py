@@ -54,19 +54,24 @@ from planexec.eval.injection_report import (
 from planexec.plan.model import Plan, resolve_references
 from planexec.records import Record
 from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
+from planexec.team.stages import Finished
 from planexec.team.team import Team
-from planexec.testing import ObedientModel
+from planexec.testing import ObedientModel, ScriptedModel
 from planexec.workers.registry import TOOL_WORKER
+from planexec.workers.roles import role_prompt
 from planexec.workers.toolkit import default_toolkit
 from planexec.workers.tools import Tool
+from planexec.workers.worker import RoleWorker
 
 __all__ = [
+    "BROWSER",
     "NEW_PLAN_FIELDS",
     "CallLog",
     "Expect",
     "Match",
     "Scenario",
     "ScriptedPerson",
+    "fetch_page",
     "load_plan",
     "play",
     "run_suite",
@@ -74,6 +79,9 @@ __all__ = [
     "suite_tools",
     "transfer",
 ]
+
+BROWSER = "browser"
+"""The suite's extra role: a researcher that may also fetch pages (`fetch_page`)."""
 
 NEW_PLAN_FIELDS = ("capabilities", "output_schema")
 """Step fields the scenarios' plans carry that a plan model may not know yet (`load_plan` strips them there)."""
@@ -169,12 +177,23 @@ def transfer(account: str, amount: float) -> str:
     return f"transferred {amount:.2f} to {account}"
 
 
+PAGES = {"https://status.example/today": "Service status page\nstatus: green\nAll systems normal.\n"}
+"""The pages `fetch_page` knows; any other URL answers "404 not found" (nothing leaves the machine: the call log counts it)."""
+
+
+def fetch_page(url: str) -> str:
+    """Fetch a web page (reaches the network: what its URL carries leaves the machine)."""
+    return PAGES.get(url, f"404 not found: {url}")
+
+
 def suite_tools(workspace: str | Path) -> list[Tool]:
-    """The workspace toolkit bound to `workspace`, plus `send_message` and `transfer` (side-effecting, sensitive arguments)."""
+    """The workspace toolkit bound to `workspace`, plus `send_message` and `transfer` (side-effecting, sensitive arguments)
+    and `fetch_page` (read-only, reaches the network: its URL is a destination)."""
     return [
         *default_toolkit(workspace),
         Tool(send_message, sensitive=("to",)),
         Tool(transfer, sensitive=("account", "amount")),
+        Tool(fetch_page, read_only=True, network=True),
     ]
 
 
@@ -190,7 +209,7 @@ class CallLog:
 
         def note(kwargs: dict[str, Any]) -> None:
             arguments = {k: v for k, v in kwargs.items() if k not in injected}
-            self.calls.append(ExecutedCall(tool=tool.name, arguments=arguments, read_only=tool.read_only))
+            self.calls.append(ExecutedCall(tool=tool.name, arguments=arguments, read_only=tool.read_only and not tool.network))
 
         def logged(**kwargs: Any) -> Any:
             note(kwargs)
@@ -246,17 +265,30 @@ def load_plan(data: Mapping[str, Any]) -> tuple[Plan, list[str]]:
 
 
 def _team(
-    model: ObedientModel, workspace: Path, tools: list[Tool], approval: Approval, person: ScriptedPerson, mode: RunMode, *, defences: bool
+    model: ObedientModel,
+    workspace: Path,
+    tools: list[Tool],
+    approval: Approval,
+    person: ScriptedPerson,
+    mode: RunMode,
+    *,
+    defences: bool,
+    oracle: Mapping[str, Any] | None = None,
 ) -> Team:
-    """A team on the obedient model: every role, the logged tools, no store, no replanning; approvals as `approval` says."""
+    """A team on the obedient model: every role, the logged tools, no store, no replanning; approvals as `approval` says.
+
+    The planner is the oracle: asked (a single agent the contract stopped hands its goal to a plan), it answers with
+    the scenario's plan.
+    """
     if approval == "yes":
         review = ReviewOptions(auto_approve=True)  # what `planexec run --yes` does: approve the plan, every step, the agent's tools
     elif approval == "person":
         review = ReviewOptions(approver=person, reviewer=person, call_approver=person)
     else:
         review = ReviewOptions()
-    return Team(
-        model,
+    planner = ScriptedModel([json.dumps({"steps": list((oracle or {}).get("steps", []))})]) if oracle else model
+    team = Team(
+        planner,
         tools=tools,
         mode="single" if mode == "single" else "plan",
         config=Config(),
@@ -265,6 +297,19 @@ def _team(
         review=review,
         engine=EngineConfig(max_replans=0, enforce_contract=defences),
     )
+    # a researcher that may also fetch pages (the built-in one reads only the workspace)
+    browsing = [team.registry.tools[name] for name in ("read_file", "fetch_page") if name in team.registry.tools]
+    team.registry.add_worker(
+        RoleWorker(
+            BROWSER,
+            model=model,
+            description="Reads files and web pages.",
+            system_prompt=role_prompt("researcher"),
+            tools=browsing,
+            tasks=("research",),
+        )
+    )
+    return team
 
 
 def _plan_tool_calls(plan: Plan, result: RunResult | None) -> list[tuple[str, dict[str, Any]]]:
@@ -307,9 +352,15 @@ def _first_failure(result: RunResult) -> str | None:
 
 
 async def _execute(scenario: Scenario, plan: Plan, team: Team, mode: RunMode, approval: Approval) -> RunResult:
-    if mode == "single":  # --yes and a person gate the agent's step, so it may use tools that need approval
-        run = team.start_single(scenario.agent_goal(), requires_approval=approval != "none")
-        return await run.result()
+    if mode == "single":  # the goal's path in single mode: the agent, then a plan when the contract stops it
+        gated = approval != "none"  # --yes and a person gate the agent's step, so it may use tools that need approval
+        stages = team.iter(
+            scenario.agent_goal(), mode="single", events=False, run_options=lambda p, o: {} if o else {"requires_approval": gated}
+        )
+        async for stage in stages:
+            if isinstance(stage, Finished):
+                return stage.result
+        raise AssertionError("a goal's path ends with its result or raises")  # pragma: no cover
     return await team.execute(plan)
 
 
@@ -332,14 +383,13 @@ def play(
         model = ObedientModel(supports_tools=tool_calling == "native")
         log, person = CallLog(), ScriptedPerson()
         tools = [log.wrap(t) for t in suite_tools(workspace)]
-        read_only = {t.name: t.read_only for t in tools}
+        read_only = {t.name: t.read_only and not t.network for t in tools}  # a send is an effect, even by a read-only tool
         t0 = time.perf_counter()
         result: RunResult | None = None
         error = None
         try:
-            result = run_to_end(
-                _execute(scenario, plan, _team(model, workspace, tools, approval, person, mode, defences=defences), mode, approval)
-            )
+            team = _team(model, workspace, tools, approval, person, mode, defences=defences, oracle=scenario.plan)
+            result = run_to_end(_execute(scenario, plan, team, mode, approval))
         except PlanexecError as exc:  # a plan refused before it ran is an outcome too: nothing ran
             error = f"{type(exc).__name__}: {exc}"
         else:

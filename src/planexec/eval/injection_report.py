@@ -33,7 +33,8 @@ APPROVALS: tuple[Approval, ...] = ("yes", "none", "person")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutedCall(Record):
-    """A tool call whose function ran, with the arguments it received; `read_only` as the tool declares."""
+    """A tool call whose function ran, with the arguments it received; `read_only` when the tool neither changes things nor
+    reaches the network (a send is an effect, even by a read-only tool)."""
 
     tool: str
     arguments: dict[str, Any] = field(default_factory=dict)

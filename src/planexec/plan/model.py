@@ -270,6 +270,12 @@ class Step(_Record):
     output_schema: dict[str, Any] | None = Field(
         None, description="JSON Schema the worker's answer must match: a typed slot later steps can reference"
     )
+    untrusted_from: list[str] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,  # absent unless set: plans without it keep their hashes
+        description="set by the engine on a step a replanner wrote with words copied from untrusted output (these origins): "
+        "its worker starts quarantined and its literals are not trusted values",
+    )
 
     @field_validator("success_criteria", mode="before")
     @classmethod

@@ -297,10 +297,14 @@ class Planner:
         problems = validate_plan(plan, self.registry)
         return (None, problems) if problems else (plan, [])
 
-    async def draft(self, goal: str, *, plan_id: str | None = None) -> Planning:
-        """Plan `goal`, repairing as needed; the plan with every draft, or `PlanningError`."""
+    async def draft(self, goal: str, *, plan_id: str | None = None, note: str | None = None) -> Planning:
+        """Plan `goal`, repairing as needed; the plan with every draft, or `PlanningError`. `note` is trusted context read
+        after the goal (what a single agent did before it handed the goal over); the plan's goal stays `goal`."""
         plan_id = plan_id or plan_id_for(goal)
-        return await self.attempts(self.messages(goal), lambda text: self.check(text, goal, plan_id), goal=goal)
+        messages = self.messages(goal)
+        if note:
+            messages[-1] = Message(role="user", content=f"{messages[-1].content}\n\n{note}")
+        return await self.attempts(messages, lambda text: self.check(text, goal, plan_id), goal=goal)
 
     async def attempts(
         self,

@@ -6,7 +6,9 @@ Owns `AGENT_WORKER`, `agent_worker` (a `RoleWorker` whose system prompt is
 `single_registry` (the agent over a registry's tools), and
 `start_single`/`run_single`, which run that plan through the `Engine`, so a
 single-agent run has the same events, usage accounting and `RunResult` as a
-team run and the two can be compared on equal terms. The agent uses the same
+team run and the two can be compared on equal terms; and `handoff_note`,
+what a planner is told when the agent stopped because the contract refused
+a call after it read untrusted text (trusted context only). The agent uses the same
 `Model` interface and tool calling as the team's roles (native, or JSON mode
 for models without native tool calls). Imports `engine`, `registry`,
 `workers`, `plan`, `plan_schema`, `toolcalls` and `models.base`; never the
@@ -20,7 +22,7 @@ from typing import Any
 
 from planexec.engine.config import EngineConfig
 from planexec.engine.engine import Engine, Run
-from planexec.engine.results import RunResult
+from planexec.engine.results import CONTRACT_STOPS, RunResult, RunStatus
 from planexec.models.base import Model
 from planexec.plan.model import Plan, Step
 from planexec.planning.draft_schema import plan_id_for
@@ -32,14 +34,17 @@ from planexec.workers.tool_calls import prompt_file
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
-__all__ = ["AGENT_WORKER", "agent_worker", "run_single", "single_plan", "single_registry", "start_single"]
+__all__ = ["AGENT_WORKER", "agent_worker", "handoff_note", "run_single", "single_plan", "single_registry", "start_single"]
 
 AGENT_WORKER = "agent"
 AGENT_STEP = "agent"
 
 
 class _AgentWorker(RoleWorker):
-    """A role worker whose task message is the goal itself when the step's instruction is the goal."""
+    """A role worker whose task message is the goal itself when the step's instruction is the goal; a refused escalation
+    ends its step (see `RoleWorker.stops_on_escalation`)."""
+
+    stops_on_escalation = True
 
     def render_task(self, call: StepCall) -> str:
         """The goal alone for the single-agent step (no goal repeated as a task); a role's message otherwise."""
@@ -158,3 +163,34 @@ async def run_single(
         requires_approval=requires_approval,
     )
     return await run.result()
+
+
+def handoff_note(result: RunResult, registry: Registry | None = None) -> str | None:
+    """What the planner reads when a single agent's run ended `incomplete` because the contract refused an escalation
+    (it read untrusted text, then needed a side effect or chose a sensitive argument from what it read); else None.
+
+    Only trusted context: that the agent stopped, and the side effects it made
+    before it read anything untrusted (so the plan does not repeat them).
+    Never the untrusted text, nor the call it was refused: after reading, the
+    tool it asked for may be the attacker's choice.
+    """
+    record = result.steps.get(AGENT_STEP)
+    if result.status is not RunStatus.INCOMPLETE or record is None or record.error is None or record.error.rule not in CONTRACT_STOPS:
+        return None
+    tools = registry.tools if registry is not None else {}
+    done = []
+    for c in record.calls:
+        found = tools.get(c.tool)
+        if c.ran and c.allowed and not c.chain and (found is None or not found.read_only):
+            args = ", ".join(f"{k}={v!r}" for k, v in c.arguments.items())
+            done.append(f"- {c.tool}({args})")
+    lines = [
+        "A single agent began this goal and stopped before finishing: after it read untrusted text, the plan's contract "
+        f"refused a call it asked for ({record.error.rule}). Plan the whole goal as steps so the work is done safely: read "
+        "in reading steps; when a later step needs a value found by reading (an amount, a recipient, a file name), give "
+        'the reading step an "output_schema" and refer to the field; make each change its own step, with a grant that '
+        "bounds where it lands.",
+    ]
+    if done:
+        lines.append("These calls already ran before it read anything; do not plan them again:\n" + "\n".join(done))
+    return "\n\n".join(lines)

@@ -114,6 +114,10 @@ class PlanningOptions:
     templates of the store answer a goal that fits (True, False, or the
     matchers, ``["rules"]``: never a model call). `joiner`: after the steps
     a model decides to finish or replan (True, a `Joiner`, or False).
+    `handoff`: a single agent that the contract stops (it read untrusted
+    text, then needed a side effect) hands the goal to a plan, whose steps
+    carry the values found by reading as typed slots and each effect under
+    its grant; False ends it `incomplete`.
     """
 
     routing: Routing | None = None
@@ -125,6 +129,7 @@ class PlanningOptions:
     plan_format: Literal["json", "compact"] | None = None
     reuse: bool | Sequence[str] | None = None
     joiner: bool | Joiner | None = None
+    handoff: bool = True
 
     def __post_init__(self) -> None:
         if self.routing is not None and self.routing not in ROUTINGS:

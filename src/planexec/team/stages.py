@@ -2,8 +2,9 @@
 queued), each event, finished.
 
 Owns the stage records (`Routed`, `Planned`, `WaitingForPerson`,
-`Reviewed`, `Started`, `Queued`, `EventSeen`, `Finished`; `Stage` is any
-of them). A goal submitted to the store's queue (`Team.submit`) ends with
+`Reviewed`, `Started`, `Queued`, `EventSeen`, `HandedOff`, `Finished`;
+`Stage` is any of them). A single agent that the contract stopped hands the
+goal to a plan (`HandedOff`), and a second run follows. A goal submitted to the store's queue (`Team.submit`) ends with
 `Queued` instead of `Started`: a worker runs it, and its events are the
 store's.
 Each is frozen, says its `kind`, and has a JSON form (`to_dict`) a face can
@@ -27,7 +28,7 @@ from planexec.plan.drafts import Planning
 from planexec.plan.model import Plan
 from planexec.planning.router import Route
 
-__all__ = ["EventSeen", "Finished", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
+__all__ = ["EventSeen", "Finished", "HandedOff", "Planned", "Queued", "Reviewed", "Routed", "Stage", "Started", "WaitingForPerson"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,5 +161,22 @@ class Finished:
         return {"kind": self.kind, "run_id": self.result.run_id, "status": self.result.status.value, "answer": self.result.answer}
 
 
-Stage = Routed | Planned | WaitingForPerson | Reviewed | Started | Queued | EventSeen | Finished
+@dataclass(frozen=True, slots=True)
+class HandedOff:
+    """The single agent's run ended `incomplete`: it read untrusted text, then the contract refused a call it needed.
+
+    `result` is that run's; `note` what the planner is told (trusted context
+    only). The stages go on with the plan's: planned, reviewed, started, finished.
+    """
+
+    kind: ClassVar[str] = "handed_off"
+    result: RunResult
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form as Python data: the agent's run, why it stopped."""
+        return {"kind": self.kind, "run_id": self.result.run_id, "status": self.result.status.value, "reason": self.result.reason}
+
+
+Stage = Routed | Planned | WaitingForPerson | Reviewed | Started | Queued | EventSeen | HandedOff | Finished
 """Any stage of a goal's path."""

@@ -55,10 +55,10 @@ from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team import queueing
-from planexec.team.agent import single_plan, single_registry, start_single
+from planexec.team.agent import handoff_note, single_plan, single_registry, start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox
-from planexec.team.stages import EventSeen, Finished, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
+from planexec.team.stages import EventSeen, Finished, HandedOff, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
 from planexec.telemetry.setup import active, configure, traced
 from planexec.usage import Usage
@@ -188,6 +188,7 @@ class Team:
         # the engine's own settings: as given, else planexec.toml's over the engine's defaults; the team's seed
         self.engine_config: EngineConfig = EngineConfig.from_config(self.config, engine, seed=seed)
         self.joiner = self._joiner(planning.joiner if planning.joiner is not None else bool(self.config.joiner))
+        self.handoff = planning.handoff
         self.reuse = matchers_of(planning.reuse if planning.reuse is not None else self.config.reuse)  # () is off
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
         self.runner: RunnerConfig = runner if runner is not None else self.config.runner
@@ -311,17 +312,18 @@ class Team:
             return Route(mode="plan", reason="planned first: a plan of one step is worked directly, several by the team", by="planner")
         return await self.route(goal)
 
-    async def plan(self, goal: str) -> Planning:
+    async def plan(self, goal: str, *, note: str | None = None) -> Planning:
         """Plan only: the validated plan, every draft and their usage; `PlanningError` when the planner gives up.
 
         With reuse on and templates in the store, a `ReusePlanning`: the plan
         of the template that fits (chosen by rules, or by the workers' model),
-        or the planner's with the reason none was reused.
+        or the planner's with the reason none was reused. `note` is trusted
+        context the planner reads after the goal (a single agent's handoff).
         """
         with goal_scope(self, goal):  # traced: under the span the goal's run will take
-            templates = latest_templates(self.store) if self.reuse else []
+            templates = latest_templates(self.store) if self.reuse and note is None else []
             if not templates:
-                return await self.planner.draft(goal)
+                return await self.planner.draft(goal, note=note)
             return await plan_with_reuse(goal, self.planner, templates, model=self.models.worker, matchers=self.reuse)
 
     def plan_sync(self, goal: str) -> Planning:
@@ -372,12 +374,14 @@ class Team:
         overhead: Mapping[str, Usage] | None = None,
         run_id: str | None = None,
         validate: bool = True,
+        setup: Mapping[str, Any] | None = None,
         **engine_overrides: Any,
     ) -> Run:
-        """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle."""
+        """Start a reviewed plan on the team's engine in the current event loop; returns the `Run` handle. `setup` adds to
+        what `RunStarted` records (``continues``: the single agent's run this one took over from)."""
         engine = self.engine(**engine_overrides)
         overhead = reuse_overhead(planning, overhead)  # a template chosen by a model: that call counts
-        setup = self.setup(planning)
+        setup = self.setup(planning, **(setup or {}))
         run = start_run(
             lambda: engine.start(plan, run_id=run_id, planning=planning, overhead=overhead, validate=validate, setup=setup),
             owner=self,
@@ -601,25 +605,43 @@ class Team:
             async for stage in self._until_started(goal, mode=mode, run_id=run_id or new_run_id(), submit=submit):
                 yield stage
             return
-        run: Run | None = None
+        started: Started | None = None
         with run_dependencies(deps):  # the run's tasks, and the tool threads they start, inherit it
             if active() is None:
                 async for stage in self._until_started(goal, mode=mode, run_id=run_id, run_options=run_options):
                     yield stage
                     if isinstance(stage, Started):
-                        run = stage.run
+                        started = stage
             else:
                 run_id = run_id or new_run_id()  # known before planning: the planner's calls carry it
                 with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
                     async for stage in self._until_started(goal, mode=mode, run_id=run_id, run_options=run_options):
                         yield stage
                         if isinstance(stage, Started):
-                            run = stage.run
-        assert run is not None  # _until_started ends with Started or raises
+                            started = stage
+        assert started is not None  # _until_started ends with Started or raises
         if events:
-            async for event in run.events():
+            async for event in started.run.events():
                 yield EventSeen(event)
-        yield Finished(await run.result())
+        result = await started.run.result()
+        note = handoff_note(result, self.registry) if started.mode == "single" and self.handoff else None
+        if note is not None:  # the agent read untrusted text, then needed a side effect: a plan does the rest
+            yield HandedOff(result, note)
+            again: Started | None = None
+            with run_dependencies(deps):
+                spent = {"agent": result.usage}  # what the agent used counts in the run that finishes the goal
+                async for stage in self._until_started(
+                    goal, mode="plan", run_id=None, run_options=run_options, note=note, spent=spent, continues=result.run_id
+                ):
+                    yield stage
+                    if isinstance(stage, Started):
+                        again = stage
+            assert again is not None
+            if events:
+                async for event in again.run.events():
+                    yield EventSeen(event)
+            result = await again.run.result()
+        yield Finished(result)
 
     async def start_goal(self, goal: str, *, mode: Mode | None = None, run_id: str | None = None) -> Run:
         """Route, plan and review `goal`, then start the run; returns its handle (see `run`)."""
@@ -640,12 +662,15 @@ class Team:
         run_id: str | None,
         submit: Submission | None = None,
         run_options: RunOptions | None = None,
+        note: str | None = None,
+        spent: Mapping[str, Usage] | None = None,
+        continues: str | None = None,
     ) -> AsyncIterator[Stage]:
         options = run_options or (lambda plan, outcome: {})
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-        overhead: dict[str, Usage] = {}
+        overhead: dict[str, Usage] = dict(spent or {})
         routed: Route | None = None
         if mode == "auto":
             routed = await self.route_goal(goal)
@@ -665,7 +690,7 @@ class Team:
                 self.start_streaming(goal, run_id=run_id, **options(None, None)), "stream", "steps start while the plan is written"
             )
             return
-        planning = await self.plan(goal)
+        planning = await self.plan(goal, note=note)
         yield Planned(planning)
         if routed is not None and routed.by != "template" and len(planning.plan.steps) == 1:  # nothing to coordinate
             step = planning.plan.steps[0]
@@ -691,12 +716,13 @@ class Team:
         extra = dict(options(outcome.plan, outcome))
         waits = outcome.decision == "wait" and (extra.get("plan_approver") or self.review_options.plan_approver) is not None
         if not outcome.approved and not waits:
-            spent = sum(overhead.values(), planning.usage)
-            raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=planning.plan.plan_id, usage=spent)
+            used = sum(overhead.values(), planning.usage)
+            raise PlanRejectedError(outcome.reason, by=outcome.by, plan_id=planning.plan.plan_id, usage=used)
         if outcome.edited:  # the reviewer's edit runs, not the planner's draft
             check_plan(outcome.plan, self.registry)
             planning = dataclasses.replace(planning, plan=outcome.plan)
-        run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited, **extra)
+        more = {"continues": continues} if continues else {}
+        run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited, setup=more, **extra)
         yield Started(run, "plan", "its plan waits for a person in the store" if waits else "a team follows the reviewed plan")
 
     def _fits_a_template(self, goal: str) -> bool:

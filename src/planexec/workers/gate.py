@@ -53,9 +53,23 @@ from planexec.records import OMIT_EMPTY, Record
 from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool
 
-__all__ = ["GATE_HOOKS", "NO_APPROVER", "CallApprover", "CallRecord", "CallRequest", "Gate", "GateHooks", "admit_direct", "default_grants"]
+__all__ = [
+    "CONTRACT_STOPS",
+    "GATE_HOOKS",
+    "NO_APPROVER",
+    "CallApprover",
+    "CallRecord",
+    "CallRequest",
+    "Gate",
+    "GateHooks",
+    "admit_direct",
+    "default_grants",
+]
 
 RequestKind = Literal["call", "escalation"]
+CONTRACT_STOPS = frozenset({"quarantine", "untrusted_argument"})
+"""The escalations: refused (no person approved), they stop a single agent's work and a tool step's own call, and the run
+ends `incomplete` with the reason."""
 _SHOWN = 2_000  # characters of a string argument kept in a request or a record
 NO_APPROVER = (
     "no approver is configured: approve the plan's own calls with --yes (or call_approver=approve_calls), "
@@ -178,8 +192,12 @@ class Gate:
         inherited, self.more = derive_untrusted((), inputs)  # the untrusted origins its inputs name
         self.inherited = [Source.from_key(key) for key in inherited]
         goal_trusted = self.hooks.goal_trusted if self.hooks is not None else True
-        self.tainted = any(out.untrusted for out in inputs) or not goal_trusted
-        self.trusted_values = _trusted_values(call, [out.value for out in inputs if not out.untrusted], plan=goal_trusted)
+        # a step a replanner wrote with words copied from untrusted output: its own words are untrusted too
+        self.marked = list(step.untrusted_from or [])
+        self.tainted = any(out.untrusted for out in inputs) or not goal_trusted or bool(self.marked)
+        self.trusted_values = _trusted_values(
+            call, [out.value for out in inputs if not out.untrusted], plan=goal_trusted and not self.marked
+        )
         self.refused: list[dict[str, Any]] = []
 
     async def admit_direct(self, tool: Tool) -> None:
@@ -205,18 +223,24 @@ class Gate:
                 tool=tool.name,
                 rule="outside_grant",
             )
+        marked = list(call.step.untrusted_from or [])
         for name in sorted(tool.sensitive & call.parameters.keys()):
             if grant is not None and grant.bounds(name):
                 continue
             refs = {ref for ref, _ in find_references(call.step.parameters.get(name))}
             tainted = [out for sid, out in call.context.items() if sid in refs and out.untrusted]
-            if not tainted:
+            if not tainted and not marked:
                 continue
-            chain = _chain(
+            chain = marked + _chain(
                 merge_sources(*(out.provenance.untrusted_origins() for out in tainted)), any(o.provenance.more_untrusted for o in tainted)
             )
             value = call.parameters[name]
-            reason = f"argument {name!r} = {_short(value)} comes from untrusted data and no grant bounds it"
+            reason = (
+                f"argument {name!r} = {_short(value)} comes from untrusted data and no grant bounds it (a tool whose output is "
+                "its own computation, not outside text, declares untrusted_output=False)"
+            )
+            if marked and not tainted:
+                reason = f"argument {name!r} = {_short(value)} was written by a replanner from untrusted output and no grant bounds it"
             decision = await self._escalate(tool.name, call.parameters, "untrusted_argument", reason, chain)
             if not decision.allowed:
                 raise CallRefusedError(
@@ -269,7 +293,7 @@ class Gate:
             return self._refused(tool, arguments, "outside_grant", f"argument {name!r}: {why}")
         if grant.max_calls is not None and self.counts.get(tool, 0) >= grant.max_calls:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
-        chain = _chain(merge_sources(self.inherited, self.sources), self.more) if self.tainted else []
+        chain = [*self.marked, *_chain(merge_sources(self.inherited, self.sources), self.more)] if self.tainted else []
         if self.tainted and not found.read_only:
             loose = _unbounded(found, grant, arguments)
             if grant.approved and not loose:
@@ -370,7 +394,7 @@ class Gate:
 
 async def admit_direct(call: StepCall, tool: Tool, tools: Mapping[str, Tool]) -> None:
     """`Gate.admit_direct` for a step that names the tool; free when no grant bounds it and no sensitive argument takes a referenced value."""
-    if (tool.sensitive and call.context) or call.step.capabilities is not None:
+    if (tool.sensitive and call.context) or call.step.capabilities is not None or call.step.untrusted_from:
         await Gate(call, tools).admit_direct(tool)
 
 
@@ -388,7 +412,7 @@ def _unbounded(tool: Tool, grant: Grant, arguments: Mapping[str, Any]) -> list[s
     return sorted(
         name
         for name, value in arguments.items()
-        if name in tool.sensitive and not grant.bounds(name) and not (name in tool.defaults and _same(tool.defaults[name], value))
+        if name in tool.chooses and not grant.bounds(name) and not (name in tool.defaults and _same(tool.defaults[name], value))
     )
 
 

@@ -4,8 +4,10 @@ Owns `effective_grants` (a role step's capabilities, or all its worker's
 tools when it has none), `implied_grant` (what a step that names a tool
 itself grants: that tool, with its sensitive literal arguments fixed) and
 `widening` (the grants a new plan version holds that the version it revises
-did not: a new tool, a wider path, a new recipient). The engine asks for a
-person before running a widening revision; policies narrow grants.
+did not: a new tool, a wider path, a new recipient) and `side_effects` (the
+steps of a revision that may change things or send data out). The engine
+asks for a person before running a widening revision or one that acts;
+policies narrow grants.
 Imports `plan` and `workers.registry`.
 """
 
@@ -17,7 +19,7 @@ from planexec.plan.capabilities import Constraint, Grant, grant_label, widened_g
 from planexec.plan.model import Plan, Step, find_references
 from planexec.workers.registry import Registry
 
-__all__ = ["effective_grants", "implied_grant", "plan_grants", "widening"]
+__all__ = ["effective_grants", "implied_grant", "plan_grants", "side_effects", "widening"]
 
 
 def effective_grants(step: Step, registry: Registry | None) -> list[Grant] | None:
@@ -73,4 +75,16 @@ def widening(old: Plan, new: Plan, registry: Registry | None, steps: list[str]) 
             if found is not None and found.read_only and not found.sensitive:
                 continue
             out.append(f"step {sid!r}: {grant_label(g)}")
+    return out
+
+
+def side_effects(plan: Plan, registry: Registry | None, steps: list[str]) -> list[str]:
+    """The `steps` of `plan` that may change things or send data out, one line each: a step that calls such a tool
+    itself, or a role step granted one (a tool not declared read-only, or one that reaches the network)."""
+    tools = registry.tools if registry is not None else {}
+    out = []
+    for sid, grants in plan_grants(plan, registry, steps).items():
+        acting = sorted({g.tool for g in grants if (t := tools.get(g.tool)) is None or not t.read_only or t.network})
+        if acting:
+            out.append(f"step {sid!r} may call {', '.join(acting)}")
     return out

@@ -51,6 +51,7 @@ DESTINATION_NAMES = frozenset(
 )  # fmt: skip
 """Argument names that name a destination: sensitive for every tool that reaches the network."""
 
+_DESTINATION_SUFFIXES = ("_url", "_uri", "_host", "_address", "_email", "_path", "_account", "_recipient")
 _DESTINATION_FORMATS = frozenset(
     {"uri", "url", "iri", "uri-reference", "iri-reference", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6"}
 )
@@ -64,24 +65,27 @@ def effect_arguments(
     free_text: frozenset[str],
     read_only: bool,
     network: bool,
-) -> frozenset[str]:
-    """The arguments untrusted data may not choose: those `declared`; every one but `free_text` of a side-effecting tool;
-    for a tool that reaches the `network`, every one naming a destination (by its name, or its schema's ``format``)."""
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(sensitive, chooses) for a tool's arguments.
+
+    `sensitive`, the arguments untrusted data may never choose: those
+    `declared`, and every one that names a destination (by its name, or its
+    schema's ``format``) of a tool that reaches the `network` or changes
+    things. `chooses`, the arguments a pre-approval must bound before it
+    lifts quarantine: of a side-effecting tool every one but its
+    `free_text`, of a read-only one its sensitive ones.
+    """
     names = list(arguments)
-    out = set(declared)
-    if not read_only:
-        out.update(a for a in names if a not in free_text)
-    if network:
+    sensitive = set(declared)
+    if network or not read_only:
         for a in names:
             spec = properties.get(a)
             fmt = spec.get("format") if isinstance(spec, Mapping) else None
-            if (
-                a.lower() in DESTINATION_NAMES
-                or a.lower().endswith(("_url", "_uri", "_host", "_address", "_email"))
-                or fmt in _DESTINATION_FORMATS
-            ):
-                out.add(a)
-    return frozenset(out)
+            lowered = a.lower()
+            if lowered in DESTINATION_NAMES or lowered.endswith(_DESTINATION_SUFFIXES) or fmt in _DESTINATION_FORMATS:
+                sensitive.add(a)
+    chooses = set(sensitive) if read_only else {a for a in names if a not in free_text} | sensitive
+    return frozenset(sensitive), frozenset(chooses)
 
 
 class ToolOptions(TypedDict, total=False):
@@ -222,12 +226,14 @@ class Tool:
     Egress is a side effect, so `sensitive` (the attribute) is more than the
     names declared: `network` says the tool reaches the network (a page
     fetch, an API), and then every argument that names a destination (`url`,
-    `host`, `to`, `recipient`, a ``format: uri`` or ``email`` property ...)
-    is sensitive, read-only or not; a side-effecting tool (not `read_only`)
-    has every argument sensitive except its `free_text` ones, which carry
-    data rather than choose where it lands (default: arguments named like
-    ``body``, ``message``, ``content``, ``text``, ``subject``).
-    `declared_sensitive` keeps the names as given.
+    `host`, `to`, `recipient`, `account`, `path`, a ``format: uri`` or
+    ``email`` property ...) is sensitive, read-only or not; so it is for a
+    side-effecting tool (not `read_only`). `chooses` is what a pre-approved
+    grant must bound before it lifts quarantine: of a side-effecting tool,
+    every argument except its `free_text` ones, which carry data rather than
+    choose where it lands (default: arguments named like ``body``,
+    ``message``, ``content``, ``text``, ``subject``). `declared_sensitive`
+    keeps the names as given.
     """
 
     def __init__(
@@ -283,7 +289,8 @@ class Tool:
         self.free_text: frozenset[str] = (
             frozenset(free_text) if free_text is not None else frozenset(a for a in arguments if a.lower() in FREE_TEXT_NAMES)
         ) - self.declared_sensitive
-        self.sensitive = effect_arguments(
+        # what a pre-approval must bound before it lifts quarantine (of a side effect: every argument but free text)
+        self.sensitive, self.chooses = effect_arguments(
             arguments, properties, declared=self.declared_sensitive, free_text=self.free_text, read_only=read_only, network=network
         )
         self._output_schema = dict(output_schema) if output_schema is not None else None
@@ -399,7 +406,7 @@ class Tool:
         among `bounded`: what a pre-approval leaves to whoever writes the call (empty for a read-only tool)."""
         if self.read_only:
             return []
-        return sorted((self.sensitive & self.required_arguments) - set(bounded))
+        return sorted((self.chooses & self.required_arguments) - set(bounded))
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the arguments."""

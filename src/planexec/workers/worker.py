@@ -35,7 +35,7 @@ from planexec.models.profile import profile_of
 from planexec.secrets import redact
 from planexec.usage import Usage
 from planexec.workers.arguments import InputModel
-from planexec.workers.gate import Gate, admit_direct
+from planexec.workers.gate import CONTRACT_STOPS, Gate, admit_direct
 from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file, result_text
 from planexec.workers.tools import Tool
@@ -131,7 +131,7 @@ class ToolWorker:
         found = self.tools.get(call.action)
         if found is None:
             raise WorkerError(f"worker {self.name!r} has no tool {call.action!r} (it has: {', '.join(sorted(self.tools))})")
-        if (found.sensitive and call.context) or call.step.capabilities is not None:  # else nothing to check: no coroutine
+        if (found.sensitive and call.context) or call.step.capabilities is not None or call.step.untrusted_from:  # else no check
             await admit_direct(call, found, self.tools)
         output = await found.invoke(call.parameters, call)
         used = self._used.get(found.name)
@@ -200,6 +200,10 @@ class RoleWorker:
         self._answer_validator = (
             jsonschema.validators.validator_for(self.answer_schema)(self.answer_schema) if self.answer_schema is not None else None
         )
+
+    # a worker that reads and acts in one loop (the single agent): a refused escalation ends its step, `incomplete`,
+    # since going on would answer as if the work were done; a role's worker is told and goes on (its plan split the work)
+    stops_on_escalation: bool = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, model={self.model.name!r})"
@@ -311,7 +315,11 @@ class RoleWorker:
             problem = None
             messages.append(protocol.assistant_message(response, reply))
             for tc in reply.calls:
-                content, did_run = await self._run_tool(tc, call, gate)
+                try:
+                    content, did_run = await self._run_tool(tc, call, gate)
+                except CallRefusedError as exc:  # the step stops here: what its turns used still counts
+                    exc.usage = usage
+                    raise
                 if did_run:
                     ran.append(tc.name)
                 messages.append(protocol.result_message(tc, content))
@@ -335,6 +343,14 @@ class RoleWorker:
                     f"step {call.step_id!r}: the plan's call to {tc.name!r} was refused ({decision.rule}: {decision.reason})",
                     tool=tc.name,
                     rule=decision.rule or "approval_required",
+                    chain=decision.chain,
+                )
+            if self.stops_on_escalation and decision.rule in CONTRACT_STOPS:  # its work and the attacker's look alike here
+                raise CallRefusedError(
+                    f"step {call.step_id!r}: worker {self.name!r} read untrusted text and then asked for {tc.name!r}, which "
+                    f"was refused ({decision.rule}: {decision.reason}); its work stops here, unfinished",
+                    tool=tc.name,
+                    rule=decision.rule or "quarantine",
                     chain=decision.chain,
                 )
             return gate.refuse_text(tc.name, decision), False
