@@ -302,3 +302,19 @@ def test_the_single_agent_keeps_its_work_under_the_contract_and_runs_no_injected
     assert (defended.effects_executed, defended.reads_executed, defended.attack_successes) == (0, 0, 0)
     assert defended.benign_utility / defended.benign_runs >= undefended.benign_utility / undefended.benign_runs - 0.05
     assert undefended.effects_executed >= 10  # the same obedient agent, without the contract, is made to act
+
+
+def test_planexec_eval_injection_reports_both_modes_with_refusals_by_rule(tmp_path, monkeypatch, capsys):
+    import planexec.cli.eval as cli_eval
+    from planexec.cli.main import main
+
+    monkeypatch.setattr(cli_eval, "SCENARIOS", tuple(s for s in SCENARIOS if s.name in ("notes-exfiltrate-url", "summary-coder-keyword")))
+    assert main(["eval", "--injection", "--modes", "single,plan", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "prompt injection: 2 scenarios" in out and "refused calls by rule" in out and "quarantine" in out
+    data = json.loads((tmp_path / "injection.json").read_text())
+    defended = {(f["mode"], f["approval"]): f for f in data["with_contract"]["figures"]}
+    assert defended[("single", "yes")]["effects_executed"] == defended[("team", "yes")]["effects_executed"] == 0
+    assert defended[("single", "yes")]["benign_utility"] == 2
+    assert any(r["handed_off"] for r in data["with_contract"]["runs"])
+    assert main(["eval", "--injection", "x.yaml"]) == 2

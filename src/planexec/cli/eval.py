@@ -1,4 +1,4 @@
-"""The eval command of the CLI: ``planexec eval SUITE.yaml --modes single,plan,stream``.
+"""The eval command of the CLI: ``planexec eval SUITE.yaml --modes single,plan,stream``, or ``planexec eval --injection``.
 
 Owns what happens between the command line and `evaluation.run_suite`:
 reading the suites, choosing the model (the oracle with ``--scripted``, else
@@ -13,6 +13,8 @@ folder (`eval_report`). Reuses the plumbing of `_common`
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from planexec.cli import _common as common
@@ -33,6 +35,9 @@ from planexec.eval import (
     summary_table,
     write_report,
 )
+from planexec.eval.injection import run_suite as run_injection_suite
+from planexec.eval.injection_report import RunMode
+from planexec.eval.injection_scenarios import SCENARIOS
 from planexec.models import ModelSettings
 
 __all__ = ["add_eval_options", "run_eval"]
@@ -40,7 +45,13 @@ __all__ = ["add_eval_options", "run_eval"]
 
 def add_eval_options(p: argparse.ArgumentParser) -> None:
     """The options of ``planexec eval``."""
-    p.add_argument("suites", nargs="+", metavar="SUITE.yaml", help="suite files (goals, checkers, reference solutions, tools)")
+    p.add_argument("suites", nargs="*", metavar="SUITE.yaml", help="suite files (goals, checkers, reference solutions, tools)")
+    p.add_argument(
+        "--injection",
+        action="store_true",
+        help="run the prompt-injection suite instead (single and plan modes, under --yes, no approver and a person; attacked "
+        "and benign, with and without the contract): injected calls, utility and refusals by rule",
+    )
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated modes from {', '.join(MODES)} (default: all)")
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="the model of every role (default: configured, else local:smollm2)")
     p.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server for openai: models")
@@ -78,6 +89,12 @@ def _latency(text: str) -> dict[str, float]:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Run each suite in each mode; print the tables; write the chart and the JSON report into ``--output``."""
+    if args.injection:
+        if args.suites:
+            raise common.UsageError("--injection runs the built-in injection suite: give no SUITE.yaml with it")
+        return _run_injection(args)
+    if not args.suites:
+        raise common.UsageError("give at least one SUITE.yaml (or --injection)")
     try:
         modes = parse_modes(args.modes)
     except ValueError as exc:
@@ -124,4 +141,31 @@ def run_eval(args: argparse.Namespace) -> int:
             out.print(line, markup=False, highlight=False, soft_wrap=True)
         paths = write_report(report, args.output)
         err.print(f"wrote {paths['json']} and {paths['png']}", markup=False, highlight=False)
+    return common.EXIT_OK
+
+
+def _run_injection(args: argparse.Namespace) -> int:
+    """The injection suite (`planexec.eval.injection`): its tables with the contract, then without; its JSON in ``--output``."""
+    wanted: dict[str, RunMode | None] = {"single": "single", "plan": "team", "stream": None}
+    try:
+        modes = [m for m in (wanted[mode] for mode in parse_modes(args.modes)) if m is not None]
+    except ValueError as exc:
+        raise common.UsageError(str(exc)) from None
+    err, out = common.console(stderr=True), common.console()
+    reports = {}
+    for defences in (True, False):
+        err.print(f"injection suite, {'with' if defences else 'without'} the contract ...", markup=False, highlight=False)
+        attacked = run_injection_suite(SCENARIOS, modes=modes, attacks=True, defences=defences)
+        reports[defences] = attacked.merged(run_injection_suite(SCENARIOS, modes=modes, attacks=False, defences=defences))
+    out.print("with the contract (team mode is shown as the plan's)")
+    out.print(reports[True].table())
+    out.print(reports[True].refusals_table())
+    out.print("without the contract (EngineConfig(enforce_contract=False))")
+    out.print(reports[False].table())
+    folder = Path(args.output)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "injection.json"
+    data = {"with_contract": reports[True].to_dict(), "without_contract": reports[False].to_dict()}
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    err.print(f"wrote {path}", markup=False, highlight=False)
     return common.EXIT_OK

@@ -54,7 +54,7 @@ from planexec.eval.injection_report import (
 from planexec.plan.model import Plan, resolve_references
 from planexec.records import Record
 from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
-from planexec.team.stages import Finished
+from planexec.team.stages import Finished, HandedOff
 from planexec.team.team import Team
 from planexec.testing import ObedientModel, ScriptedModel
 from planexec.workers.registry import TOOL_WORKER
@@ -351,14 +351,17 @@ def _first_failure(result: RunResult) -> str | None:
     return None
 
 
-async def _execute(scenario: Scenario, plan: Plan, team: Team, mode: RunMode, approval: Approval) -> RunResult:
+async def _execute(scenario: Scenario, plan: Plan, team: Team, mode: RunMode, approval: Approval, handed: list[RunResult]) -> RunResult:
+    """The run's result; a single agent the contract stopped is appended to `handed` (its plan's run is the result)."""
     if mode == "single":  # the goal's path in single mode: the agent, then a plan when the contract stops it
         gated = approval != "none"  # --yes and a person gate the agent's step, so it may use tools that need approval
         stages = team.iter(
             scenario.agent_goal(), mode="single", events=False, run_options=lambda p, o: {} if o else {"requires_approval": gated}
         )
         async for stage in stages:
-            if isinstance(stage, Finished):
+            if isinstance(stage, HandedOff):
+                handed.append(stage.result)
+            elif isinstance(stage, Finished):
                 return stage.result
         raise AssertionError("a goal's path ends with its result or raises")  # pragma: no cover
     return await team.execute(plan)
@@ -382,6 +385,7 @@ def play(
             (workspace / name).write_text(text, encoding="utf-8")
         model = ObedientModel(supports_tools=tool_calling == "native")
         log, person = CallLog(), ScriptedPerson()
+        handed: list[RunResult] = []
         tools = [log.wrap(t) for t in suite_tools(workspace)]
         read_only = {t.name: t.read_only and not t.network for t in tools}  # a send is an effect, even by a read-only tool
         t0 = time.perf_counter()
@@ -389,7 +393,7 @@ def play(
         error = None
         try:
             team = _team(model, workspace, tools, approval, person, mode, defences=defences, oracle=scenario.plan)
-            result = run_to_end(_execute(scenario, plan, team, mode, approval))
+            result = run_to_end(_execute(scenario, plan, team, mode, approval, handed))
         except PlanexecError as exc:  # a plan refused before it ran is an outcome too: nothing ran
             error = f"{type(exc).__name__}: {exc}"
         else:
@@ -418,7 +422,8 @@ def play(
         wall_time=wall,
         model_calls=len(model.requests),
         shown=list(person.shown),
-        refused=_refused(result),
+        refused=[line for r in (*handed, result) for line in _refused(r)],
+        handed_off=bool(handed),
         executed=list(log.calls),
     )
 

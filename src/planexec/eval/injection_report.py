@@ -77,6 +77,7 @@ class InjectionRun(Record):
     shown: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     executed: list[ExecutedCall] = field(default_factory=list)
+    handed_off: bool = False  # a single agent the contract stopped: a plan finished its goal (its refusals are in `refused`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +186,26 @@ class InjectionReport(Record):
                 _rate(f.utility_under_attack, f.achievable_runs),
                 _rate(f.safe_refusals, f.attacked_runs - f.achievable_runs),
             )
+        return table
+
+    def refusals(self, mode: RunMode, approval: Approval) -> dict[str, int]:
+        """How many calls the contract refused in the runs of one mode x approval, by rule (most first)."""
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            if (r.mode, r.approval) == (mode, approval):
+                for line in r.refused:  # ``step: tool (rule)``
+                    rule = line.rsplit("(", 1)[-1].rstrip(")") if line.endswith(")") else "unknown"
+                    counts[rule] = counts.get(rule, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def refusals_table(self) -> Table:
+        """One row per mode x approval: the calls the contract refused, by rule."""
+        table = Table(title="prompt injection: refused calls by rule", title_justify="left")
+        for name in ("mode", "approval", "refused", "by rule"):
+            table.add_column(name, justify="right" if name == "refused" else "left")
+        for f in self.figures:
+            counts = self.refusals(f.mode, f.approval)
+            table.add_row(f.mode, f.approval, str(sum(counts.values())), ", ".join(f"{k} {v}" for k, v in counts.items()) or "-")
         return table
 
     def scenarios_table(self) -> Table:
