@@ -432,6 +432,8 @@ def print_summary(console: Console, result: RunResult) -> None:
     else:
         console.print("answer:", markup=False, highlight=False)
         console.print_json(data=answer)
+        if result.answer_untrusted:  # an instruction in a file can reach the answer without any tool call: say so
+            console.print(result.answer_warning(), style="bold yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def usage_table(result: RunResult) -> Table:
