@@ -15,7 +15,8 @@ that ended partial, aborted or asking for a replan (or, for ``audit
 verify`` and ``store check``, records that do not match their audit
 chain); 2 usage and input errors (missing or malformed files, tool modules
 that do not load, bad configuration, a store that is damaged or cannot be
-opened); 3 a run stopped because its store failed; 4 a --run-id the store
+opened); 3 a run stopped because its store failed, or a command that writes found
+a store it cannot write (read-only, immutable); 4 a --run-id the store
 already has; 130 a run cancelled with Ctrl-C.
 """
 
