@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import planexec
-from planexec import Plan, Registry, RoleWorker, StepCall, Usage, tool
+from planexec import Engine, Plan, Registry, RoleWorker, StepCall, Usage, tool
 from planexec.errors import ModelOutputError, ModelServerError, RegistryError
 from planexec.models import ModelProfile, ModelRequest, ModelResponse, ToolDefinition
 from planexec.testing import FunctionModel, ScriptedModel, count_tokens, scripted_tool, tool_call
@@ -535,3 +535,37 @@ def test_a_model_that_loops_on_tools_to_its_last_turn_leaves_the_step_incomplete
     assert len(model.requests) == 3 and info.value.usage.model_calls == 3
     last = model.requests[-1].output_schema["anyOf"]
     assert ["tool", "arguments"] in [list(b["properties"]) for b in last]  # the tools are offered to the end
+
+
+# --- long tool results -------------------------------------------------------------
+
+
+@tool(read_only=True)
+def dump_log() -> str:
+    """Return the whole server log (30 MB)."""
+    return "x" * 29_999_992 + "the end."
+
+
+def test_a_30_mb_tool_result_reaches_the_model_cut_with_a_note_and_the_step_record_says_so():
+    model = ScriptedModel([tool_call("dump_log"), "the log ends well"])
+    registry = Registry()
+    registry.add_worker(RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[dump_log]))
+    plan = Plan.model_validate({"plan_id": "p", "goal": "read the log", "steps": [{"id": "s", "action": "respond", "worker": "coder"}]})
+    result = asyncio.run(Engine(registry).run(plan))
+    assert result.steps["s"].output.value == "the log ends well"
+    seen = model.requests[1].messages[-1].content  # the tool's result as the model read it
+    assert len(seen) < 20_500 and seen.startswith("x" * 20_000)
+    assert "30,000,000 characters" in seen and "first 20,000" in seen and "29,980,000 were left out" in seen
+    call = result.steps["s"].calls[0]
+    assert call.ran and (call.result_chars, call.result_kept) == (30_000_000, 20_000)
+    assert "the end." not in json.dumps([r.model_dump(mode="json") for r in model.requests])
+
+
+def test_a_role_can_read_longer_or_shorter_results_and_json_mode_cuts_too():
+    model = _json_model(['{"tool": "dump_log", "arguments": {}}', '{"answer": "read"}'])
+    worker = RoleWorker("coder", model=model, description="d", system_prompt="s", tools=[dump_log], max_result_chars=100)
+    assert _run(worker).output == "read"
+    seen = model.requests[1].messages[-1].content
+    assert "x" * 100 in seen and "x" * 101 not in seen and "only the first 100 are shown" in seen
+    coder = builtin_roles(ScriptedModel([]), tools=[dump_log], roles=["researcher"], max_result_chars=50_000)[0]
+    assert coder.max_result_chars == 50_000 and RoleWorker("w", model=model, description="d", system_prompt="s").max_result_chars == 20_000

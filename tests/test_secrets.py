@@ -11,11 +11,13 @@ must.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import logging
 import secrets as random
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,24 @@ def parrot(text: str) -> dict:
 
 
 @tool
+def encode() -> dict:
+    """Returns the key written in other ways: encoded, reversed, upper-case, in halves."""
+    import base64, urllib.parse
+    key = os.environ["OPENAI_API_KEY"]
+    raw = key.encode()
+    half = len(key) // 2
+    return {
+        "base64": base64.b64encode(raw).decode(),
+        "urlsafe": base64.urlsafe_b64encode(b"?>" + raw).decode().rstrip("="),
+        "hex": raw.hex().upper(),
+        "url": urllib.parse.quote("k=" + key + "/x", safe=""),
+        "reversed": key[::-1],
+        "upper": key.upper(),
+        "halves": [key[:half], key[half:]],
+    }
+
+
+@tool
 def leak_error(text: str) -> str:
     """Fails, naming the key in its error."""
     raise RuntimeError("login refused for key " + os.environ["OPENAI_API_KEY"] + " after " + text)
@@ -62,6 +82,31 @@ PLAN = {
         {"id": "fail", "action": "leak_error", "worker": "tool", "parameters": {"text": "${parrot.said}"}},
     ],
 }
+
+
+ENCODED = {"plan_id": "encoded", "goal": "show the key", "steps": [{"id": "encode", "action": "encode", "worker": "tool"}]}
+
+
+def forms(key: str) -> dict[str, str]:
+    """Texts that give the key away: 16 characters of it or of it reversed, its hex, its base64 at each alignment
+    (both alphabets), its URL encoding; each lower-cased except base64 (compare with `leaked`)."""
+    raw = key.encode()
+    found = {}
+    for label, text in {"key": key, "reversed": key[::-1]}.items():
+        found |= {f"{label}[{i}:]": text[i : i + 16].lower() for i in range(len(text) - 15)}
+    found["hex"] = raw.hex()
+    for k in range(3):
+        middle = base64.b64encode(b"\0" * k + raw).decode()[4:-4]
+        found[f"base64+{k}"] = middle
+        found[f"urlsafe+{k}"] = middle.translate(str.maketrans("+/", "-_"))
+    found["url"] = urllib.parse.quote(key, safe="").lower()
+    return found
+
+
+def leaked(text: str, key: str) -> list[str]:
+    """Which forms of the key are in `text` (none, when redaction works)."""
+    folded = text.lower()
+    return [label for label, form in forms(key).items() if form in (text if label.startswith(("base64", "urlsafe")) else folded)]
 
 
 @pytest.fixture
@@ -81,6 +126,7 @@ def project(tmp_path, monkeypatch, key):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "leaky.py").write_text(TOOLS)
     (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    (tmp_path / "encoded.json").write_text(json.dumps(ENCODED))
     return tmp_path
 
 
@@ -151,6 +197,50 @@ def test_a_secret_inside_another_is_hidden_whole():
     assert found.redact("abcdefgh-longer, abcdefgh") == "[redacted:B_KEY], [redacted:A_KEY]"
 
 
+def test_a_secret_written_another_way_is_hidden_too(key):
+    raw = key.encode()
+    written = {
+        "base64": base64.b64encode(raw).decode(),
+        "base64 without padding, URL-safe": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        "hex": raw.hex(),
+        "HEX": raw.hex().upper(),
+        "upper case": key.upper(),
+        "lower case": key.lower(),
+        "URL-encoded": urllib.parse.quote(f"k={key}&x=/", safe=""),
+        "reversed": key[::-1],
+        "first half": key[: len(key) // 2],
+        "second half": key[len(key) // 2 :],
+        "16 characters from the middle": key[10:26],
+    }
+    for k in range(3):  # inside a longer base64 text, at each of the three byte alignments, followed by more
+        for prefix in (random.token_bytes(k), random.token_bytes(k + 3)):
+            written[f"inside base64 after {len(prefix)} bytes"] = base64.b64encode(prefix + raw + b"and more").decode()
+            written[f"inside URL-safe base64 after {len(prefix)} bytes"] = base64.urlsafe_b64encode(prefix + raw).decode()
+    for how, text in written.items():
+        shown = redact(f"look: {text}.")
+        assert MARKER in shown and leaked(shown, key) == [], how
+        assert redact(shown) == shown, how  # nothing left that looks like the key
+
+
+def test_a_short_secret_is_hidden_whole_and_encoded_but_not_in_parts_or_mixed_case():
+    found = Secrets({"PIN_TOKEN": "hunter22"})
+    hidden = "[redacted:PIN_TOKEN]"
+    assert found.redact("hunter22 HUNTER22 22retnuh aHVudGVyMjI= 68756e7465723232") == f"{hidden} {hidden} {hidden} {hidden}= {hidden}"
+    assert found.redact("Hunter22 hunter2 the hunter") == "Hunter22 hunter2 the hunter"
+
+
+def test_redacting_a_megabyte_with_three_secrets_is_quick():
+    keys = {f"K{i}_KEY": "sk-test-" + random.token_hex(16) for i in range(3)}
+    found = Secrets(keys)
+    text = (random.token_urlsafe(560_000) + keys["K1_KEY"] + "lorem ipsum dolor " * 1000)[:1_000_000]
+    found.redact("warm up")
+    started = time.perf_counter()
+    shown = found.redact(text)
+    took = time.perf_counter() - started
+    assert "[redacted:K1_KEY]" in shown and leaked(shown, keys["K1_KEY"]) == []
+    assert took < 0.5  # measured: ~20 ms on one core (see the report); generous on a shared machine
+
+
 def test_api_keys_are_registered_where_they_are_resolved(monkeypatch):
     from planexec.models.openai import OpenAIModel
 
@@ -188,7 +278,10 @@ def test_log_records_of_planexec_loggers_are_redacted_messages_arguments_and_tra
     except RuntimeError:
         logging.getLogger("planexec.store").exception("could not log in with %s", key)
     logging.getLogger("planexec").warning(f"the key is {key}")
-    assert key not in caplog.text and MARKER in caplog.text
+    logging.getLogger("planexec.engine").info(
+        "in hex %s, reversed %s, in base64 %s", key.encode().hex(), key[::-1], base64.b64encode(key.encode())
+    )
+    assert key not in caplog.text and MARKER in caplog.text and leaked(caplog.text, key) == []
     assert all(key not in r.getMessage() for r in caplog.records)
     assert any(isinstance(f, RedactingFilter) for f in logging.getLogger("planexec").filters)
 
@@ -259,3 +352,27 @@ def test_a_run_through_the_cli_prints_and_stores_no_secret(project, key, capsys,
     data = stored_bytes(db)
     assert key.encode() not in data and MARKER.encode() in data
     assert key not in caplog.text
+
+
+def test_a_key_a_tool_returns_encoded_reaches_neither_the_store_nor_what_the_cli_prints(project, key, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    db = project / "encoded.db"
+    assert main(["run", "--plan", "encoded.json", "--tools", "leaky.py", "--yes", "--store", str(db), "--run-id", "run-e"]) == 0
+    printed = capsys.readouterr()
+    outputs = {"run": printed.out + printed.err}
+    for name, argv in {
+        "show": ["show", "run-e"],
+        "show --json": ["show", "run-e", "--json"],
+        "logs": ["logs", "run-e"],
+        "logs --json": ["logs", "run-e", "--json"],
+    }.items():
+        assert main([*argv, "--store", str(db)]) == 0, name
+        printed = capsys.readouterr()
+        outputs[name] = printed.out + printed.err
+    for name, text in outputs.items():
+        assert leaked(text, key) == [], name
+    assert MARKER in outputs["show"] and MARKER in outputs["logs --json"]
+    export = json.loads(outputs["show --json"])
+    assert export["steps"]["encode"]["state"] == "succeeded"
+    assert leaked(stored_bytes(db).decode("utf-8", "replace"), key) == []
+    assert leaked(caplog.text, key) == []

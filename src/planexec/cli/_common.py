@@ -432,13 +432,37 @@ def connect_runner(team: Team) -> None:
 _OPENED: list[RunStore] = []  # the stores this command opened: `close_stores` closes them when it ends
 
 
+_UNWRITABLE = ("readonly database", "read-only file system", "permission denied", "operation not permitted", "unable to open database")
+
+
+def unwritable_hint(exc: StoreError) -> str:
+    """What to check when the store cannot be written (empty for another store error)."""
+    text = str(exc).lower()
+    if not any(sign in text for sign in _UNWRITABLE):
+        return ""
+    return (
+        "\nthe store cannot be written: check that its file and folder are writable, that its file system is not mounted "
+        "read-only, and that neither is immutable (lsattr; chattr -i), or name another with --store"
+    )
+
+
+def store_error(exc: StoreError) -> UsageError:
+    """A store error of a command that writes, as its `UsageError`: exit 3 and what to check when the store cannot be written."""
+    hint = unwritable_hint(exc)
+    error = UsageError(f"{exc}{hint}")
+    if hint:
+        error.code = EXIT_STORE_FAILED
+    return error
+
+
 def open_run_store(spec: str | None, config: Any, *, create: bool) -> RunStore:
-    """The store a command uses (closed when the command ends); a `UsageError` naming it when it cannot be opened."""
+    """The store a command uses (closed when the command ends); a `UsageError` naming it when it cannot be opened
+    (exit 3 when it cannot be written: a read-only or immutable file, folder or file system)."""
     target = store_target(spec, config.store)
     try:
         store = open_store(target, create=create)
     except StoreError as exc:
-        raise UsageError(str(exc)) from None
+        raise (store_error(exc) if create else UsageError(str(exc))) from None
     _OPENED.append(store)
     return store
 

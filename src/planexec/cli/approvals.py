@@ -149,7 +149,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         decided = store.decide_approval(args.run_id, step_id=args.step, approved=not args.deny, by=by, reason=args.reason)
         what = _describe(store, decided)["what"]
     except StoreError as exc:  # an unknown run, nothing pending (ApprovalError): named in the message
-        raise common.UsageError(str(exc)) from None
+        raise common.store_error(exc) from None
     finally:
         store.close()
     verb = "denied" if args.deny else "approved"
@@ -178,7 +178,7 @@ def _cmd_edit(args: argparse.Namespace) -> int:
             return common.EXIT_FAILED
         edit_plan(store, args.run_id, content_hash=approval.content_hash, plan=plan, by=by, reason=args.reason)
     except StoreError as exc:  # an unknown run, a version decided or edited meanwhile (ApprovalError): named in the message
-        raise common.UsageError(str(exc)) from None
+        raise common.store_error(exc) from None
     finally:
         store.close()
     common.say(

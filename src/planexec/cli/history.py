@@ -184,6 +184,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         say(f"approval #{a.approval_id} of {what}: {a.state.value}{by}" + (f" ({a.reason})" if a.reason else ""))
     if summary.finished:
         say("answer: " + (_short(view.answer, 2000) if view.answer is not None else "none"))
+        if view.answer is not None and view.answer_untrusted:
+            say(view.answer_warning())
     if undecided is not None:
         say(common.decision_hint(summary.run_id, undecided))
     return common.EXIT_OK
@@ -241,6 +243,7 @@ def _show_json(summary: RunSummary, versions: list[PlanVersion], view: RunView, 
         "in_flight": view.in_flight,
         "approvals": [a.to_dict() for a in approvals],
         "answer": view.to_dict()["answer"],
+        "answer_untrusted": view.answer_untrusted,
         "events": events,
     }
 

@@ -15,7 +15,8 @@ that ended partial, aborted or asking for a replan (or, for ``audit
 verify`` and ``store check``, records that do not match their audit
 chain); 2 usage and input errors (missing or malformed files, tool modules
 that do not load, bad configuration, a store that is damaged or cannot be
-opened); 3 a run stopped because its store failed; 4 a --run-id the store
+opened); 3 a run stopped because its store failed, or a command that writes found
+a store it cannot write (read-only, immutable); 4 a --run-id the store
 already has; 130 a run cancelled with Ctrl-C.
 """
 
@@ -39,6 +40,7 @@ from planexec.cli.recovery import add_recovery_commands
 from planexec.cli.serve import add_serve_command
 from planexec.cli.store_check import add_store_commands
 from planexec.cli.worker import add_fleet_commands
+from planexec.errors import StoreError
 
 __all__ = ["build_parser", "main"]
 
@@ -52,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except common.UsageError as exc:
         common.say(f"planexec: error: {exc}", stderr=True)
         return exc.code
+    except StoreError as exc:  # the store failed outside a run's recording: it cannot be written (read-only, immutable)
+        common.say(f"planexec: error: {exc}{common.unwritable_hint(exc)}", stderr=True)
+        return common.EXIT_STORE_FAILED
     except KeyboardInterrupt:  # Ctrl-C outside a run (while loading tools, at a prompt)
         print("planexec: interrupted", file=sys.stderr)
         return common.EXIT_INTERRUPTED

@@ -278,7 +278,7 @@ def _open(args: argparse.Namespace, *, create: bool = False, missing_ok: bool = 
     try:
         return open_store(store_target(args.store, common.config().store), create=True)
     except StoreError as exc:
-        raise common.UsageError(str(exc)) from None
+        raise common.store_error(exc) from None
 
 
 def _read(store: RunStore, read: Any) -> Any:

@@ -279,7 +279,8 @@ def describe_call(call: CallRecord) -> str:
     head = f"call {call.tool}({args})"
     if call.allowed:
         how = f"ran{f' (approved by {call.decided_by})' if call.decided_by != 'plan' else ''}"
-        return f"{head} {how}" + (f", failed: {call.error}" if call.error else "")
+        cut = f", result cut for the model: {call.result_kept:,} of {call.result_chars:,} characters" if call.result_chars else ""
+        return f"{head} {how}{cut}" + (f", failed: {call.error}" if call.error else "")
     chain = f"; data from: {' <- '.join(call.chain)}" if call.chain else ""
     return f"{head} refused, rule {call.rule}: {call.reason}{chain}"
 
@@ -432,6 +433,8 @@ def print_summary(console: Console, result: RunResult) -> None:
     else:
         console.print("answer:", markup=False, highlight=False)
         console.print_json(data=answer)
+        if result.answer_untrusted:  # an instruction in a file can reach the answer without any tool call: say so
+            console.print(result.answer_warning(), style="bold yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def usage_table(result: RunResult) -> Table:

@@ -120,7 +120,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             approved_by=approved_by, approve_steps=args.yes, submitted_by=user,
         )  # fmt: skip
     except StoreError as exc:
-        raise common.UsageError(str(exc)) from None
+        raise common.store_error(exc) from None
     if args.json:
         common.emit(queued.to_json(indent=2))
     elif approved_by:

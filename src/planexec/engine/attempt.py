@@ -29,7 +29,7 @@ from typing import Any
 from planexec.engine.calls import CallHooks
 from planexec.engine.config import Host
 from planexec.engine.criteria import CriteriaChecker, Judgement
-from planexec.engine.deadline import Deadline, DeadlineClock
+from planexec.engine.deadline import CURRENT_DEADLINE, Deadline, DeadlineClock
 from planexec.engine.events import StepFailed, StepJudged, StepReady, StepStarted, utcnow
 from planexec.engine.limits import Limits
 from planexec.engine.results import ErrorInfo, RunStatus, StepState
@@ -145,6 +145,7 @@ class Attempts:
                 # no deadline, never stuck (a partial, not a lambda: a lambda would make this function's locals cells)
                 stuck = partial(self.abandon, step, timeout) if timeout is not None else None
                 deadline = Deadline(timeout, self._clock, on_stuck=stuck, grace=self._grace)
+                bound = CURRENT_DEADLINE.set(deadline)  # a call waiting for a person pauses it (`engine.calls`)
                 try:
                     here = CURRENT_STEP.set((self._run, step.step_id))
                     gate = GATE_HOOKS.set(self._hooks)
@@ -156,7 +157,8 @@ class Attempts:
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
                     if result.output is not None:  # None is JSON within any limit: nothing to encode
-                        result = await self._as_json(result, sid, worker, t0 + timeout if timeout is not None else None)
+                        ends = t0 + timeout + deadline.paused if timeout is not None else None
+                        result = await self._as_json(result, sid, worker, ends)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls
                     if step.success_criteria or not self._by_criteria:
                         gate = GATE_HOOKS.set(self._hooks.owned_by(step.step_id))  # a critic's calls pass the same gate
@@ -184,6 +186,7 @@ class Attempts:
                     raise
                 finally:
                     deadline.disarm()
+                    CURRENT_DEADLINE.reset(bound)
             except _ReferenceError as exc:
                 return None, _error("reference", exc), time.perf_counter() - t0, ZERO
             except CallRefusedError as exc:  # the contract refused the step's own call: the rule names why

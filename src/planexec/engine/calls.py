@@ -8,7 +8,9 @@ who is asked about escalations too), and `CallHooks`, the `GateHooks` an
 attempt sets for its worker: it asks the approver, emits
 `ApprovalRequested`/`ApprovalDecided` keyed by the call's digest and a
 `ToolCallDecided` per call, and keeps each call on the step's record.
-Imports `engine.events`, `engine.state`, `workers.gate` and `workers.tools`.
+While the approver decides, the step's deadline is paused: time waiting for
+a person does not count against the step's timeout.
+Imports `engine.deadline`, `engine.events`, `engine.state`, `workers.gate` and `workers.tools`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from planexec.engine.deadline import CURRENT_DEADLINE, paused
 from planexec.engine.events import ApprovalDecided, ApprovalRequested, ToolCallDecided
 from planexec.engine.state import RunControl, RunState, append_to_record
 from planexec.workers.gate import CallApprover, CallRecord, CallRequest
@@ -88,7 +91,8 @@ class CallHooks:
         )
         try:
             ask = getattr(approver, "approve_call", None)
-            verdict = await ask(request) if ask is not None else await _ask(approver, request)
+            with paused(CURRENT_DEADLINE.get()):  # a person has no deadline: the step's clock stops while they decide
+                verdict = await ask(request) if ask is not None else await _ask(approver, request)
         except Exception as exc:  # a broken approver refuses; it never approves by accident
             verdict, who = False, f"a failing approver ({type(exc).__name__}: {exc})"
         else:

@@ -11,7 +11,10 @@ than the armed one arrives: with one timeout for every step, once a run.
 A deadline fires when its time comes, as `call_at` would fire it.
 
 `Deadline` uses the same `uncancel` rule asyncio uses to tell its own
-cancellation from one that came from outside. Code that swallows its
+cancellation from one that came from outside. `pause` stops its clock while
+the attempt waits for a person (an approval has no deadline) and `resume`
+starts it again with the time that was left; `CURRENT_DEADLINE` is the
+deadline of the attempt running in this context, for the code that waits. Code that swallows its
 cancellation cannot be stopped by asyncio at all: `on_stuck` is called when
 it has not stopped `grace` seconds after the deadline, so the caller can
 give up on it. Imports nothing from planexec.
@@ -24,10 +27,12 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["Deadline", "DeadlineClock"]
+__all__ = ["CURRENT_DEADLINE", "Deadline", "DeadlineClock", "paused"]
 
 # what `asyncio`'s loop adds to "now" when it picks the timers that are due
 _RESOLUTION = time.get_clock_info("monotonic").resolution
@@ -57,7 +62,9 @@ class DeadlineClock:
             self._reset(deadline._loop)
             loop = deadline._loop
         when = loop.time() + delay
-        heapq.heappush(self._heap, (when, next(self._order), deadline))
+        order = next(self._order)
+        deadline._when, deadline._entry = when, order
+        heapq.heappush(self._heap, (when, order, deadline))
         if when < self._when:
             self._arm(when)
 
@@ -82,7 +89,7 @@ class DeadlineClock:
             heap.clear()  # the loop's timer stays armed: the next deadline is most likely later, and needs no new one
             self._dead = 0
         elif self._dead > 64 and self._dead * 2 > len(heap):
-            heap[:] = [entry for entry in heap if entry[2]._clock is not None]
+            heap[:] = [entry for entry in heap if not _dead(entry)]
             heapq.heapify(heap)
             self._dead = 0
 
@@ -102,14 +109,20 @@ class DeadlineClock:
         assert self._loop is not None
         heap = self._heap
         now = self._loop.time() + _RESOLUTION
-        while heap and (heap[0][0] <= now or heap[0][2]._clock is None):
-            _, _, deadline = heapq.heappop(heap)
-            if deadline._clock is None:
+        while heap and (heap[0][0] <= now or _dead(heap[0])):
+            entry = heapq.heappop(heap)
+            if _dead(entry):
                 self._dead -= 1
             else:
-                deadline._fire()
+                entry[2]._fire()
         if heap:
             self._arm(heap[0][0])
+
+
+def _dead(entry: tuple[float, int, Deadline]) -> bool:
+    """True for a heap entry of a deadline disarmed, paused, or armed again since (a resumed one has a new entry)."""
+    deadline = entry[2]
+    return deadline._clock is None or deadline._entry != entry[1]
 
 
 class Deadline:
@@ -120,7 +133,24 @@ class Deadline:
     that came from outside (the same `uncancel` rule asyncio uses).
     """
 
-    __slots__ = ("_cancelling", "_clock", "_fired", "_grace", "_loop", "_on_stuck", "_settled", "_stuck_handle", "_task")
+    __slots__ = (
+        "_cancelling",
+        "_clock",
+        "_entry",
+        "_fired",
+        "_grace",
+        "_home",
+        "_left",
+        "_loop",
+        "_on_stuck",
+        "_paused_at",
+        "_pauses",
+        "_settled",
+        "_stuck_handle",
+        "_task",
+        "_when",
+        "paused",
+    )
 
     def __init__(
         self, delay: float | None, clock: DeadlineClock, *, on_stuck: Callable[[], None] | None = None, grace: float = 5.0
@@ -134,6 +164,12 @@ class Deadline:
         self._stuck_handle: asyncio.TimerHandle | None = None
         self._loop = task.get_loop()
         self._clock: DeadlineClock | None = None  # set while armed on the clock
+        self._home = clock
+        self._when, self._entry = math.inf, -1  # set by the clock: when it fires, and its entry in the heap
+        self._pauses = 0
+        self._left: float | None = None  # while paused: the seconds that were left
+        self._paused_at = 0.0
+        self.paused = 0.0  # seconds spent paused (waiting for a person), not counted against the delay
         if delay is not None:
             self._clock = clock
             clock._add(self, delay)
@@ -160,6 +196,28 @@ class Deadline:
         assert self._task is not None
         return self._task.uncancel() <= self._cancelling
 
+    def pause(self) -> None:
+        """Stop the clock (the attempt waits for a person); pauses nest, and the last `resume` starts it again."""
+        self._pauses += 1
+        clock = self._clock
+        if self._pauses > 1 or clock is None:  # paused already, never armed, fired or disarmed
+            return
+        now = self._loop.time()
+        self._clock, self._left, self._paused_at = None, max(self._when - now, 0.0), now
+        clock._disarmed()
+
+    def resume(self) -> None:
+        """Start the clock again with the time that was left when it was paused (after the last of nested pauses)."""
+        self._pauses -= 1
+        if self._pauses or self._left is None:
+            return
+        left, self._left = self._left, None
+        self.paused += self._loop.time() - self._paused_at
+        if self._task is None:  # disarmed while paused: the attempt ended
+            return
+        self._clock = self._home
+        self._home._add(self, left)
+
     def disarm(self) -> None:
         """Stop the timer (the attempt ended); withdraw a cancellation the attempt swallowed."""
         self._on_stuck = None
@@ -172,3 +230,20 @@ class Deadline:
         if self._fired and not self._settled and self._task is not None:
             self._task.uncancel()
         self._task = None  # a disarmed deadline may wait in the clock's heap: it keeps no task alive
+
+
+# the deadline of the attempt running in this context (set by the engine around the worker), for code that waits for a person
+CURRENT_DEADLINE: ContextVar[Deadline | None] = ContextVar("planexec_deadline", default=None)
+
+
+@contextmanager
+def paused(deadline: Deadline | None) -> Iterator[None]:
+    """The block's time is not counted against `deadline` (none: nothing to pause)."""
+    if deadline is None:
+        yield
+        return
+    deadline.pause()
+    try:
+        yield
+    finally:
+        deadline.resume()

@@ -18,7 +18,7 @@ from pydantic import Field, TypeAdapter
 from planexec.engine.results import ErrorInfo, ReplanRequest, RunStatus
 from planexec.plan.diff import PlanDiff
 from planexec.plan.model import Plan
-from planexec.records import Record, quick_init
+from planexec.records import OMIT_EMPTY, Record, quick_init
 from planexec.usage import Usage
 from planexec.workers.gate import CallRecord, CallRequest
 from planexec.workers.io import Output
@@ -353,6 +353,7 @@ class RunFinished(_Event):
     status: RunStatus
     reason: str | None = None
     answer: Any = None
+    answer_untrusted: Annotated[list[str], OMIT_EMPTY] = field(default_factory=list)  # see `RunResult.answer_untrusted`
     wall_time: float
     usage: Usage
     replan: ReplanRequest | None = None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState, refused_by_rule
+from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState, describe_answer_origins, refused_by_rule
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
@@ -48,6 +48,7 @@ class RunView(Record):
     wall_time: float | None = None
     usage: Usage = field(default_factory=Usage)
     answer: Any = None
+    answer_untrusted: list[str] = field(default_factory=list)  # see `RunResult.answer_untrusted`
     error: ErrorInfo | None = None
     last_seq: int = -1
     processes: int = 0  # how many processes worked on the run: its start, then each resume
@@ -57,6 +58,10 @@ class RunView(Record):
         """The recorded output of a step (of the current plan, else of one a replan replaced), or None."""
         rec = self.steps.get(step_id) or self.superseded.get(step_id)
         return rec.output if rec is not None else None
+
+    def answer_warning(self) -> str:
+        """``the answer contains text from read_file in step 'read' (untrusted)``; empty when it holds no outside text."""
+        return describe_answer_origins(self.answer_untrusted)
 
     def refused_calls(self) -> dict[str, int]:
         """The tool calls the gate refused in the run, by rule (`RunResult.refused_calls` of a stored run)."""
@@ -115,12 +120,15 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
         elif kind == "sub_run_event":
             sub_events.setdefault(ev.step_id, []).append(ev.event)
         elif kind == "run_resumed":  # running again: what the earlier RunFinished said no longer holds
-            run.update(status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None)
+            run.update(
+                status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None, answer_untrusted=[]
+            )
         elif kind == "run_finished":
             run.update(
                 status=ev.status,
                 reason=ev.reason,
                 answer=ev.answer,
+                answer_untrusted=ev.answer_untrusted,
                 wall_time=ev.wall_time,
                 usage=ev.usage,
                 error=ev.error,

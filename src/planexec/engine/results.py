@@ -32,6 +32,7 @@ __all__ = [
     "RunStatus",
     "StepRecord",
     "StepState",
+    "describe_answer_origins",
     "describe_refused",
     "refused_by_rule",
 ]
@@ -152,6 +153,13 @@ def refused_by_rule(records: Iterable[StepRecord]) -> dict[str, int]:
     return dict(counts.most_common())
 
 
+def describe_answer_origins(keys: list[str]) -> str:
+    """What a face says of an answer made from untrusted text (`RunResult.answer_untrusted`); empty when it holds none."""
+    if not keys:
+        return ""
+    return "the answer contains text from " + ", ".join(Source.from_key(key).label() for key in keys)
+
+
 def describe_refused(counts: dict[str, int]) -> str:
     """``3 refused tool calls: approval_required 2, quarantine 1`` (empty when none were)."""
     if not counts:
@@ -171,6 +179,11 @@ class RunResult(BaseModel):
     reason: str | None = None
     steps: dict[str, StepRecord]
     answer: Any = None
+    answer_untrusted: list[str] = Field(
+        default_factory=list,
+        description="the untrusted origins the answer derives from, as keys ('read_file@read'): the answer step's or the sinks' "
+        "(every output's when a joiner or a synthesizer made it), at most eight; empty: the answer holds no outside text",
+    )
     started_at: datetime
     finished_at: datetime
     wall_time: float
@@ -202,6 +215,14 @@ class RunResult(BaseModel):
 
         found = output_of(step_id)
         return lineage([found], output_of, untrusted_only=untrusted_only) if found is not None else []
+
+    def answer_origins(self) -> list[Source]:
+        """The untrusted origins the answer derives from (`answer_untrusted`, as sources: `Source.label` says them)."""
+        return [Source.from_key(key) for key in self.answer_untrusted]
+
+    def answer_warning(self) -> str:
+        """``the answer contains text from read_file in step 'read' (untrusted)``; empty when it holds no outside text."""
+        return describe_answer_origins(self.answer_untrusted)
 
     def usage_by_role(self) -> dict[str, Usage]:
         """Usage per role: ``planner``, each worker that ran steps, ``synthesizer`` (roles that used nothing are left out)."""

@@ -64,7 +64,7 @@ from planexec.engine.results import (
 from planexec.engine.resume import Resumption
 from planexec.engine.revisions import Revisions
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_error, update_record
-from planexec.engine.synthesis import assemble, default_answer
+from planexec.engine.synthesis import answer_inputs, assemble, default_answer
 from planexec.plan.model import Plan, Step
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance, WorkResult, derive_untrusted
@@ -271,8 +271,9 @@ class Run:
         rollback = await self._revisions.rollback() if stopped and not interrupted else None
         answer = None
         extra = ZERO
+        untrusted: list[str] = []
         if status in (RunStatus.SUCCEEDED, RunStatus.PARTIAL) and not interrupted:
-            answer, extra, status = await self._synthesize(status)
+            answer, extra, status, untrusted = await self._synthesize(status)
             usage = usage + extra
         state.status = status
         wall = time.perf_counter() - self._t0
@@ -281,6 +282,7 @@ class Run:
             status=status,
             reason=state.reason,
             answer=answer,
+            answer_untrusted=untrusted,
             wall_time=wall,
             usage=usage,
             replan=state.replan,
@@ -294,6 +296,7 @@ class Run:
             reason=state.reason,
             steps=state.records,
             answer=answer,
+            answer_untrusted=untrusted,
             started_at=self._started_at,
             finished_at=utcnow(),
             wall_time=wall,
@@ -325,27 +328,30 @@ class Run:
                 was_running = (state.records[sid].state is StepState.RUNNING and sid not in state.starting) or sid in state.held_steps
                 self._record_cancelled(sid, was_running=was_running)
 
-    async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus]:
-        """The answer, its usage, and the run's status after assembling it (bounded by the default timeout)."""
+    async def _synthesize(self, status: RunStatus) -> tuple[Any, Usage, RunStatus, list[str]]:
+        """The answer, its usage, the run's status after assembling it (bounded by the default timeout), and the
+        untrusted origins the answer derives from: those of the outputs it was made of (the answer step's or the
+        sinks'; every output for a joiner or a synthesizer, which read them all), as `Source` keys."""
         state = self.state
         joined = self._revisions.joined
         if joined is not None:  # the joiner finished the run with its answer
-            return joined.answer, ZERO, status
+            return joined.answer, ZERO, status, derive_untrusted((), state.outputs.values())[0]
         config = self.engine.config
         synth = config.synthesizer
         if synth is None:
-            return default_answer(state.plan, state.outputs), ZERO, status
+            answer = default_answer(state.plan, state.outputs)
+            return answer, ZERO, status, derive_untrusted((), answer_inputs(state.plan, state.outputs))[0] if answer is not None else []
         task = self._synth_task = asyncio.get_running_loop().create_task(synth.synthesize(state.plan, dict(state.outputs)))
         try:
             outcome = await assemble(task, config.default_timeout)
         finally:
             self._synth_task = None
         if outcome.cancelled:  # cancel() while the answer was being assembled
-            return None, ZERO, RunStatus.CANCELLED
+            return None, ZERO, RunStatus.CANCELLED, []
         if outcome.problem is not None:  # the steps' work stands; say why there is no answer
             state.reason = outcome.problem
-            return None, ZERO, RunStatus.PARTIAL
-        return outcome.answer, outcome.usage, status
+            return None, ZERO, RunStatus.PARTIAL, []
+        return outcome.answer, outcome.usage, status, derive_untrusted(outcome.sources, state.outputs.values())[0]
 
     def _end(
         self, status: RunStatus, reason: str, replan: ReplanRequest | None = None, *, from_step: bool = False, owed: bool = False

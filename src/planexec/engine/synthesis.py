@@ -17,10 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from planexec.plan.model import Plan
 from planexec.usage import Usage
-from planexec.workers.io import Output, WorkResult
+from planexec.workers.io import Output, Source, WorkResult
 from planexec.workers.tools import in_thread
 
-__all__ = ["Assembled", "FunctionSynthesizer", "Synthesizer", "assemble", "default_answer"]
+__all__ = ["Assembled", "FunctionSynthesizer", "Synthesizer", "answer_inputs", "assemble", "default_answer"]
 
 
 @runtime_checkable
@@ -59,12 +59,19 @@ def default_answer(plan: Plan, outputs: dict[str, Output]) -> Any:
     return {sid: outputs[sid].value for sid in sinks if sid in outputs}
 
 
+def answer_inputs(plan: Plan, outputs: dict[str, Output]) -> list[Output]:
+    """The outputs `default_answer` is made of: the answer step's if the plan names one, else the sinks'."""
+    chosen = [plan.answer_step] if plan.answer_step is not None else plan.sinks()
+    return [outputs[sid] for sid in chosen if sid in outputs]
+
+
 @dataclass(frozen=True)
 class Assembled:
     """How a synthesizer's task ended: the answer and usage, or why there is none."""
 
     answer: Any = None
     usage: Usage = field(default_factory=Usage)
+    sources: list[Source] = field(default_factory=list)  # what the synthesizer read besides the outputs (its tools)
     problem: str | None = None
     cancelled: bool = False
 
@@ -87,4 +94,4 @@ async def assemble(task: asyncio.Task[Any], timeout: float | None) -> Assembled:
     result = task.result()
     if not isinstance(result, WorkResult):
         return Assembled(problem=f"synthesizer returned {type(result).__name__}, not a WorkResult")
-    return Assembled(answer=result.output, usage=result.usage)
+    return Assembled(answer=result.output, usage=result.usage, sources=result.sources)

@@ -103,8 +103,9 @@ class SqliteRunStore(SqlRunStore):
         with _OPEN_LOCK:
             here = self._key is not None and _OPEN.get(self._key, 0) > 0
         version = SCHEMA_VERSION if here else self._inspect(create)
+        conn = None
         try:
-            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn = self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
             self._cur = self._conn.cursor()
             self._cur.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             mode = self._cur.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -112,6 +113,8 @@ class SqliteRunStore(SqlRunStore):
             self._cur.execute("PRAGMA wal_autocheckpoint = 0")  # see _Checkpointer
             self._cur.execute("PRAGMA journal_size_limit = 67108864")
         except sqlite3.Error as exc:
+            if conn is not None:  # a file that cannot be opened for writing (read-only) keeps no descriptor open here
+                conn.close()
             raise self._error(exc, "cannot open") from exc
         if str(mode).lower() != "wal":
             self._conn.close()

@@ -84,6 +84,7 @@ class RunDetail:
     timeline: str
     events: int
     answer: str | None = None
+    answer_warning: str = ""  # the answer holds untrusted text: from where (`RunView.answer_warning`)
     state: dict[str, Any] = field(default_factory=dict)
     roles: list[tuple[str, str]] = field(default_factory=list)  # (role, its usage in words), the costliest first
     usage: str = ""
@@ -121,6 +122,7 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
         timeline=timeline_svg(view.steps, view.started_at, now=datetime.now(UTC)),
         events=len(events),
         answer=_text(view.answer) if summary.finished and view.answer is not None else None,
+        answer_warning=view.answer_warning() if summary.finished and view.answer is not None else "",
         state=_state(summary, view),
         roles=[(role, describe_usage(u)) for role, u in usage_by_role(view, events, summary.usage)],
         usage=describe_usage(summary.usage),

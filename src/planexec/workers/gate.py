@@ -108,7 +108,8 @@ class CallRecord(Record):
     ``quarantine``, ``untrusted_argument``, ``approval_required`` (no approver configured),
     ``approval_denied``, ``bad_arguments`` (the tool's own input schema refused them) or
     ``turn_limit``. `arguments` keep at most 2,000 characters of each string, marked where cut;
-    `truncated` names the arguments that were.
+    `truncated` names the arguments that were. `result_chars` and `result_kept`, when the call's
+    result was too long for the model's conversation: how many characters it had and how many the model read.
     """
 
     step_id: str
@@ -124,6 +125,8 @@ class CallRecord(Record):
     ran: bool = False
     error: str | None = None
     truncated: Annotated[list[str], OMIT_EMPTY] = field(default_factory=list)  # arguments shown cut (see `arguments`)
+    result_chars: Annotated[int, OMIT_EMPTY] = 0  # the result's length when it was cut for the model (0: not cut)
+    result_kept: Annotated[int, OMIT_EMPTY] = 0
 
 
 # asked about one call; True approves. A sync approver may block on a person: it runs off the event loop.
@@ -260,13 +263,16 @@ class Gate:
             self.counts[tool] = self.counts.get(tool, 0) + 1
         return decision
 
-    def ran(self, tool: str, arguments: dict[str, Any], decision: _Decision, *, error: str | None = None) -> None:
-        """After an allowed call ran: its output taints the worker when it is untrusted; the call is recorded."""
+    def ran(
+        self, tool: str, arguments: dict[str, Any], decision: _Decision, *, error: str | None = None, cut: tuple[int, int] = (0, 0)
+    ) -> None:
+        """After an allowed call ran: its output taints the worker when it is untrusted; the call is recorded
+        (`cut`: its result's length and how much of it the model read, when it was cut)."""
         found = self.tools.get(tool)
         if found is not None and found.untrusted_output:
             self.tainted = True
             self.sources = merge_sources(self.sources, [Source(kind="tool", step_id=self.call.step_id, tool=tool, untrusted=True)])
-        self._record(tool, arguments, decision, ran=True, error=error)
+        self._record(tool, arguments, decision, ran=True, error=error, result_cut=cut)
 
     def refuse(self, tool: str, arguments: dict[str, Any], rule: str, reason: str) -> _Decision:
         """Refuse a call for a reason of the worker's own (the turn limit), recorded like any refusal."""
@@ -368,7 +374,16 @@ class Gate:
         self._record(tool, arguments, decision, ran=False)
         return decision
 
-    def _record(self, tool: str, arguments: dict[str, Any], decision: _Decision, *, ran: bool, error: str | None = None) -> None:
+    def _record(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        decision: _Decision,
+        *,
+        ran: bool,
+        error: str | None = None,
+        result_cut: tuple[int, int] = (0, 0),
+    ) -> None:
         if self.hooks is None:
             return
         call = self.call
@@ -388,6 +403,8 @@ class Gate:
                 decided_by=decision.decided_by,
                 ran=ran,
                 error=error,
+                result_chars=result_cut[0],
+                result_kept=result_cut[1],
             )
         )
 

@@ -21,7 +21,7 @@ from planexec.models.base import Model
 from planexec.workers.tool_calls import prompt_file
 from planexec.workers.toolkit import check_tools, default_toolkit
 from planexec.workers.tools import Tool
-from planexec.workers.worker import CriticWorker, RoleWorker
+from planexec.workers.worker import MAX_RESULT_CHARS, CriticWorker, RoleWorker
 
 __all__ = ["ROLES", "RoleSpec", "builtin_roles", "role_prompt"]
 
@@ -40,7 +40,15 @@ class RoleSpec:
     tasks: tuple[str, ...]
     critic: bool = False
 
-    def build(self, model: Model, tools: Mapping[str, Tool], *, max_turns: int = 8, checks: Mapping[str, Tool] | None = None) -> RoleWorker:
+    def build(
+        self,
+        model: Model,
+        tools: Mapping[str, Tool],
+        *,
+        max_turns: int = 8,
+        checks: Mapping[str, Tool] | None = None,
+        max_result_chars: int = MAX_RESULT_CHARS,
+    ) -> RoleWorker:
         """The role as a worker, with the tools of `tools` it names (missing ones are left out).
 
         A critic takes the read-only twin in `checks` of a tool it names, when
@@ -56,6 +64,7 @@ class RoleSpec:
             "tools": chosen,
             "tasks": self.tasks,
             "max_turns": max_turns,
+            "max_result_chars": max_result_chars,
         }
         if self.critic:
             if not chosen:
@@ -126,6 +135,7 @@ def builtin_roles(
     roles: Iterable[str] | None = None,
     max_turns: int = 8,
     checks: Iterable[Tool] | None = None,
+    max_result_chars: int = MAX_RESULT_CHARS,
 ) -> list[RoleWorker]:
     """The built-in roles as workers, ready for `Registry.add_worker`.
 
@@ -138,7 +148,8 @@ def builtin_roles(
     `roles` picks a subset, by name, in that order. The critic checks with
     the read-only twins in `checks` (by default, with a workspace,
     `planexec.workers.toolkit.check_tools`): its ``run_python`` sees the
-    workspace read-only.
+    workspace read-only. A tool result longer than `max_result_chars` is
+    cut before a role's model reads it (see `RoleWorker`).
     """
     names = list(roles) if roles is not None else [spec.name for spec in ROLES]
     unknown = sorted({*names, *(models or {})} - set(_BY_NAME))
@@ -150,4 +161,9 @@ def builtin_roles(
         checks = check_tools(workspace)
     twins = {t.name: t for t in checks or ()}
     chosen_models = models or {}
-    return [_BY_NAME[name].build(chosen_models.get(name, model), available, max_turns=max_turns, checks=twins) for name in names]
+    return [
+        _BY_NAME[name].build(
+            chosen_models.get(name, model), available, max_turns=max_turns, checks=twins, max_result_chars=max_result_chars
+        )
+        for name in names
+    ]

@@ -40,7 +40,19 @@ from planexec.workers.io import Source, StepCall, WorkResult
 from planexec.workers.tool_calls import JsonToolCalls, NativeToolCalls, prompt_file, result_text
 from planexec.workers.tools import Tool
 
-__all__ = ["CriticWorker", "IncompleteError", "RoleWorker", "ToolWorker", "Verdict", "Worker", "WorkerError"]
+__all__ = [
+    "MAX_RESULT_CHARS",
+    "CriticWorker",
+    "IncompleteError",
+    "RoleWorker",
+    "ToolWorker",
+    "Verdict",
+    "Worker",
+    "WorkerError",
+    "cut_result",
+]
+
+MAX_RESULT_CHARS = 20_000  # of one tool result a role worker's model reads (about 5,000 tokens); the rest is cut, with a note
 
 # a tool called directly uses no model: one frozen zero serves every call (a `Usage()` each was a pydantic validation)
 _NO_USAGE = Usage()
@@ -163,6 +175,11 @@ class RoleWorker:
     the plan's grants, quarantine after untrusted text, sensitive
     arguments, then per-call approval of side-effecting calls. A refused
     call does not run; the model is told why.
+
+    A tool result longer than `max_result_chars` (default `MAX_RESULT_CHARS`)
+    is cut: the model reads its first `max_result_chars` characters and a
+    note of how many of how many it sees, and the call's record
+    (`CallRecord.result_chars`, `result_kept`) says it was cut.
     """
 
     def __init__(
@@ -180,6 +197,7 @@ class RoleWorker:
         answer_schema: type[BaseModel] | dict[str, Any] | None = None,
         tool_calling: Literal["auto", "native", "json"] = "auto",
         max_tokens: int | None = 1024,
+        max_result_chars: int = MAX_RESULT_CHARS,
     ) -> None:
         if not isinstance(model, Model):
             raise RegistryError(f"role worker {name!r}: model must implement planexec.models.Model", name=name)
@@ -196,6 +214,7 @@ class RoleWorker:
         self.temperature = temperature
         self.max_tokens = max_tokens  # per turn: a small model under a grammar can otherwise write until its context is full
         self.tool_calling = tool_calling
+        self.max_result_chars = max_result_chars  # of one tool result in the conversation: a 30 MB result would fill any context
         self.answer_schema = _schema_of(name, answer_schema)
         self._answer_validator = (
             jsonschema.validators.validator_for(self.answer_schema)(self.answer_schema) if self.answer_schema is not None else None
@@ -366,8 +385,18 @@ class RoleWorker:
         except Exception as exc:  # the model sees the failure and may try again
             gate.ran(tc.name, tc.arguments, decision, error=redact(f"{type(exc).__name__}: {exc}"))
             return redact(f"error: {type(exc).__name__}: {exc}"), True
-        gate.ran(tc.name, tc.arguments, decision)
-        return result_text(redact(result)), True  # a key a tool returns never reaches the model
+        text = result_text(redact(result))  # a key a tool returns never reaches the model
+        if len(text) <= self.max_result_chars:
+            gate.ran(tc.name, tc.arguments, decision)
+            return text, True
+        gate.ran(tc.name, tc.arguments, decision, cut=(len(text), self.max_result_chars))
+        return cut_result(text, self.max_result_chars), True
+
+
+def cut_result(text: str, limit: int) -> str:
+    """The first `limit` characters of a tool result too long for the conversation, and a note the model reads of what was cut."""
+    note = prompt_file("toolcalls", "cut.md", kept=f"{limit:,}", total=f"{len(text):,}", left=f"{len(text) - limit:,}")
+    return f"{text[:limit]}\n\n{note}"
 
 
 def _unfinished(finish_reason: str | None, answer: Any, max_tokens: int | None) -> str | None:
