@@ -308,7 +308,9 @@ def test_planexec_eval_injection_reports_both_modes_with_refusals_by_rule(tmp_pa
     import planexec.cli.eval as cli_eval
     from planexec.cli.main import main
 
-    monkeypatch.setattr(cli_eval, "SCENARIOS", tuple(s for s in SCENARIOS if s.name in ("notes-exfiltrate-url", "summary-coder-keyword")))
+    monkeypatch.setattr(
+        cli_eval, "INJECTION_SCENARIOS", tuple(s for s in SCENARIOS if s.name in ("notes-exfiltrate-url", "summary-coder-keyword"))
+    )
     assert main(["eval", "--injection", "--modes", "single,plan", "-o", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "prompt injection: 2 scenarios" in out and "refused calls by rule" in out and "quarantine" in out

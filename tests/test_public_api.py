@@ -42,7 +42,7 @@ SUBMODULES = {
         "sqlite_path", "store_target", "verify_run"
     },
     "stages": {
-        "EventSeen", "Finished", "Planned", "Queued", "ROUTINGS", "Reviewed", "Route", "Routed", "Stage", "Started", "WaitingForPerson"
+        "EventSeen", "Finished", "HandedOff", "Planned", "Queued", "ROUTINGS", "Reviewed", "Route", "Routed", "Stage", "Started", "WaitingForPerson"
     },
     "runs": {
         "Approval", "ApprovalState", "CallRecord", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun",
@@ -79,8 +79,9 @@ SUBMODULES = {
         "INSTALL_HINT", "RayRunner", "Runner", "remote_ref", "runner_for"
     },
     "eval": {
-        "EvalOptions", "EvalRecord", "LatencyModel", "MODES", "SuiteError", "configured_models", "goals_table", "load_suite",
-        "parse_modes", "ratio_notes", "run_suite", "scripted_models", "summary_table", "write_report"
+        "EvalOptions", "EvalRecord", "INJECTION_SCENARIOS", "InjectionMode", "InjectionReport", "LatencyModel", "MODES",
+        "SuiteError", "configured_models", "goals_table", "load_suite", "parse_modes", "ratio_notes", "run_injection_suite",
+        "run_suite", "scripted_models", "summary_table", "write_report"
     },
     "testing": {
         "FunctionModel", "ObedientModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool",

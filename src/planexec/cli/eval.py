@@ -20,9 +20,11 @@ from typing import Any
 from planexec.cli import _common as common
 from planexec.errors import ConfigError
 from planexec.eval import (
+    INJECTION_SCENARIOS,
     MODES,
     EvalOptions,
     EvalRecord,
+    InjectionMode,
     LatencyModel,
     SuiteError,
     configured_models,
@@ -30,14 +32,12 @@ from planexec.eval import (
     load_suite,
     parse_modes,
     ratio_notes,
+    run_injection_suite,
     run_suite,
     scripted_models,
     summary_table,
     write_report,
 )
-from planexec.eval.injection import run_suite as run_injection_suite
-from planexec.eval.injection_report import RunMode
-from planexec.eval.injection_scenarios import SCENARIOS
 from planexec.models import ModelSettings
 
 __all__ = ["add_eval_options", "run_eval"]
@@ -146,7 +146,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 def _run_injection(args: argparse.Namespace) -> int:
     """The injection suite (`planexec.eval.injection`): its tables with the contract, then without; its JSON in ``--output``."""
-    wanted: dict[str, RunMode | None] = {"single": "single", "plan": "team", "stream": None}
+    wanted: dict[str, InjectionMode | None] = {"single": "single", "plan": "team", "stream": None}
     try:
         modes = [m for m in (wanted[mode] for mode in parse_modes(args.modes)) if m is not None]
     except ValueError as exc:
@@ -155,8 +155,8 @@ def _run_injection(args: argparse.Namespace) -> int:
     reports = {}
     for defences in (True, False):
         err.print(f"injection suite, {'with' if defences else 'without'} the contract ...", markup=False, highlight=False)
-        attacked = run_injection_suite(SCENARIOS, modes=modes, attacks=True, defences=defences)
-        reports[defences] = attacked.merged(run_injection_suite(SCENARIOS, modes=modes, attacks=False, defences=defences))
+        attacked = run_injection_suite(INJECTION_SCENARIOS, modes=modes, attacks=True, defences=defences)
+        reports[defences] = attacked.merged(run_injection_suite(INJECTION_SCENARIOS, modes=modes, attacks=False, defences=defences))
     out.print("with the contract (team mode is shown as the plan's)")
     out.print(reports[True].table())
     out.print(reports[True].refusals_table())

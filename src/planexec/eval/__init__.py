@@ -4,18 +4,27 @@ Public here, what ``planexec eval`` (or a face of your own) runs a suite
 with: `load_suite` (`SuiteError`), `run_suite` with `EvalOptions` (`MODES`,
 `parse_modes`, `configured_models`, `scripted_models`) giving
 `EvalRecord`s, `LatencyModel` (the oracle's timing), and the reports
-(`summary_table`, `goals_table`, `ratio_notes`, `write_report`).
+(`summary_table`, `goals_table`, `ratio_notes`, `write_report`). The
+prompt-injection suite: `INJECTION_SCENARIOS`, `run_injection_suite` giving
+an `InjectionReport`, `InjectionMode` (``single`` or ``team``).
 """
 
 from planexec.eval.harness import MODES, EvalOptions, EvalRecord, configured_models, parse_modes, run_suite, scripted_models
+from planexec.eval.injection import run_suite as run_injection_suite
+from planexec.eval.injection_report import InjectionReport
+from planexec.eval.injection_report import RunMode as InjectionMode
+from planexec.eval.injection_scenarios import SCENARIOS as INJECTION_SCENARIOS
 from planexec.eval.oracle import LatencyModel
 from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
 from planexec.eval.suite import SuiteError, load_suite
 
 __all__ = [
+    "INJECTION_SCENARIOS",
     "MODES",
     "EvalOptions",
     "EvalRecord",
+    "InjectionMode",
+    "InjectionReport",
     "LatencyModel",
     "SuiteError",
     "configured_models",
@@ -23,6 +32,7 @@ __all__ = [
     "load_suite",
     "parse_modes",
     "ratio_notes",
+    "run_injection_suite",
     "run_suite",
     "scripted_models",
     "summary_table",
