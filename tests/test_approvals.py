@@ -17,23 +17,23 @@ def reg():
     reg = Registry.default()
     reg.calls = []
 
-    @reg.tool(idempotent=True)
+    @reg.tool(idempotent=True, untrusted_output=False)
     async def work(name: str, seconds: float = 0.0) -> str:
         reg.calls.append(name)
         await asyncio.sleep(seconds)
         return name
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def deploy(name: str) -> str:
         reg.calls.append(name)
         return f"deployed {name}"
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def undeploy(name: str) -> str:
         reg.calls.append(f"undo {name}")
         return f"undeployed {name}"
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def broken(name: str) -> str:
         raise RuntimeError("smoke test failed")
 

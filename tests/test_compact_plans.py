@@ -357,11 +357,11 @@ def test_a_streamed_compact_plan_runs_and_a_bad_line_stops_it_naming_the_line(re
 def divide_registry():
     reg = Registry.default()
 
-    @reg.tool(read_only=True)
+    @reg.tool(read_only=True, untrusted_output=False)
     async def fetch(key: str) -> int:
         return {"a": 84, "b": 0, "c": 2}[key]
 
-    @reg.tool(read_only=True)
+    @reg.tool(read_only=True, untrusted_output=False)
     async def divide(x: int, y: int) -> float:
         return x / y
 

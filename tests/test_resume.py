@@ -41,14 +41,14 @@ def reg():
     reg = Registry.default()
     reg.calls = []
 
-    @reg.tool(idempotent=True)
+    @reg.tool(idempotent=True, untrusted_output=False)
     async def safe(name: str) -> str:
         """Safe to run twice."""
         reg.calls.append(name)
         await asyncio.sleep(0.01)
         return name.upper()
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def charge(name: str) -> str:
         """A side effect: not idempotent."""
         reg.calls.append(name)
@@ -197,7 +197,7 @@ def test_a_cancelled_run_resumes(reg, stores):
 def test_a_run_stopped_between_a_failure_and_its_revision_replans_on_resume(reg, stores):
     from planexec.planning.replanner import FunctionReplanner
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def broken(name: str) -> str:
         raise RuntimeError("down")
 

@@ -354,7 +354,7 @@ def test_templates_are_versioned_listed_and_deleted(store):
 def _registry(store_target=None, seen=None):
     reg = Registry()
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     async def work(value: int = 0) -> int:
         """Add one; with a store target, first check (from a second handle) that this step's start is stored."""
         if store_target is not None:
@@ -410,7 +410,7 @@ def test_a_recorded_run_is_stored_whole_and_each_start_before_its_step_runs(stor
 def test_a_replanned_run_records_both_versions(store):
     reg = Registry()
 
-    @reg.tool
+    @reg.tool(untrusted_output=False)  # its own computation, not outside text
     def flaky(fail: bool = False) -> str:
         """Fail when told to."""
         if fail:

@@ -67,6 +67,7 @@ class Revisions:
         self._config = host.config
         self._replans = 0
         self._tried: set[str] = set()  # remaining-steps hashes already tried
+        self._read_untrusted = False  # the last replanner was shown untrusted output (its revision's side effects need a person)
         self._versions: list[PlanVersion] = []
         self.superseded_usage = Usage()  # what the steps of versions replaced had used
         self.joined: JoinDecision | None = None  # the joiner finished the run with this answer
@@ -234,6 +235,7 @@ class Revisions:
         if not isinstance(revision, Revision):
             run._stop("replanner", f"the replanner returned {type(revision).__name__}, not a Revision", request)
             return False
+        self._read_untrusted = bool(untrusted)  # what it read decides whether its side effects need a person
         if self._config.enforce_contract:  # a step whose words copy untrusted values the replanner saw runs quarantined
             revision = dataclasses.replace(revision, steps=mark_untrusted(list(revision.steps), context))
         return await self._go_on(plan, revision, done, request)
@@ -289,7 +291,9 @@ class Revisions:
         revision that grants more than the version it revises (a new tool, a
         wider path, a new recipient) runs only when a person approves it;
         without a plan approver that is a person, the run stops with rule
-        ``replan_widens``. A revision that only narrows goes on.
+        ``replan_widens``. So does a revision that adds side effects when its
+        replanner was shown untrusted output (rule ``replan_effects``). A
+        revision that only narrows goes on.
         """
         approver = self._config.plan_approver
         if diff is not None and self._config.enforce_contract:
@@ -301,7 +305,7 @@ class Revisions:
                     + "; ".join(wider),
                 )
                 return False
-            acting = side_effects(plan, self._host.registry, [*diff.added, *diff.changed])
+            acting = side_effects(plan, self._host.registry, [*diff.added, *diff.changed]) if self._read_untrusted else []
             if acting and not getattr(approver, "person", False):
                 self._run._stop(
                     "replan_effects",
