@@ -242,7 +242,8 @@ def test_a_changed_or_unhashed_template_version_is_refused_and_reported(target):
             store.templates()
     report = check_store(target)
     assert not report.ok and report.tampered and report.templates == 2
-    assert [p.detail for p in report.problems if "template" in p.detail][0].startswith("template 'pay' version 2: it was saved at")
+    (changed,) = [p.detail for p in report.problems]
+    assert changed.startswith("template 'pay' version 2: it was saved at")
 
 
 def test_a_template_saved_before_versions_were_hashed_is_read_as_it_is(tmp_path):
