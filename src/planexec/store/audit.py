@@ -282,9 +282,9 @@ class AuditProblem(Record):
     seq: int | None = None  # the event's seq, when the record is (or was) an event
 
     def render(self) -> str:
-        """One line: ``seq 5 · event 5 (step_started): changed: ...``."""
-        where = f"seq {self.seq}" if self.seq is not None else (f"link {self.link}" if self.link is not None else "head")
-        return f"{where} · {self.record}: {self.kind.value}: {self.detail}"
+        """One line: ``seq 5 · event 5 (step_started): changed: ...`` (no place for the run's head, chain or summary)."""
+        where = f"seq {self.seq} · " if self.seq is not None else (f"link {self.link} · " if self.link is not None else "")
+        return f"{where}{self.record}: {self.kind.value}: {self.detail}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
