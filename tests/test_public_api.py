@@ -38,8 +38,8 @@ SUBMODULES = {
         "Approval", "ApprovalError", "ApprovalState", "AuditProblem", "AuditReport", "DECISIONS", "DEFAULT_STORE",
         "DurableRunner", "EventConflictError", "PostgresRunStore", "ProblemKind", "ResumeError", "RunNotFoundError",
         "RunStore", "RunSummary", "RunView", "SCHEMA_VERSION", "STORE_ENV", "SqliteRunStore", "StoreCheck", "StoreError",
-        "Template", "TemplateNotFoundError", "check_store", "open_store", "record_run", "replay", "resolve_step",
-        "sqlite_path", "store_target", "verify_run"
+        "TamperedError", "Template", "TemplateNotFoundError", "check_store", "open_store", "record_run", "replay",
+        "require_intact", "resolve_step", "sqlite_path", "store_target", "verify_run"
     },
     "stages": {
         "EventSeen", "Finished", "HandedOff", "Planned", "Queued", "ROUTINGS", "Reviewed", "Route", "Routed", "Stage", "Started", "WaitingForPerson"

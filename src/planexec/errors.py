@@ -27,7 +27,8 @@ do no I/O; `str(error)` is the readable rendering.
     │   ├── ApprovalError             an approval that is not pending, or asked for twice differently
     │   ├── TemplateNotFoundError     no saved plan template has that name (and version)
     │   ├── LeaseHeldError            another live process holds the run
-    │   └── LeaseLostError            this process no longer holds the run it writes
+    │   ├── LeaseLostError            this process no longer holds the run it writes
+    │   └── TamperedError             a run's records or a template version changed after they were written
     ├── RunError                      a run ended without succeeding
     │   ├── RunAbortedError           a failure action aborted the run
     │   ├── RunCancelledError         the run was cancelled from outside
@@ -88,6 +89,7 @@ __all__ = [
     "RunNotFoundError",
     "StepTimeoutError",
     "StoreError",
+    "TamperedError",
     "TemplateNotFoundError",
     "ToolError",
     "ToolInputError",
@@ -336,6 +338,39 @@ class LeaseLostError(StoreError):
     def __init__(self, message: str, *, run_id: str, location: str | None = None) -> None:
         self.run_id = run_id
         super().__init__(message, location=location)
+
+
+class TamperedError(StoreError):
+    """What planexec was about to act on changed after it was written: a run's records (`run_id`) or a saved
+    template version (`template`, `version`) do not match the audit log. `problems` says what changed, one
+    line each; `inspect` is the command that shows every problem. Nothing was done with it.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        problems: list[str],
+        *,
+        inspect: str,
+        run_id: str | None = None,
+        template: str | None = None,
+        version: int | None = None,
+        location: str | None = None,
+    ) -> None:
+        self.what = what
+        self.problems = list(problems)
+        self.inspect = inspect
+        self.run_id = run_id
+        self.template = template
+        self.version = version
+        where = f" in {location}" if location else ""
+        first = problems[0] if problems else "it does not match the audit log"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(
+            f"{what}{where} was changed after it was written: {first}{more}. planexec will not use it. "
+            f"See every change with: {inspect}; then restore the store from a backup, or start again",
+            location=location,
+        )
 
 
 class RunError(PlanexecError):

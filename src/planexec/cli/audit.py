@@ -1,7 +1,8 @@
 """The audit command of the CLI: ``planexec audit verify RUN_ID``, whether a recorded run's records are intact.
 
 Owns showing `store.verify_run`'s report to a person: the verdict (intact,
-tampered, or not chained: recorded before the audit log), the run's head
+tampered, or not chained: recorded before the audit log; a run recorded
+after the audit log began with no chain is tampered), the run's head
 (link, event seq and hash: publish the hash somewhere else to anchor the
 run), and each problem with its seq (or link) and kind. ``--json`` prints
 the report as one JSON object. Exit codes: 0 intact (or not chained), 1
@@ -56,11 +57,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _show(report: AuditReport, location: str) -> None:
     out = common.console()
-    if not report.chained:
+    if not report.chained and report.ok:
         out.print(Text.assemble((f"run {report.run_id}: ", ""), (report.note, "yellow"), f" · {report.checked} records, nothing to verify"))
         return
     verdict = ("intact", "green") if report.ok else (f"TAMPERED: {len(report.problems)} problem(s)", "bold red")
     out.print(Text.assemble(f"run {report.run_id}: ", verdict, f" · {report.checked} records checked in {location}"))
-    out.print(Text(f"head: link {report.head_link} · seq {report.head_seq} · {report.head_hash}"))
+    if report.head_hash is not None:
+        out.print(Text(f"head: link {report.head_link} · seq {report.head_seq} · {report.head_hash}"))
     for problem in report.problems:
         out.print(Text(f"  {problem.render()}", style="red"))

@@ -9,6 +9,9 @@ store and ends with `RunFinished`). The store is chosen by ``--store``,
 ``PLANEXEC_STORE``, ``store`` in planexec.toml, else ``.planexec/runs.db``;
 these commands only read, and never create a store. A store that cannot be
 opened or read, or an unknown run id, is a `common.UsageError` (exit 2).
+What was changed in the store after it was written is shown as changed:
+``runs`` marks a row that disagrees with its run's events (CHANGED), and
+``show`` starts with a warning and each problem `verify_run` finds.
 Everything is printed through `_common` (`console`, `say`, `emit`), which
 hides secrets; the JSON of ``show --json`` and ``logs --json`` (a run's
 export) too. Reuses the plumbing of `_common` and the lines of `progress`;
@@ -35,7 +38,7 @@ from planexec.errors import StoreError
 from planexec.events import RunResumed, StepResolved
 from planexec.plan import grants_text
 from planexec.runs import PlanVersion, describe_refused
-from planexec.store import Approval, RunStore, RunSummary, RunView, replay, sqlite_path, store_target
+from planexec.store import Approval, RunStore, RunSummary, RunView, replay, sqlite_path, store_target, verify_run
 
 __all__ = ["add_history_commands", "cmd_logs", "cmd_runs", "cmd_show"]
 
@@ -113,7 +116,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         table.add_row(
             r.run_id + (f"\n  (sub-run of {r.parent_run_id})" if r.parent_run_id else ""),
-            Text(r.state, style="red" if r.interrupted else _STYLE.get(r.status, "")),
+            Text(r.state + (" (CHANGED)" if r.mismatch else ""), style="red" if r.interrupted or r.mismatch else _STYLE.get(r.status, "")),
             r.goal[:120],
             f"{r.started_at:%Y-%m-%d %H:%M:%S}",
             _duration(r),
@@ -121,6 +124,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
             r.usage.describe_cost(),
         )
     out.print(table)
+    changed = [r for r in runs if r.mismatch]
+    for r in changed:
+        out.print(Text(f"{r.run_id}: CHANGED: {'; '.join(r.mismatch)}", style="red"), soft_wrap=True)
+    if changed:
+        out.print(
+            Text(f"{len(changed)} run(s) marked CHANGED: their runs row was edited in the store (see: planexec store check)", style="red")
+        )
     return common.EXIT_OK
 
 
@@ -133,6 +143,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         events = store.events(args.run_id)
         versions = store.plan_versions(args.run_id)
         approvals = store.approvals(args.run_id)
+        audit = verify_run(store, args.run_id)  # what was changed is shown as changed, not as what the run did
     except StoreError as exc:
         raise common.UsageError(str(exc)) from None
     finally:
@@ -144,12 +155,20 @@ def cmd_show(args: argparse.Namespace) -> int:
         view, undecided = _held(view, events)
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
     if args.json:
-        common.emit(json.dumps(_show_json(summary, versions, view, approvals, len(events)), indent=2, ensure_ascii=False))
+        shown = {**_show_json(summary, versions, view, approvals, len(events)), "changed": [p.render() for p in audit.problems]}
+        common.emit(json.dumps(shown, indent=2, ensure_ascii=False))
         return common.EXIT_OK
     out = common.console()
 
     def say(text: str) -> None:
         out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    if not audit.ok:
+        where = f" --store {store.location}" if args.store else ""
+        out.print(Text(f"WARNING: run {summary.run_id} was changed in the store after it was recorded; what follows is not what it did "
+                       f"(see: planexec audit verify {summary.run_id}{where})", style="bold red"), soft_wrap=True)  # fmt: skip
+        for problem in audit.problems:
+            out.print(Text(f"  {problem.render()}", style="red"), soft_wrap=True)
 
     say(f"run {summary.run_id}: {summary.goal}")
     status = f"status {summary.state}" + (f" ({summary.reason})" if summary.reason else "")

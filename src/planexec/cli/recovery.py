@@ -6,7 +6,10 @@ with the engine (`Engine.resume`) on the tools modules it was started with
 wins) and where it ran (a Ray cluster it recorded, unless ``--runner`` or
 planexec.toml say otherwise), and recording a person's decision about a step held after a crash
 (`resume.resolve_step`). A store, run or step that is not there, and a run
-that cannot be resumed, are usage errors (exit 2) that change nothing. With
+that cannot be resumed, and a run whose stored records changed after they
+were written (`TamperedError`: the message names what changed and says to
+run ``planexec audit verify``), are usage errors (exit 2) that change
+nothing. With
 telemetry on, the resumed run's span is current in all its tasks and links
 to the span of the run it continues (`planexec.telemetry`).
 Imports `cli._common`, `cli.approvals`, `cli.progress` and the engine's
@@ -27,7 +30,7 @@ from planexec.errors import ConfigError, LeaseHeldError, StoreError
 from planexec.events import RunStarted
 from planexec.fleet import saved_plan_engine
 from planexec.runs import run_to_end
-from planexec.store import DECISIONS, ResumeError, RunStore, resolve_step
+from planexec.store import DECISIONS, ResumeError, RunStore, require_intact, resolve_step
 from planexec.telemetry import start_run
 
 __all__ = ["add_recovery_commands", "cmd_resolve", "cmd_resume", "stored_tools"]
@@ -76,6 +79,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     config = common.config()
     store = common.open_run_store(args.store, config, create=False)
     try:
+        require_intact(store, args.run_id)  # TamperedError before its setup (the tools modules it names) is read
         versions = store.plan_versions(args.run_id)
     except StoreError as exc:
         raise common.UsageError(str(exc)) from None

@@ -101,4 +101,7 @@ def _figures(report: StoreCheck, name: str) -> str:
         return f"version {report.schema_version}, {report.tables} tables"
     chained = report.runs - report.runs_not_chained
     old = f" ({report.runs_not_chained:,} recorded before the audit log)" if report.runs_not_chained else ""
-    return f"{report.runs:,} runs ({chained:,} chained){old}, {report.events:,} events, {report.records:,} records verified"
+    return (
+        f"{report.runs:,} runs ({chained:,} chained){old}, {report.events:,} events, {report.records:,} records verified, "
+        f"{report.templates:,} template versions"
+    )

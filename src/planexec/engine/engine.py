@@ -22,7 +22,7 @@ from planexec.engine.approval import Approver
 from planexec.engine.config import EngineConfig, Subscriber
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.loop import run_to_end
-from planexec.engine.recording import DurableRunner, hold_run, let_go, record_run
+from planexec.engine.recording import DurableRunner, hold_run, let_go, record_run, require_intact
 from planexec.engine.results import RunResult
 from planexec.engine.resume import plan_resumption
 from planexec.engine.run import Run
@@ -136,7 +136,9 @@ class Engine:
         otherwise the run ends ``needs_decision`` once nothing else can go on.
         Raises `ResumeError` for a run that finished, `RunNotFoundError` for an
         unknown one, `LeaseHeldError` (naming the process) for a run another
-        live process is running: the store leases each run to one process.
+        live process is running: the store leases each run to one process;
+        `TamperedError` (naming what changed) for a run whose stored records
+        do not match the store's audit log.
         """
         store = self._config.store
         if store is None:
@@ -144,6 +146,7 @@ class Engine:
         store.run(run_id)  # RunNotFoundError before a lease is taken for a run that does not exist
         hold_run(store, run_id)  # LeaseHeldError while another process runs it; taken before reading, so nothing is missed
         try:
+            require_intact(store, run_id)  # TamperedError: records changed after they were written are never acted on
             events = store.events(run_id)
             versions = store.plan_versions(run_id)
             resumption = plan_resumption(run_id, events, versions, self.is_idempotent)

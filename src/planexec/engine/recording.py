@@ -20,7 +20,9 @@ plan when it is complete). If the store fails, the run is cancelled rather
 than going on unrecorded; the events not written stay queued and the next
 flush tries them again (appending is idempotent). `RunLog` is what the
 engine asks of a store (`store.RunStore` is one, by its shape): the engine
-never imports the store's package. Imports `workers.io`, `engine.runner`,
+never imports the store's package. A store that keeps an audit log
+(`Audited`) vouches for a run's records before a resume or a decision uses
+them (`require_intact`). Imports `workers.io`, `engine.runner`,
 `engine.results`, `plan` and `errors`; never the engine's internals.
 """
 
@@ -37,7 +39,7 @@ from planexec.errors import StoreError
 from planexec.plan.model import Plan
 from planexec.workers.io import StepCall, WorkResult
 
-__all__ = ["DurableRunner", "Holds", "Recorder", "RunLog", "hold_run", "let_go", "record_run"]
+__all__ = ["Audited", "DurableRunner", "Holds", "Recorder", "RunLog", "hold_run", "let_go", "record_run", "require_intact"]
 
 log = logging.getLogger("planexec.store")
 
@@ -81,6 +83,21 @@ class Holds(Protocol):
     def let_go(self, run_id: str) -> None:
         """Release the run's lease."""
         ...
+
+
+@runtime_checkable
+class Audited(Protocol):
+    """A store that keeps an audit log (`store.RunStore`'s SQL backends): it vouches for a run's records before they are used."""
+
+    def require_intact(self, run_id: str) -> Any:
+        """`TamperedError` naming what changed when any of the run's records does not match the audit log."""
+        ...
+
+
+def require_intact(store: object, run_id: str) -> None:
+    """Refuse (`TamperedError`) a run whose stored records changed after they were written, when the store keeps an audit log."""
+    if isinstance(store, Audited):
+        store.require_intact(run_id)
 
 
 def hold_run(store: object, run_id: str, *, on_lost: Callable[[Exception], None] | None = None) -> None:

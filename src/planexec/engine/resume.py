@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from planexec.engine.events import StepResolved, utcnow
-from planexec.engine.recording import RunLog, hold_run, let_go
+from planexec.engine.recording import RunLog, hold_run, let_go, require_intact
 from planexec.engine.replay import replay
 from planexec.engine.results import PlanVersion, ReplanRequest, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError
@@ -180,10 +180,12 @@ def resolve_step(store: RunLog, run_id: str, step_id: str, decision: str, value:
 
     Refused with `ResumeError` (nothing stored) when the run finished or the
     step was not cut off mid-attempt, and with `LeaseHeldError` when another
-    live process is running the run. Returns the event.
+    live process is running the run, and with `TamperedError` when its
+    stored records changed after they were written. Returns the event.
     """
     if decision not in DECISIONS:
         raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
+    require_intact(store, run_id)  # `TamperedError`: a decision about changed records would vouch for them
     summary = store.run(run_id)
     if summary.status not in (RunStatus.NEEDS_DECISION, RunStatus.CANCELLED, RunStatus.RUNNING):
         raise ResumeError(f"run {run_id!r} ended {summary.status.value}; there is nothing to decide", run_id=run_id)

@@ -31,7 +31,8 @@ engine options given. Once it ends the queue row is settled: ``done``, or
 ``queued`` again when it was cancelled (released, or its store failed):
 the next claim resumes it. A run that cannot be set up here (a tools
 module missing, a plan that no longer validates) is ``refused`` with the
-reason, never run.
+reason, never run; so is a run whose stored records changed after they
+were written (`TamperedError`, checked before its plan is read).
 
 **Stopping.** `stop()` (SIGTERM or Ctrl-C with `serve(handle_signals=True)`)
 stops taking runs and releases the runs in hand: each is cancelled at its
@@ -68,12 +69,13 @@ from planexec.engine.recording import Holds
 from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
 from planexec.engine.runner import Runner
-from planexec.errors import StoreError
+from planexec.errors import StoreError, TamperedError
 from planexec.fleet.saved import recorded_runner, saved_plan_engine
 from planexec.plan.model import Plan
 from planexec.plan.validation import check_plan, validate_plan
 from planexec.records import Record
 from planexec.scale import runner_for
+from planexec.store.audit import require_intact
 from planexec.store.base import RunStore
 from planexec.store.leases import Holder
 from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState, QueueStore
@@ -329,6 +331,8 @@ class QueueWorker:
         except Exception as exc:  # it cannot be set up here: refused, never run (a finished one is done; a store that failed: handed back)
             if isinstance(exc, ResumeError):
                 state = QueueState.DONE
+            elif isinstance(exc, TamperedError):  # its records changed in the store: no worker may run it
+                state = QueueState.REFUSED
             else:
                 state = QueueState.QUEUED if isinstance(exc, StoreError) else QueueState.REFUSED
             reason = f"{self.name} could not {'start' if claim.fresh else 'resume'} it: {type(exc).__name__}: {exc}"
@@ -354,6 +358,7 @@ class QueueWorker:
 
     async def _begin(self, claim: Claim) -> Run:
         """The claimed run, going on from where it stopped (its first step, for a queued run) on an engine of its own."""
+        await asyncio.to_thread(require_intact, self.store, claim.run_id)  # TamperedError before its plan names a tools module
         versions = await asyncio.to_thread(self.store.plan_versions, claim.run_id)
         if not versions:
             raise ValueError(f"run {claim.run_id!r} has no stored plan")

@@ -6,7 +6,9 @@ Owns nothing itself; it gathers the store's public names. `RunStore` (in
 its backends; `open_store` picks one from a path or URL; `replay` rebuilds
 each step's record from stored events. `recorder.record_run` writes a live
 run into a store. `verify_run` checks a run's records against their hash
-chain (the audit log, see `audit`) and returns an `AuditReport`. The store
+chain (the audit log, see `audit`) and returns an `AuditReport`;
+`require_intact` refuses a run whose records changed (`TamperedError`)
+before a face acts on it. The store
 imports only events, plan, results, records, errors and usage: never the
 engine.
 """
@@ -19,9 +21,10 @@ from planexec.errors import (
     EventConflictError,
     RunNotFoundError,
     StoreError,
+    TamperedError,
     TemplateNotFoundError,
 )
-from planexec.store.audit import AuditProblem, AuditReport, ProblemKind, verify_run
+from planexec.store.audit import AuditProblem, AuditReport, ProblemKind, require_intact, verify_run
 from planexec.store.base import Approval, ApprovalState, RunStore, RunSummary, Template
 from planexec.store.check import StoreCheck, check_store
 from planexec.store.location import DEFAULT_STORE, STORE_ENV, open_store, sqlite_path, store_target
@@ -51,12 +54,14 @@ __all__ = [
     "SqliteRunStore",
     "StoreCheck",
     "StoreError",
+    "TamperedError",
     "Template",
     "TemplateNotFoundError",
     "check_store",
     "open_store",
     "record_run",
     "replay",
+    "require_intact",
     "resolve_step",
     "sqlite_path",
     "store_target",

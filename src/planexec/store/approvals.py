@@ -10,6 +10,9 @@ Both join the run's audit chain (see `audit`): a request is one record, its
 decision another, written once into the request's row (the store's
 triggers refuse any other change to an approval, and its deletion). Who
 decided and why are redacted (`secrets.redact`) before they are stored.
+An approval or an edit of a run whose records changed after they were
+written is refused (`TamperedError`, in the transaction that would write
+it): it would vouch for what changed. A denial is recorded all the same.
 
 A pending plan version may be answered with an edit instead (`edit_plan`,
 ``planexec approve --edit``, the web console): in one transaction the edit
@@ -150,6 +153,8 @@ class ApprovalBook:
             params += (content_hash,)
         with self.db.tx(write=True) as cur:
             self.db.require_run(cur, run_id)
+            if approved:  # what is approved must be what was recorded (a denial runs nothing: it is recorded whatever changed)
+                self.log.intact(cur, run_id)
             rows = [_approval(r) for r in self.db.all(cur, sql + " ORDER BY approval_id", params)]
             pending = [a for a in rows if a.state is ApprovalState.PENDING]
             if not pending:
@@ -197,6 +202,7 @@ class ApprovalBook:
         with self.db.tx(write=True) as cur:
             self.db.require_run(cur, run_id)
             chain = self.db.chain(cur, run_id)  # the run's head, locked first: two edits at once take turns
+            self.log.intact(cur, run_id)  # an edit of a changed run would vouch for what changed
             rows = self.db.all(
                 cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE run_id = ? AND step_id = '' ORDER BY approval_id", (run_id,)
             )

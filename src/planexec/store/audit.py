@@ -34,7 +34,14 @@ own link and hash), written into the request's row; the request's columns
 never change (the store's triggers refuse it). Runs recorded before the
 audit log have a head without a hash: `verify_run` reports them as not
 chained, not as tampered, and records added to them later stay unchained
-(a chain that started midway would vouch for nothing before it). An
+(a chain that started midway would vouch for nothing before it). The
+store says when its audit log began (``audit_since``, see `schema`): a run
+with no chain that was recorded after that lost its chain, and is reported
+as tampered, not as old. A run's ``runs`` row is a summary made from its
+events: what it says that the events do not (its goal, status, reason) is
+reported as changed too, when the records themselves are intact. A template version carries a hash over its
+columns (`template_hash`), checked each time it is read (`template_problem`):
+templates are not runs, and have no chain or head. An
 attacker who rewrites every record and the head consistently is not
 caught here: publish the head hash (``planexec audit verify`` prints it)
 to anchor a run outside the store. Imports `records`, `errors` and the
@@ -46,13 +53,15 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from json.encoder import encode_basestring as _string  # a JSON string literal, as json.dumps writes it (ensure_ascii=False)
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from planexec.errors import StoreError
+from planexec.errors import StoreError, TamperedError
 from planexec.records import Record
 from planexec.store.base import RunStore
 
@@ -72,6 +81,11 @@ __all__ = [
     "link_hash",
     "plan_content",
     "request_content",
+    "require_intact",
+    "tampered_run",
+    "template_content",
+    "template_hash",
+    "template_problem",
     "verify_run",
     "verify_trail",
 ]
@@ -165,11 +179,21 @@ class ChainRecord(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditTrail(Record):
-    """Everything the store holds about one run's chain: the head (None when it has no head row) and every record."""
+    """Everything the store holds about one run's chain: the head (None when it has no head row) and every record.
+
+    `recorded_at` is when the run's first records were written, by the latest
+    of its own words for it (its ``runs`` row, its first event, its first plan
+    version); `audit_since` when the store's audit log began. None: unknown.
+    `summary`: what the run's ``runs`` row says that its events do not, one
+    line each (the row is a summary made from the events, not chained itself).
+    """
 
     run_id: str
     head: ChainHead | None
     records: list[ChainRecord]
+    recorded_at: datetime | None = None
+    audit_since: datetime | None = None
+    summary: list[str] = field(default_factory=list)  # what its runs row says that its events do not
 
 
 @runtime_checkable
@@ -258,9 +282,9 @@ class AuditProblem(Record):
     seq: int | None = None  # the event's seq, when the record is (or was) an event
 
     def render(self) -> str:
-        """One line: ``seq 5 · event 5 (step_started): changed: ...``."""
-        where = f"seq {self.seq}" if self.seq is not None else (f"link {self.link}" if self.link is not None else "head")
-        return f"{where} · {self.record}: {self.kind.value}: {self.detail}"
+        """One line: ``seq 5 · event 5 (step_started): changed: ...`` (no place for the run's head, chain or summary)."""
+        where = f"seq {self.seq} · " if self.seq is not None else (f"link {self.link} · " if self.link is not None else "")
+        return f"{where}{self.record}: {self.kind.value}: {self.detail}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,14 +313,29 @@ def verify_run(store: RunStore, run_id: str) -> AuditReport:
     return verify_trail(store.audit_trail(run_id))
 
 
+def require_intact(store: RunStore, run_id: str) -> AuditReport:
+    """`verify_run`, for what is about to be used: its report when intact (or recorded before the audit log);
+    `TamperedError` naming what changed, and how to see it all, when not."""
+    report = verify_run(store, run_id)
+    if not report.ok:
+        raise tampered_run(report, store.location)
+    return report
+
+
 def verify_trail(trail: AuditTrail) -> AuditReport:
     """The verdict on a run's records as read from a store (pure: see `verify_run`)."""
     head, records = trail.head, trail.records
     problems: list[AuditProblem] = []
+    summary = [AuditProblem(kind=ProblemKind.CHANGED, record="the run's summary (its runs row)", detail=line) for line in trail.summary]
     chained = [r for r in records if r.link is not None and r.hash is not None and r.prev_hash is not None]
     if head is not None and head.hash is None:
         if not chained:
-            return AuditReport(run_id=trail.run_id, ok=True, chained=False, checked=len(records), note=NOT_CHAINED)
+            unchained = _unchained(trail)
+            problems = ([] if unchained is None else [unchained]) + summary
+            return AuditReport(
+                run_id=trail.run_id, ok=not problems, chained=False, checked=len(records),
+                problems=problems, note="" if unchained else NOT_CHAINED,
+            )  # fmt: skip
         problems.append(
             AuditProblem(
                 kind=ProblemKind.CHANGED,
@@ -312,11 +351,69 @@ def verify_trail(trail: AuditTrail) -> AuditReport:
         if id(r) not in ids:
             problems.append(_problem(ProblemKind.INSERTED, r, "not part of the audit chain (it has no hash)"))
     problems += _Walk(trail.run_id, chained, head).run()
+    if not problems:  # a row that disagrees with changed events says nothing more
+        problems = summary
     last = head if head is not None else _implied_head(chained)
     return AuditReport(
         run_id=trail.run_id, ok=not problems, chained=True, checked=len(records),
         head_link=last.link, head_seq=last.seq, head_hash=last.hash, problems=problems,
     )  # fmt: skip
+
+
+def _unchained(trail: AuditTrail) -> AuditProblem | None:
+    """The problem with a run that has no chain although it was recorded after the audit log began; None when it is old."""
+    since, at = trail.audit_since, trail.recorded_at
+    if since is None or at is None or at < since:
+        return None
+    return AuditProblem(
+        kind=ProblemKind.REMOVED,
+        record="the run's chain",
+        detail=f"the run was recorded at {at:%Y-%m-%d %H:%M:%S} UTC, after the audit log began "
+        f"({since:%Y-%m-%d %H:%M:%S} UTC), yet none of its records is chained: their hashes were removed",
+    )
+
+
+def tampered_run(report: AuditReport, location: str | None = None) -> TamperedError:
+    """The `TamperedError` for a run whose report is not ok: it names what changed and how to see it all."""
+    where = f" --store {shlex.quote(location)}" if location else ""
+    return TamperedError(
+        f"run {report.run_id}",
+        [p.render() for p in report.problems],
+        inspect=f"planexec audit verify {shlex.quote(report.run_id)}{where}",
+        run_id=report.run_id,
+        location=location,
+    )
+
+
+# --- template versions ------------------------------------------------------------------------------
+
+
+def template_content(plan: str, params: str, description: str, source_run_id: str | None, created_at: str) -> str:
+    """What a template version's hash covers: its columns as stored (its name and version are its key)."""
+    return canonical({"plan": plan, "params": params, "description": description, "source_run_id": source_run_id,
+                      "created_at": created_at})  # fmt: skip
+
+
+def template_hash(name: str, version: int, content: str) -> str:
+    """The hash of a template version (`template_content`), written with it and checked each time it is read."""
+    return link_hash(GENESIS, name, version, "template", version, content)
+
+
+def template_problem(name: str, version: int, content: str, digest: str | None, created_at: datetime | None,
+                     since: datetime | None) -> str | None:  # fmt: skip
+    """What is wrong with a stored template version, or None: its hash does not match, or it lost it.
+
+    A version with no hash is one saved before versions were hashed (at
+    `since`), unless it says it was saved after that.
+    """
+    if digest is None:
+        if since is None or created_at is None or created_at < since:
+            return None
+        return (f"template {name!r} version {version}: it was saved at {created_at:%Y-%m-%d %H:%M:%S} UTC, after template "
+                f"versions began to be hashed ({since:%Y-%m-%d %H:%M:%S} UTC), yet it has no hash: it was removed")  # fmt: skip
+    if template_hash(name, version, content) != digest:
+        return f"template {name!r} version {version}: changed: its content does not match its hash"
+    return None
 
 
 def _implied_head(chained: list[ChainRecord]) -> ChainHead:

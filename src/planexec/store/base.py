@@ -62,7 +62,9 @@ class RunSummary(Record):
     moves them); `usage` is what the run has used so far, and its total
     once it finished. A sub-run names its parent run and step. A run still
     ``running`` carries its `lease` (the process running it); without a
-    live one it is `interrupted`: the process that ran it died.
+    live one it is `interrupted`: the process that ran it died. `mismatch`
+    says what the row says that the run's own (chained) events do not, one
+    line each: the row was changed in the database, and is not the truth.
     """
 
     run_id: str
@@ -80,6 +82,7 @@ class RunSummary(Record):
     parent_run_id: str | None = None
     parent_step_id: str | None = None
     lease: Lease | None = None
+    mismatch: list[str] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:

@@ -16,8 +16,10 @@ event when there is one). Three checks, in order:
   and every table, index and trigger the migrations create (the triggers
   keep the audited rows append-only) present.
 * ``audit``: `audit.verify_run` on every run the store holds a record of;
-  each problem names its run and event. Runs recorded before the audit
-  log are counted, not failed.
+  each problem names its run and event (a ``runs`` row that disagrees
+  with its events, and a run recorded after the audit log began that has
+  no chain, are problems too). Runs recorded before the audit log are
+  counted, not failed. Then every template version against its hash.
 
 Reading the schema uses the backend's own transaction (`SqlRunStore._tx`):
 this module belongs to the store. Imports `errors`, `records` and the
@@ -106,6 +108,7 @@ class StoreCheck(Record):
     runs_not_chained: int = 0  # recorded before the audit log: nothing to verify
     events: int = 0
     records: int = 0  # records whose hashes were verified (events, plan versions, approvals)
+    templates: int = 0  # template versions whose hashes were verified
     seconds: dict[str, float] = field(default_factory=dict)
     problems: list[StoreProblem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -271,9 +274,11 @@ def _audit(store: SqlRunStore, report: _Report) -> None:
             report.problems.append(StoreProblem(check="audit", run_id=run_id, detail=f"its records cannot be read: {exc}"))
             continue
         records += audit.checked
-        not_chained += not audit.chained
+        not_chained += not audit.chained and bool(audit.note)  # an old run, not one whose chain was removed
         report.problems += [
             StoreProblem(check="audit", run_id=run_id, seq=p.seq, detail=f"{p.record}: {p.kind.value}: {p.detail}") for p in audit.problems
         ]
-    report.figures.update(runs=len(run_ids), runs_not_chained=not_chained, events=events, records=records)
+    templates, changed = store.template_problems()
+    report.problems += [StoreProblem(check="audit", detail=line) for line in changed]
+    report.figures.update(runs=len(run_ids), runs_not_chained=not_chained, events=events, records=records, templates=templates)
     report.timed("audit", t0)

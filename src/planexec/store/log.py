@@ -37,6 +37,7 @@ from planexec.plan.model import Plan
 from planexec.records import json_encoder
 from planexec.secrets import redact, secrets
 from planexec.store.audit import (
+    AuditReport,
     AuditTrail,
     Chain,
     ChainHead,
@@ -46,11 +47,14 @@ from planexec.store.audit import (
     decision_content,
     plan_content,
     request_content,
+    tampered_run,
+    verify_trail,
 )
 from planexec.store.base import RunSummary
 from planexec.store.database import Database
 from planexec.store.leases import Lease, LeaseBook
 from planexec.store.rows import from_timestamp, timestamp
+from planexec.store.schema import AUDIT_SINCE, STATE_EVENTS
 from planexec.usage import Usage
 
 __all__ = ["EventLog"]
@@ -273,7 +277,8 @@ class EventLog:
         with self.db.tx(write=False) as cur:
             rows = self.db.all(cur, sql, params)
             leases = self.leases.leases_of(cur, [row[0] for row in rows if row[2] == RunStatus.RUNNING.value])
-        return [_summary(row, leases.get(row[0])) for row in rows]
+            made = self.made(cur, [row[0] for row in rows])
+        return [_summary(row, leases.get(row[0]), made[row[0]]) for row in rows]
 
     def run(self, run_id: str) -> RunSummary:
         """The run's summary; `RunNotFoundError` naming the id when there is none."""
@@ -282,7 +287,33 @@ class EventLog:
             if row is None:
                 raise RunNotFoundError(run_id, location=self.db.location)
             leases = self.leases.leases_of(cur, [run_id] if row[2] == RunStatus.RUNNING.value else [])
-        return _summary(row, leases.get(run_id))
+            made = self.made(cur, [run_id])
+        return _summary(row, leases.get(run_id), made[run_id])
+
+    def mismatches(self, cur: Any, rows: Sequence[Any]) -> dict[str, list[str]]:
+        """What each ``runs`` row (as `_RUN_COLUMNS` reads it) says that its run's events do not, by run id (none: absent)."""
+        made = self.made(cur, [row[0] for row in rows])
+        found = {row[0]: _disagree(row, made[row[0]]) for row in rows}
+        return {run_id: lines for run_id, lines in found.items() if lines}
+
+    def made(self, cur: Any, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each run's goal, status and reason as its events make them, by run id.
+
+        The ``runs`` row is a summary made from the events (`_update_snapshot`):
+        made again here from the events that set them (an index finds them),
+        a row changed in the database is told apart from the chained events
+        it stands for.
+        """
+        made: dict[str, dict[str, Any]] = {run_id: {"goal": "", "status": RunStatus.RUNNING.value, "reason": None} for run_id in run_ids}
+        ids = list(made)
+        kinds = ", ".join(f"'{kind}'" for kind in STATE_EVENTS)  # written as the index's condition is, so it is used
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            sql = f"SELECT run_id, body FROM events WHERE run_id IN ({marks}) AND type IN ({kinds}) ORDER BY run_id, seq"
+            for run_id, body in self.db.all(cur, sql, chunk):
+                _made_by(made[run_id], body)
+        return made
 
     def save_plan(self, run_id: str, plan: Plan, *, reason: str = "the first plan") -> None:
         """Store a version of the run's plan (normally the first, before its `RunStarted`); the same again is a no-op."""
@@ -334,27 +365,44 @@ class EventLog:
 
     def audit_trail(self, run_id: str) -> AuditTrail:
         """The run's head and every record with its chain columns, read as stored (see `audit.verify_run`)."""
-        r = self.db.raw
         with self.db.tx(write=False) as cur:
-            head = self.db.one(cur, "SELECT link, seq, hash FROM audit_heads WHERE run_id = ?", (run_id,))
-            if head is None:
-                self.db.require_run(cur, run_id)
-            events = self.db.all(
-                cur, f"SELECT seq, {r('type')}, {r('body')}, link, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
-            plans = self.db.all(
-                cur,
-                f"SELECT version, {r('plan')}, {r('reason')}, {r('diff')}, {r('usage')}, {r('created_at')}, link, prev_hash, hash "
-                "FROM plans WHERE run_id = ? ORDER BY version",
-                (run_id,),
-            )
-            approvals = self.db.all(
-                cur,
-                f"SELECT {r('step_id')}, {r('content_hash')}, {r('requested_at')}, link, prev_hash, hash, {r('state')}, "
-                f"{r('decided_at')}, {r('decided_by')}, {r('reason')}, decision_link, decision_prev_hash, decision_hash "
-                "FROM approvals WHERE run_id = ? ORDER BY approval_id",
-                (run_id,),
-            )
+            return self.trail(cur, run_id)
+
+    def require_intact(self, run_id: str) -> AuditReport:
+        """The run's audit report when every record matches its chain; `TamperedError` naming what changed when not."""
+        with self.db.tx(write=False) as cur:
+            return self.intact(cur, run_id)
+
+    def intact(self, cur: Any, run_id: str) -> AuditReport:
+        """`require_intact` inside the caller's transaction (a decision is refused in the one that would write it)."""
+        report = verify_trail(self.trail(cur, run_id))
+        if not report.ok:
+            raise tampered_run(report, self.db.location)
+        return report
+
+    def trail(self, cur: Any, run_id: str) -> AuditTrail:
+        """`audit_trail` inside the caller's transaction."""
+        r = self.db.raw
+        head = self.db.one(cur, "SELECT link, seq, hash FROM audit_heads WHERE run_id = ?", (run_id,))
+        if head is None:
+            self.db.require_run(cur, run_id)
+        events = self.db.all(
+            cur, f"SELECT seq, {r('type')}, {r('body')}, link, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        plans = self.db.all(
+            cur,
+            f"SELECT version, {r('plan')}, {r('reason')}, {r('diff')}, {r('usage')}, {r('created_at')}, link, prev_hash, hash "
+            "FROM plans WHERE run_id = ? ORDER BY version",
+            (run_id,),
+        )
+        approvals = self.db.all(
+            cur,
+            f"SELECT {r('step_id')}, {r('content_hash')}, {r('requested_at')}, link, prev_hash, hash, {r('state')}, "
+            f"{r('decided_at')}, {r('decided_by')}, {r('reason')}, decision_link, decision_prev_hash, decision_hash "
+            "FROM approvals WHERE run_id = ? ORDER BY approval_id",
+            (run_id,),
+        )
+        row = self.db.one(cur, f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         records = [
             ChainRecord(table="event", kind=_text(kind), ref=_key(seq), content=_text(body), **_chained(link, prev, digest))
             for seq, kind, body, link, prev, digest in events
@@ -373,7 +421,40 @@ class EventLog:
                 chained = _chained(d_link, d_prev, d_hash)
                 records.append(ChainRecord(table="approval_decision", kind="approval_decision", ref=ref, content=content, **chained))
         chain_head = None if head is None else ChainHead(link=_int(head[0]), seq=_int(head[1]), hash=_maybe_text(head[2]))
-        return AuditTrail(run_id=run_id, head=chain_head, records=records)
+        # when its first records were written, by the latest of its own words for it: one edit cannot make it look old
+        times = [_when(row[7]) if row else None, _when(plans[0][5]) if plans else None]
+        times.append(_event_time(events[0][2]) if events else None)
+        known = [t for t in times if t is not None]
+        return AuditTrail(
+            run_id=run_id, head=chain_head, records=records, recorded_at=max(known) if known else None,
+            audit_since=audit_since(self.db, cur), summary=self.mismatches(cur, [row]).get(run_id, []) if row else [],
+        )  # fmt: skip
+
+
+def audit_since(db: Database, cur: Any) -> datetime | None:
+    """When the store's audit log began: ``planexec_meta``'s word for it, else the time migration 3 was applied."""
+    row = db.one(cur, "SELECT value FROM planexec_meta WHERE key = ?", (AUDIT_SINCE,))
+    if row is None:
+        row = db.one(cur, "SELECT applied_at FROM schema_migrations WHERE version = 3")
+    return _when(row[0]) if row is not None else None
+
+
+def _when(value: Any) -> datetime | None:
+    """A stored time as an aware datetime; None when the column holds something else."""
+    try:
+        at = datetime.fromisoformat(_text(value))
+    except (TypeError, ValueError):
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _event_time(body: Any) -> datetime | None:
+    """The time an event's stored JSON says it happened; None when it does not say."""
+    try:
+        data = json.loads(_text(body))
+    except ValueError:
+        return None
+    return _when(data.get("at")) if isinstance(data, dict) else None
 
 
 def _plan_text(plan: Plan) -> str:
@@ -462,12 +543,43 @@ def _chained(link: Any, prev: Any, digest: Any) -> dict[str, Any]:
     return {"link": _int(link), "prev_hash": _maybe_text(prev), "hash": _maybe_text(digest)}
 
 
-def _summary(row: Sequence[Any], lease: Lease | None = None) -> RunSummary:
+def _made_by(summary: dict[str, Any], body: str) -> None:
+    """Apply one of `STATE_EVENTS` (its stored JSON) to the goal, status and reason it sets, as `_update_snapshot` does."""
+    try:
+        ev = json.loads(body)
+    except ValueError:
+        return
+    kind = ev.get("type") if isinstance(ev, dict) else None
+    if kind == "run_started":
+        summary.update(goal=ev.get("goal", ""), status=RunStatus.RUNNING.value)
+    elif kind == "run_resumed":
+        summary.update(status=RunStatus.RUNNING.value, reason=None)
+    elif kind == "run_finished":
+        summary.update(status=ev.get("status"), reason=ev.get("reason"))
+
+
+def _disagree(row: Sequence[Any], made: dict[str, Any]) -> list[str]:
+    """What a ``runs`` row says that its events (`made`) do not, one line each."""
+    says = {"goal": row[1], "status": row[2], "reason": row[11]}
+    return [f"its runs row says {name} {says[name]!r}, its events say {value!r}" for name, value in made.items() if says[name] != value]
+
+
+def _status(*values: Any) -> RunStatus:
+    """The first of `values` that is a status (a changed row may hold anything)."""
+    for value in values:
+        try:
+            return RunStatus(value)
+        except ValueError:
+            continue
+    return RunStatus.FAILED
+
+
+def _summary(row: Sequence[Any], lease: Lease | None = None, made: dict[str, Any] | None = None) -> RunSummary:
     (run_id, goal, status, plan_id, version, content_hash, steps, started, finished, wall, usage, reason, parent_run, parent_step) = row
     return RunSummary(
         run_id=run_id,
         goal=goal,
-        status=RunStatus(status),
+        status=_status(status, (made or {}).get("status")),
         plan_id=plan_id,
         plan_version=int(version),
         content_hash=content_hash,
@@ -480,4 +592,5 @@ def _summary(row: Sequence[Any], lease: Lease | None = None) -> RunSummary:
         parent_run_id=parent_run,
         parent_step_id=parent_step,
         lease=lease,
+        mismatch=_disagree(row, made) if made is not None else [],
     )

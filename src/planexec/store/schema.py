@@ -27,7 +27,15 @@ run by a fleet of ``planexec worker`` processes, one row per run, with the
 state a worker claims it in (see `queue`). Migration 6 changes no table: it
 marks a store whose events carry provenance as a summary (see
 `workers.io.Provenance`), so that an older planexec refuses it rather than
-misread it. Imports `errors` only.
+misread it. Migration 7 closes what the audit log left open: each template
+version gets a ``hash`` over its columns (see `audit.template_hash`; a
+version saved before has none, and says so), ``planexec_meta`` records
+when the audit log began (``audit_since``: migration 3's time) and when
+template versions began to be hashed (``templates_audit_since``), so a run
+or a template version written since with no hash is tampered, not old; an
+index finds the events a run's status and goal come from; and triggers
+refuse an UPDATE of a template version and any change to ``planexec_meta``.
+Imports `errors` only.
 """
 
 from __future__ import annotations
@@ -37,7 +45,19 @@ from typing import Any
 
 from planexec.errors import StoreError
 
-__all__ = ["MARKER", "MIGRATIONS", "SCHEMA_VERSION", "SQLITE_APPLICATION_ID", "Migration", "installed_version", "migrate", "statements"]
+__all__ = [
+    "AUDIT_SINCE",
+    "MARKER",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLITE_APPLICATION_ID",
+    "STATE_EVENTS",
+    "TEMPLATES_AUDIT_SINCE",
+    "Migration",
+    "installed_version",
+    "migrate",
+    "statements",
+]
 
 MARKER = ("store", "planexec-run-store")  # the row in planexec_meta that makes a database ours
 SQLITE_APPLICATION_ID = 0x706C6578  # "plex" in the SQLite header: a foreign file is told apart without reading tables
@@ -52,6 +72,10 @@ _TYPES = {
     },
 }
 
+
+AUDIT_SINCE = "audit_since"  # planexec_meta: when the runs' audit log began (migration 3 applied)
+TEMPLATES_AUDIT_SINCE = "templates_audit_since"  # planexec_meta: when template versions began to be hashed (migration 7)
+STATE_EVENTS = ("run_started", "run_resumed", "run_finished")  # the events a run's status and goal come from
 
 _CHAIN_COLUMNS = ("link {int}", "prev_hash TEXT", "hash TEXT")
 # an approval's request: what its decision may not change
@@ -78,6 +102,7 @@ class Migration:
     ddl: tuple[str, ...]
     sqlite: tuple[str, ...] = ()
     postgres: tuple[str, ...] = ()
+    meta: tuple[str, ...] = ()  # keys of planexec_meta set to the time the migration is applied
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -244,6 +269,27 @@ MIGRATIONS: tuple[Migration, ...] = (
         # `sources`) are read as they are, and their audit hashes are untouched
         ddl=(),
     ),
+    Migration(
+        7,
+        "the audit log covers template versions, the runs it began with, and says when it began",
+        ddl=(
+            "ALTER TABLE templates ADD COLUMN hash TEXT",
+            # chaining began with migration 3: a run recorded since with no chain lost it (see `audit.verify_trail`)
+            f"INSERT INTO planexec_meta (key, value) SELECT '{AUDIT_SINCE}', applied_at FROM schema_migrations WHERE version = 3",
+            # the events a run's summary is made from, found without reading the others (see `log.EventLog.runs`)
+            f"CREATE INDEX events_run_states ON events (run_id, seq) WHERE type IN ({', '.join(repr(t) for t in STATE_EVENTS)})",
+        ),
+        sqlite=(
+            _sqlite_refuse("templates_no_update", "UPDATE", "templates", "template versions are never changed"),
+            _sqlite_refuse("planexec_meta_no_update", "UPDATE", "planexec_meta", "the store's marker and audit dates never change"),
+            _sqlite_refuse("planexec_meta_no_delete", "DELETE", "planexec_meta", "the store's marker and audit dates never change"),
+        ),
+        postgres=(
+            _pg_refuse("templates_no_update", "UPDATE", "templates", "template versions are never changed"),
+            _pg_refuse("planexec_meta_fixed", "UPDATE OR DELETE", "planexec_meta", "the store's marker and audit dates never change"),
+        ),
+        meta=(TEMPLATES_AUDIT_SINCE,),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -298,6 +344,8 @@ def migrate(cursor: Any, dialect: str, version: int, now: str, *, target: int = 
                 cursor.execute(sql)
             if migration.version == 1:
                 cursor.execute(f"INSERT INTO planexec_meta (key, value) VALUES ({placeholder}, {placeholder})", MARKER)
+            for key in migration.meta:
+                cursor.execute(f"INSERT INTO planexec_meta (key, value) VALUES ({placeholder}, {placeholder})", (key, now))
             cursor.execute(
                 f"INSERT INTO schema_migrations (version, name, applied_at) VALUES ({placeholder}, {placeholder}, {placeholder})",
                 (migration.version, migration.name, now),

@@ -24,7 +24,7 @@ from planexec.engine.results import PlanVersion, RunStatus
 from planexec.errors import LeaseLostError
 from planexec.plan.model import Plan
 from planexec.store.approvals import ApprovalBook
-from planexec.store.audit import AuditTrail
+from planexec.store.audit import AuditReport, AuditTrail
 from planexec.store.base import Approval, RunSummary, Template
 from planexec.store.database import Database
 from planexec.store.leases import Holder, Lease, LeaseBook
@@ -104,6 +104,10 @@ class SqlRunStore(Database):
         """The run's head and every record with its chain columns, read as stored (see `audit.verify_run`)."""
         return self.log.audit_trail(run_id)
 
+    def require_intact(self, run_id: str) -> AuditReport:
+        """The run's audit report when every record matches its chain; `TamperedError` naming what changed when not."""
+        return self.log.require_intact(run_id)
+
     # --- ApprovalBook (approval_book) ------------------------------------------------------------
     def request_approval(
         self,
@@ -161,6 +165,10 @@ class SqlRunStore(Database):
     def templates(self, name: str | None = None) -> list[Template]:
         """Every saved version, of one name or all, by name then version."""
         return self.template_book.templates(name)
+
+    def template_problems(self) -> tuple[int, list[str]]:
+        """How many template versions the store holds, and what changed in each that does not match its hash."""
+        return self.template_book.problems()
 
     def delete_template(self, name: str, version: int | None = None) -> int:
         """Delete one version of template `name`, or all of them; how many; `TemplateNotFoundError` when none."""

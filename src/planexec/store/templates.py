@@ -4,25 +4,34 @@ Owns `TemplateBook`, the store's part that keeps the ``templates`` table,
 over its `database.Database`: saving gives the next version of a name, reading
 takes the latest or a given version, deleting takes one version or all,
 and a name or version that is not there is a `TemplateNotFoundError`.
-Imports `plan`, `errors` and the store's `base`, `database` and `rows`.
+Each version is saved with its hash (`audit.template_hash`) and checked
+against it each time it is read: a version changed in the database, or
+one saved since versions are hashed that lost its hash, is a
+`TamperedError` naming it, never a plan to run. `problems` lists them all
+for ``planexec store check``. Imports `plan`, `errors` and the store's
+`audit`, `base`, `database`, `rows` and `schema`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from planexec.errors import TemplateNotFoundError
+from planexec.errors import TamperedError, TemplateNotFoundError
 from planexec.plan.model import Plan
+from planexec.store.audit import template_content, template_hash, template_problem
 from planexec.store.base import Template
 from planexec.store.database import Database
 from planexec.store.rows import from_timestamp, now
+from planexec.store.schema import TEMPLATES_AUDIT_SINCE
 
 __all__ = ["TemplateBook"]
 
-_TEMPLATE_COLUMNS = "name, version, plan, params, created_at, description, source_run_id"
+_TEMPLATE_COLUMNS = "name, version, plan, params, created_at, description, source_run_id, hash"
 _TEMPLATE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 
@@ -52,9 +61,11 @@ class TemplateBook:
         with self.db.tx(write=True) as cur:
             row = self.db.one(cur, "SELECT MAX(version) FROM templates WHERE name = ?", (name,))
             version = int(row[0] or 0) + 1
+            created = now()
+            digest = template_hash(name, version, template_content(text, declared, description, source_run_id, created))
             cur.execute(
-                self.db.q(f"INSERT INTO templates ({_TEMPLATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-                (name, version, text, declared, now(), description, source_run_id),
+                self.db.q(f"INSERT INTO templates ({_TEMPLATE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                (name, version, text, declared, created, description, source_run_id, digest),
             )
             row = self.db.one(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates WHERE name = ? AND version = ?", (name, version))
         return _template(row)
@@ -67,8 +78,9 @@ class TemplateBook:
         params += (version,) if version is not None else ()
         with self.db.tx(write=False) as cur:
             row = self.db.one(cur, sql, params)
-        if row is None:
-            raise TemplateNotFoundError(name, version, location=self.db.location)
+            if row is None:
+                raise TemplateNotFoundError(name, version, location=self.db.location)
+            self._require_intact([row], cur)
         return _template(row)
 
     def templates(self, name: str | None = None) -> list[Template]:
@@ -76,7 +88,41 @@ class TemplateBook:
         where, params = (" WHERE name = ?", (name,)) if name is not None else ("", ())
         with self.db.tx(write=False) as cur:
             rows = self.db.all(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates{where} ORDER BY name, version", params)
+            self._require_intact(rows, cur)
         return [_template(r) for r in rows]
+
+    def problems(self) -> tuple[int, list[str]]:
+        """How many template versions the store holds, and what is wrong with each that changed (see `audit.template_problem`)."""
+        with self.db.tx(write=False) as cur:
+            rows = self.db.all(cur, f"SELECT {_TEMPLATE_COLUMNS} FROM templates ORDER BY name, version")
+            return len(rows), self._problems(rows, cur)
+
+    def _problems(self, rows: Sequence[Any], cur: Any) -> list[str]:
+        if not rows:
+            return []
+        row = self.db.one(cur, "SELECT value FROM planexec_meta WHERE key = ?", (TEMPLATES_AUDIT_SINCE,))
+        since = from_timestamp(row[0]) if row is not None else None
+        found = []
+        for name, version, plan, params, created, description, source, digest in rows:
+            content = template_content(plan, params, description, source, created)
+            problem = template_problem(name, int(version), content, digest, _time(created), since)
+            if problem is not None:
+                found.append(problem)
+        return found
+
+    def _require_intact(self, rows: Sequence[Any], cur: Any) -> None:
+        """`TamperedError` naming the first template version read that changed (and how many did)."""
+        found = self._problems(rows, cur)
+        if found:
+            first = rows[0][0] if len({r[0] for r in rows}) == 1 else None
+            where = f" --store {shlex.quote(self.db.location)}"
+            raise TamperedError(
+                f"template {first!r}" if first else "the template library",
+                found,
+                inspect=f"planexec store check{where}",
+                template=first,
+                location=self.db.location,
+            )
 
     def delete_template(self, name: str, version: int | None = None) -> int:
         """Delete one version of template `name`, or all of them; how many; `TemplateNotFoundError` when none."""
@@ -92,8 +138,16 @@ class TemplateBook:
         return int(deleted)
 
 
+def _time(text: Any) -> datetime | None:
+    """A stored time; None when the column holds something that is not one."""
+    try:
+        return from_timestamp(str(text))
+    except ValueError:
+        return None
+
+
 def _template(row: Sequence[Any]) -> Template:
-    name, version, plan, params, created, description, source = row
+    name, version, plan, params, created, description, source, _ = row
     return Template(
         name=name,
         version=int(version),

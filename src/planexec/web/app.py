@@ -36,7 +36,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sse_starlette.sse import EventSourceResponse
 
 from planexec import Team
-from planexec.errors import ApprovalError, PlanexecError, RunNotFoundError, StoreError
+from planexec.errors import ApprovalError, PlanexecError, RunNotFoundError, StoreError, TamperedError
 from planexec.fleet import LocalWorker
 from planexec.policies import Policy
 from planexec.runs import pending_version, run_setup
@@ -317,6 +317,10 @@ def create_app(
     @app.exception_handler(StoreError)
     def store_failed(request: Request, exc: StoreError) -> Response:
         return page("missing.html", code=503, run_id="", why=f"the run store failed: {exc}")
+
+    @app.exception_handler(TamperedError)
+    def tampered(request: Request, exc: TamperedError) -> Response:  # a run or template changed in the store: nothing was done
+        return page("missing.html", code=409, run_id=exc.run_id or "", why=f"refused: {exc}")
 
     return Guard(app, token=token, loopback=loopback)  # in front of every route: see `security`
 
