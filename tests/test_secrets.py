@@ -376,3 +376,11 @@ def test_a_key_a_tool_returns_encoded_reaches_neither_the_store_nor_what_the_cli
     assert export["steps"]["encode"]["state"] == "succeeded"
     assert leaked(stored_bytes(db).decode("utf-8", "replace"), key) == []
     assert leaked(caplog.text, key) == []
+
+
+def test_a_variable_that_says_where_a_key_is_kept_is_not_itself_hidden():
+    # RAY_AUTH_TOKEN_PATH is a path: hiding every 16 characters of it hid the test folder in a tools file's path
+    from planexec.secrets import Secrets
+
+    found = Secrets({"RAY_AUTH_TOKEN_PATH": "/tmp/pytest-of-root/pytest-1/ray/token", "API_KEY": "sk-live-0123456789abcdef"})
+    assert found.names() == ["API_KEY"]

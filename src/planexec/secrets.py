@@ -248,7 +248,11 @@ class Secrets:
     def refresh(self) -> None:
         """Read the environment again (a key set or changed since the first use)."""
         environ = os.environ if self._environ is None else self._environ
-        found = {value: name for name, value in sorted(environ.items()) if SECRET_NAME.search(name) and len(value) >= MIN_LENGTH}
+        found = {
+            value: name
+            for name, value in sorted(environ.items())
+            if SECRET_NAME.search(name) and len(value) >= MIN_LENGTH and not _names_a_place(name)
+        }
         with self._lock:
             self._from_env = found
             self._loaded = True
@@ -349,6 +353,12 @@ def _redact(value: Any, matcher: _Matcher) -> Any:
 
 
 _ATOMS = frozenset({int, float, bool})
+
+
+def _names_a_place(name: str) -> bool:
+    """True for a variable that says where a key is kept (``RAY_AUTH_TOKEN_PATH``), not the key: hiding its value, and
+    every 16 characters of it, would hide the folders it shares with other paths (a tools file's, a store's)."""
+    return name.upper().endswith(("_PATH", "_FILE", "_DIR", "_DIRECTORY"))
 
 
 secrets = Secrets()  # the process's secrets: the environment's and every registered value
