@@ -25,7 +25,7 @@ SUBMODULES = {
     "events": {
         "ApprovalDecided", "ApprovalRequested", "Event", "JoinerDecided", "PlanCompleted", "PlanDrafted", "PlanRevised",
         "PlanStepParsed", "ReplanStarted", "RollbackFinished", "RollbackStarted", "RunFinished", "RunResumed", "RunStarted",
-        "StepCancelled", "StepFailed", "StepJudged", "StepReady", "StepRerouted", "StepResolved", "StepRetried", "StepSkipped",
+        "StepCancelled", "StepFailed", "StepJudged", "StepReady", "StepRerouted", "StepResolved", "StepRetried", "StepScheduled", "StepSkipped",
         "StepStarted", "StepSucceeded", "SubRunEvent", "ToolCallDecided", "parse_event"
     },
     "policies": {
@@ -84,7 +84,7 @@ SUBMODULES = {
         "run_suite", "scripted_models", "summary_table", "write_report"
     },
     "testing": {
-        "FunctionModel", "ObedientModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool",
+        "FunctionModel", "ManualClock", "ObedientModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool",
         "sleep_tool", "tool_call"
     },
 }  # fmt: skip

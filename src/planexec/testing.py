@@ -1,7 +1,9 @@
 """Test doubles that ship with planexec, for our tests and yours.
 
 Owns `ScriptedModel` (answers from a queue and records every request),
-`FunctionModel` (your function plays the model), `ObedientModel` (the worst
+`FunctionModel` (your function plays the model), `ManualClock` (the
+engine's clock for scheduled steps: time moves when the test says),
+`ObedientModel` (the worst
 case of prompt injection: it obeys every instruction it reads, wherever it
 reads it), and helpers that build tool workers for tests: `scripted_tool`
 (returns or raises from a script, counting calls) and `sleep_tool`. No
@@ -17,6 +19,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from planexec.errors import PlanexecError
@@ -27,6 +30,7 @@ from planexec.workers.tools import Tool
 
 __all__ = [
     "FunctionModel",
+    "ManualClock",
     "ObedientModel",
     "ScriptExhaustedError",
     "ScriptedModel",
@@ -449,3 +453,49 @@ _ids = itertools.count(1)
 def tool_call(name: str, **arguments: Any) -> ToolCall:
     """A `ToolCall` with a fresh id, for scripting models."""
     return ToolCall(call_id=f"call_{next(_ids)}", name=name, arguments=arguments)
+
+
+class ManualClock:
+    """An engine clock (`planexec.engine.clock.Clock`) whose time moves only with `advance` or `set`: scheduled steps
+    (`Step.not_before`, a plan's windows) are tested without waiting. Starts at `start` (default 2026-01-05 00:00 UTC,
+    a Monday). `sleepers` counts the waits in progress (wait for it to grow before advancing, so a step is asleep)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 5, tzinfo=UTC)
+        if self._now.utcoffset() is None:
+            raise ValueError("a clock's time carries its zone")
+        self._waiting: list[tuple[datetime, asyncio.Future[None]]] = []
+
+    def now(self) -> datetime:
+        """The clock's time."""
+        return self._now
+
+    @property
+    def sleepers(self) -> int:
+        """How many waits are in progress."""
+        return sum(1 for _, f in self._waiting if not f.done())
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Return once the clock reaches `when`."""
+        if when <= self._now:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((when, future))
+        try:
+            await future
+        finally:
+            self._waiting = [(w, f) for w, f in self._waiting if f is not future]
+
+    def set(self, when: datetime) -> None:
+        """Move the clock to `when` (never back) and wake every wait it reaches; from the waits' event loop."""
+        if when < self._now:
+            raise ValueError(f"a clock does not go back: {when.isoformat()} is before {self._now.isoformat()}")
+        self._now = when
+        for due, future in self._waiting:
+            if due <= when and not future.done():
+                future.set_result(None)
+
+    def advance(self, seconds: float = 0.0, **delta: float) -> None:
+        """Move the clock on by `seconds` (and/or `timedelta` keywords: minutes=, hours=, days=)."""
+        self.set(self._now + timedelta(seconds=seconds, **delta))

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from planexec.config import Config
 from planexec.engine.approval import Approver, PlanApprover
+from planexec.engine.clock import SYSTEM_CLOCK, Clock
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.join import Joiner
 from planexec.engine.recording import RunLog
@@ -54,6 +55,14 @@ class EngineConfig:
     message naming the size and the limit), found off the event loop and
     within the step's timeout. None or 0: no size limit; NaN, infinity,
     iterators, sets and objects that are not data are refused either way.
+
+    `clock` is the time scheduled steps (`Step.not_before`, the plan's
+    windows) are measured by (`engine.clock`; tests pass a
+    `planexec.testing.ManualClock`). `park_after` (seconds): a run whose
+    next steps are all scheduled more than this far ahead stops as
+    ``scheduled`` (its `RunResult.due` says until when) instead of waiting
+    in the process, for a queue's worker to take it when due; None (the
+    default, a foreground run): it waits here.
     """
 
     registry: Registry | None = None
@@ -78,6 +87,8 @@ class EngineConfig:
     enforce_contract: bool = True
     goal_trusted: bool = True
     max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES
+    clock: Clock = SYSTEM_CLOCK
+    park_after: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -86,6 +97,8 @@ class EngineConfig:
         bad = {w: n for w, n in limits.items() if not isinstance(n, int) or n < 1}
         if bad:
             raise ValueError(f"worker_limits must be whole numbers of at least 1; got {bad}")
+        if self.park_after is not None and not self.park_after >= 0:
+            raise ValueError(f"park_after must be 0 or more seconds, or None (wait in the process); got {self.park_after!r}")
         if self.max_replans < 0:
             raise ValueError("max_replans must be 0 or more")
         size = self.max_output_bytes

@@ -45,6 +45,7 @@ __all__ = [
     "StepRerouted",
     "StepResolved",
     "StepRetried",
+    "StepScheduled",
     "StepSkipped",
     "StepStarted",
     "StepSucceeded",
@@ -262,6 +263,17 @@ class StepReady(_Event):
     step_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepScheduled(_Event):
+    """Every input of the step is ready and its time has not come: it waits until `due` (its `not_before`, or
+    the next opening of its tool's window, `why` says which), then starts (or waits for a slot)."""
+
+    type: Literal["step_scheduled"] = "step_scheduled"
+    step_id: str
+    due: datetime
+    why: str = ""
+
+
 @quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(_Event):
@@ -358,6 +370,7 @@ class RunFinished(_Event):
     usage: Usage
     replan: ReplanRequest | None = None
     error: ErrorInfo | None = None
+    due: Annotated[datetime | None, OMIT_EMPTY] = None  # a run stopped as scheduled: when its first scheduled step may start
 
 
 Event = Annotated[
@@ -378,6 +391,7 @@ Event = Annotated[
     | PlanStepParsed
     | PlanCompleted
     | StepReady
+    | StepScheduled
     | StepStarted
     | StepSucceeded
     | StepFailed

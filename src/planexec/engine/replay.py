@@ -50,6 +50,7 @@ class RunView(Record):
     answer: Any = None
     answer_untrusted: list[str] = field(default_factory=list)  # see `RunResult.answer_untrusted`
     error: ErrorInfo | None = None
+    due: datetime | None = None  # a run stopped as scheduled: when its first scheduled step may start
     last_seq: int = -1
     processes: int = 0  # how many processes worked on the run: its start, then each resume
     worked: float = 0.0  # seconds, summed over every process, from its first event to its last
@@ -121,7 +122,14 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
             sub_events.setdefault(ev.step_id, []).append(ev.event)
         elif kind == "run_resumed":  # running again: what the earlier RunFinished said no longer holds
             run.update(
-                status=RunStatus.RUNNING, reason=None, finished_at=None, wall_time=None, error=None, answer=None, answer_untrusted=[]
+                status=RunStatus.RUNNING,
+                reason=None,
+                finished_at=None,
+                wall_time=None,
+                error=None,
+                answer=None,
+                answer_untrusted=[],
+                due=None,
             )
         elif kind == "run_finished":
             run.update(
@@ -133,6 +141,7 @@ def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:
                 usage=ev.usage,
                 error=ev.error,
                 finished_at=ev.at,
+                due=ev.due,
             )
         elif getattr(ev, "step_id", None) is not None:
             _step_event(record(ev.step_id), ev)
@@ -149,6 +158,8 @@ def _step_event(rec: StepRecord, ev: Any) -> None:
     kind = ev.type
     if kind == "step_ready":
         rec.state = StepState.READY
+    elif kind == "step_scheduled":
+        rec.state, rec.due = StepState.SCHEDULED, ev.due
     elif kind == "step_started":
         rec.state, rec.attempts, rec.worker, rec.action = StepState.RUNNING, ev.attempt, ev.worker, ev.action
         if rec.started_at is None:

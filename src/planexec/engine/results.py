@@ -43,6 +43,7 @@ class StepState(str, Enum):
 
     PENDING = "pending"
     READY = "ready"
+    SCHEDULED = "scheduled"  # its inputs are ready and its time has not come (`Step.not_before`, a tool's window)
     RUNNING = "running"
     NEEDS_DECISION = "needs_decision"  # it was running when the process died and may not simply run again
     SUCCEEDED = "succeeded"
@@ -68,6 +69,7 @@ class RunStatus(str, Enum):
     FAILED = "failed"  # it could not go on: an invalid streamed plan, a replan that failed, a budget, a joiner
     NEEDS_DECISION = "needs_decision"  # resumed after a crash, a step that was running needs a person (`planexec resolve`)
     WAITING = "waiting"  # stored and not started: its plan waits for a person's approval, or for a worker to take it (the queue)
+    SCHEDULED = "scheduled"  # its next steps wait for their time: stopped, for a worker to resume it when due (`RunResult.due`)
     INCOMPLETE = "incomplete"  # the contract refused a call the work needed (quarantine, an untrusted argument): not done, and why
 
 
@@ -91,6 +93,10 @@ class ErrorInfo(BaseModel):
         return f"{self.rule}: {self.message}"
 
 
+def _none(value: Any) -> bool:
+    return value is None
+
+
 class StepRecord(BaseModel):
     """One step's whole story: state, attempts, timings, usage, output or error."""
 
@@ -108,6 +114,9 @@ class StepRecord(BaseModel):
     output: Output | None = None
     error: ErrorInfo | None = None
     reason: str | None = Field(None, description="why it was skipped or cancelled, or what was done after it failed")
+    due: datetime | None = Field(
+        None, exclude_if=_none, description="when a scheduled step may start (its not_before, or its tool's next window)"
+    )
     verdicts: list[dict[str, Any]] = Field(default_factory=list, description="critics' verdicts on its attempts, with reasons")
     subrun: RunResult | None = Field(None, description="the run of the sub-team that did this step (the run tree)")
     calls: list[CallRecord] = Field(default_factory=list, description="every tool call its worker asked for: run, or refused with the rule")
@@ -194,6 +203,7 @@ class RunResult(BaseModel):
         default_factory=dict, description="work around the run by role (a router, a joiner): counted in `usage`"
     )
     replan: ReplanRequest | None = None
+    due: datetime | None = Field(None, exclude_if=_none, description="a run stopped as scheduled: when its first scheduled step may start")
     error: ErrorInfo | None = Field(
         None, description="why a run that could not go on stopped (rule: replan_limit, replan_loop, replan_invalid, replanner, joiner)"
     )

@@ -32,8 +32,9 @@ from planexec.workers.io import Output, Provenance
 
 __all__ = ["RESUMABLE", "ResumeError", "Resumption", "plan_resumption"]
 
-# how a run may have stopped and still be resumed (RUNNING: it never said, the process died; WAITING: it never started)
-RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.NEEDS_DECISION, RunStatus.WAITING})
+# how a run may have stopped and still be resumed (RUNNING: it never said, the process died; WAITING: it never started;
+# SCHEDULED: its next steps wait for their time)
+RESUMABLE = frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.NEEDS_DECISION, RunStatus.WAITING, RunStatus.SCHEDULED})
 
 
 class ResumeError(PlanexecError):
@@ -142,7 +143,7 @@ def plan_resumption(
                 rec.state = StepState.NEEDS_DECISION
                 rec.reason = "it was running when the run stopped and is not idempotent: retry, skip or mark it done"
                 resumption.held.append(sid)
-        else:  # pending, ready, between attempts, or cancelled before it started: it simply runs
+        else:  # pending, ready, scheduled, between attempts, or cancelled before it started: it simply runs (a scheduled one waits again)
             rec.state = StepState.PENDING
             rec.reason = None
     return resumption

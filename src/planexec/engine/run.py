@@ -65,6 +65,7 @@ from planexec.engine.resume import Resumption
 from planexec.engine.revisions import Revisions
 from planexec.engine.state import ZERO, RunControl, RunState, final_action, run_error, update_record
 from planexec.engine.synthesis import answer_inputs, assemble, default_answer
+from planexec.engine.timetable import Timetable
 from planexec.plan.model import Plan, Step
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance, WorkResult, derive_untrusted
@@ -109,6 +110,7 @@ class Run:
         control: RunControl = weakref.proxy(me)
         self._attempts = Attempts(state, control, host)
         self._revisions = Revisions(state, control, host)
+        self._timetable = Timetable(state, control, host)
         self._synth_task: asyncio.Task[Any] | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self._started_at = utcnow()
@@ -287,6 +289,7 @@ class Run:
             usage=usage,
             replan=state.replan,
             error=state.error,
+            due=state.due,
         )
         versions = self.plan_versions()
         state.result = RunResult(
@@ -305,6 +308,7 @@ class Run:
             synthesis_usage=extra,
             overhead=dict(state.overhead),
             replan=state.replan,
+            due=state.due,
             error=state.error,
             versions=versions,
             rollback=rollback,
@@ -322,7 +326,7 @@ class Run:
             if stuck:
                 log.warning("run %s: %d step(s) did not stop within %.1fs of cancellation", self.run_id, len(stuck), grace)
         for sid in state.sched.unsettled() if state.status is not RunStatus.NEEDS_DECISION else ():
-            if not state.records[sid].state.terminal:
+            if not state.records[sid].state.terminal and not self._parked(sid):
                 # a step started as it was launched whose task never ran was not running: its tool was never called;
                 # a step held for a person's decision stays cut off (the next resume holds it again)
                 was_running = (state.records[sid].state is StepState.RUNNING and sid not in state.starting) or sid in state.held_steps
@@ -416,7 +420,7 @@ class Run:
                 tried = rec.attempts
                 # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
                 # before its task exists, with the others of this launch (one commit for all, when recorded)
-                started = not self._needs_approval(step) and attempts.start_now(step, worker, tried + 1)
+                started = not self._needs_approval(step) and not self._timetable.holds(step) and attempts.start_now(step, worker, tried + 1)
                 if state.status is not RunStatus.RUNNING:
                     break  # its StepStarted stopped the run (a subscriber, a store that failed): no task, no tool
                 if not started:
@@ -424,6 +428,8 @@ class Run:
                 state.tasks[sid] = loop.create_task(self._run_step(sid, worker, tried, started))
         if not sched.is_active() and not state.open:
             state.done.set()
+        elif state.scheduled and self._timetable.park():
+            pass  # every step it can go on with waits for its time: stopped as scheduled, for a worker to resume when due
         elif state.held_steps and not launched and not state.open and not (sched.running() - state.held_steps):
             held = ", ".join(sorted(state.held_steps))
             self._end(
@@ -452,6 +458,8 @@ class Run:
         try:
             if not started and self._needs_approval(step) and not await self._approved(step, worker):
                 return
+            if not started and self._timetable.holds(step) and not await self._timetable.wait(step):
+                return  # the run stopped while the step waited for its time (parked as scheduled, or cancelled)
             # attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end)
             config = self.engine.config
             fa = step.failure_action
@@ -583,10 +591,14 @@ class Run:
         else:
             self._launch_ready()
 
+    def _parked(self, sid: str) -> bool:
+        """True for a step left waiting for its time in a run stopped as scheduled: it stays scheduled, not cancelled."""
+        return self.state.status is RunStatus.SCHEDULED and self.state.records[sid].state is StepState.SCHEDULED
+
     def _record_cancelled(self, sid: str, *, was_running: bool) -> None:
         state = self.state
         rec = state.records[sid]
-        if rec.state.terminal:
+        if rec.state.terminal or self._parked(sid):
             return
         state.waiting.discard(sid)  # cancelled while it waited for a slot or a person
         state.behind.discard(sid)  # cancelled before its task ran

@@ -60,6 +60,8 @@ class RunState:
         self.starting: set[str] = set()  # started as they were launched (`Attempts.start_now`), their task not yet running
         self.behind: set[str] = set()  # launched to wait for a slot, their task not yet in the queue: none starts before them
         self.held_steps: set[str] = set()  # cut off by a crash, waiting for a person (see `resume`)
+        self.scheduled: dict[str, datetime] = {}  # steps waiting for their time, and until when (see `timetable`)
+        self.due: datetime | None = None  # a run stopped as scheduled: when its first scheduled step may start
         self.planning = ZERO  # what the planner's drafts cost
         self.overhead: dict[str, Usage] = {}  # work around the run by role (router, joiner)
         self.load_plan(plan)

@@ -29,7 +29,9 @@ idempotent steps run again, other cut-off steps are held and the run ends
 registry (`registry_for(plan, setup)`, default `tools_registry`) and the
 engine options given. Once it ends the queue row is settled: ``done``, or
 ``queued`` again when it was cancelled (released, or its store failed):
-the next claim resumes it. A run that cannot be set up here (a tools
+the next claim resumes it; or ``queued`` with a due time when it stopped
+as ``scheduled`` (its next steps wait for their time: no claim takes it
+before then, and no worker holds it meanwhile). A run that cannot be set up here (a tools
 module missing, a plan that no longer validates) is ``refused`` with the
 reason, never run; so is a run whose stored records changed after they
 were written (`TamperedError`, checked before its plan is read).
@@ -58,6 +60,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from planexec.config import RunnerConfig
@@ -87,6 +90,7 @@ __all__ = ["RELEASED", "FleetStore", "QueueWorker", "WorkerReport", "WorkerRun",
 log = logging.getLogger("planexec.fleet")
 
 RELEASED = "released by its worker, which is stopping: another worker resumes it"
+PARK_AFTER = 30.0  # seconds: a run whose next steps all wait longer than this goes back to the queue until due
 RegistryFor = Callable[[Plan, Mapping[str, Any]], Registry]
 
 
@@ -186,7 +190,9 @@ class QueueWorker:
     released may finish its running steps. `give_up_after` (seconds): stop
     when claiming has failed that long (the store is down; an orchestrator
     restarts the worker, and other workers take its runs over). `engine` is
-    each run's engine settings (`EngineConfig`: limits, timeouts); `engine_for`, when given,
+    each run's engine settings (`EngineConfig`: limits, timeouts); `park_after` (seconds, default
+    `PARK_AFTER`; None: never): a run whose next steps all wait for their time longer than this stops as
+    ``scheduled`` and goes back to the queue, taken again when due (the settings' own `park_after` wins); `engine_for`, when given,
     gives them per run instead, its registry among them (a `Team`'s worker: the team's registry,
     replanner and joiner, see `Team.worker`); `on_note` receives a line per thing worth saying
     (default: the ``planexec.fleet`` log).
@@ -208,6 +214,7 @@ class QueueWorker:
         give_up_after: float = 60.0,
         on_note: Callable[[str], None] | None = None,
         runner: RunnerConfig | None = None,
+        park_after: float | None = PARK_AFTER,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"a worker runs at least one run at a time, not {concurrency}")
@@ -227,6 +234,7 @@ class QueueWorker:
         self.grace = grace
         self.max_takeovers = max_takeovers
         self.give_up_after = give_up_after
+        self.park_after = park_after
         self.note = on_note or log.info
         me = Holder.me()
         self.name = f"process {me.pid} on {me.host}"
@@ -351,8 +359,9 @@ class QueueWorker:
             return
         finally:
             self._runs.pop(run_id, None)
-        handed_back = result.status is RunStatus.CANCELLED  # released, or its store failed: the next claim resumes it
-        await self._settle(claim, QueueState.QUEUED if handed_back else QueueState.DONE, result.reason)
+        # released, or its store failed: the next claim resumes it; scheduled: a claim once it is due resumes it
+        handed_back = result.status in (RunStatus.CANCELLED, RunStatus.SCHEDULED)
+        await self._settle(claim, QueueState.QUEUED if handed_back else QueueState.DONE, result.reason, due=result.due)
         self.store.let_go(run_id)  # given back once its RunFinished was stored; not when the store failed
         self._ended(claim, how, "released" if result.reason == RELEASED else result.status.value, result.reason, t0)
 
@@ -366,6 +375,8 @@ class QueueWorker:
         if self.engine_for is not None:
             settings = self.engine_for(versions[-1].plan, claim.run.setup)
             registry = settings.registry
+        if settings.park_after is None and self.park_after is not None:
+            settings = settings.replace(park_after=self.park_after)  # a run that can only wait goes back to the queue
         if registry is None:
             registry = self._registry(versions[-1].plan, claim.run.setup)
         runner = self._runner(registry, claim.run.setup)
@@ -409,9 +420,9 @@ class QueueWorker:
             options["call_approver"] = StoreApprover(self.store, on_wait=waiting, person=True)
         return options
 
-    async def _settle(self, claim: Claim, state: QueueState, reason: str | None) -> None:
+    async def _settle(self, claim: Claim, state: QueueState, reason: str | None, *, due: datetime | None = None) -> None:
         try:
-            if not await asyncio.to_thread(self.store.settle_queued, claim.run_id, claim.owner, state, reason):
+            if not await asyncio.to_thread(self.store.settle_queued, claim.run_id, claim.owner, state, reason, due=due):
                 self.note(f"run {claim.run_id}: another worker holds it now; its queue row is theirs")
         except StoreError as exc:  # its lease expires, and another worker settles it
             self.note(f"run {claim.run_id}: cannot record it as {state.value}: {exc}")

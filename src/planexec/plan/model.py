@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Container, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property, partial
 from typing import Annotated, Any, Literal
 
@@ -29,6 +29,7 @@ from pydantic import (
 
 from planexec.errors import PlanParseError, Problem
 from planexec.plan.capabilities import Grant
+from planexec.plan.schedule import Window, WindowError, parse_windows
 
 __all__ = [
     "Criterion",
@@ -54,7 +55,7 @@ RiskLevel = Literal["low", "medium", "high", "critical"]
 FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 
-_CACHED = ("content_hash", "references", "dependencies")
+_CACHED = ("content_hash", "references", "dependencies", "parsed_windows")
 
 # one set object per distinct set of given field names (see `_Record._share_fields_set`)
 _FIELD_SETS: dict[frozenset[str], set[str]] = {}
@@ -270,6 +271,11 @@ class Step(_Record):
     output_schema: dict[str, Any] | None = Field(
         None, description="JSON Schema the worker's answer must match: a typed slot later steps can reference"
     )
+    not_before: datetime | None = Field(
+        None,
+        exclude_if=lambda value: value is None,  # absent unless set: plans without it keep their hashes
+        description="the earliest time the step may start, ISO 8601 with its zone (2026-12-05T02:00-05:00); it waits as 'scheduled'",
+    )
     untrusted_from: list[str] | None = Field(
         None,
         exclude_if=lambda value: value is None,  # absent unless set: plans without it keep their hashes
@@ -286,6 +292,13 @@ class Step(_Record):
     @classmethod
     def _failure(cls, value: Any) -> Any:
         return _DEFAULT_FAILURE_ACTION if value is None else value
+
+    @field_validator("not_before")
+    @classmethod
+    def _zoned(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.utcoffset() is None:
+            raise ValueError(f"{value.isoformat()} has no zone: write it with one, as 2026-12-05T02:00-05:00 or ...Z")
+        return value
 
     @cached_property
     def references(self) -> frozenset[str]:
@@ -322,6 +335,32 @@ class Plan(_Record):
     answer_step: str | None = Field(None, description="the step whose output is the run's answer")
     version: int = Field(1, ge=1)
     revises: int | None = Field(None, ge=1, description="the version this one revises")
+    windows: dict[str, list[str]] | None = Field(
+        None,
+        exclude_if=lambda value: not value,  # absent unless set: plans without it keep their hashes
+        description="maintenance windows by tool: a step calling the tool starts only inside one ('Sat 02:00-04:00 America/New_York')",
+    )
+
+    @field_validator("windows", mode="before")
+    @classmethod
+    def _windows(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[str, Any] = {}
+        for tool, spec in value.items():
+            spec = [spec] if isinstance(spec, str) else spec
+            try:
+                out[tool] = [w.text for w in parse_windows(spec)]
+            except WindowError as exc:
+                raise ValueError(f"tool {tool!r}: {exc}") from None
+            except TypeError:
+                raise ValueError(f"tool {tool!r}: a window is text, or a list of them") from None
+        return out
+
+    @cached_property
+    def parsed_windows(self) -> dict[str, list[Window]]:
+        """`windows` read (each tool's list of `Window`); empty when the plan has none."""
+        return {tool: parse_windows(spec) for tool, spec in (self.windows or {}).items()}
 
     @field_validator("estimated_duration", mode="before")
     @classmethod
@@ -339,7 +378,7 @@ class Plan(_Record):
     @computed_field  # type: ignore[prop-decorator]  # pydantic documents computed_field over cached_property; mypy cannot see through it
     @cached_property
     def content_hash(self) -> str:
-        """sha256 of what the plan does (steps, goal, rollback, risk, answer), not of its id or version.
+        """sha256 of what the plan does (steps, goal, rollback, risk, answer, windows), not of its id or version.
 
         The canonical JSON of those fields (sorted keys, compact) is hashed
         a step at a time: the same bytes as encoding the whole at once, without
@@ -352,7 +391,10 @@ class Plan(_Record):
         for i, step in enumerate(self.steps):
             blob = json.dumps(step.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             digest.update((blob if i == 0 else "," + blob).encode())
-        digest.update(b"]}")
+        digest.update(b"]")
+        if self.windows:  # "windows" sorts after "steps"; absent when empty, so plans without windows keep their hashes
+            digest.update(b',"windows":' + json.dumps(self.windows, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+        digest.update(b"}")
         return "sha256:" + digest.hexdigest()
 
     def step(self, step_id: str) -> Step:

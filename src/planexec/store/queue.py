@@ -25,7 +25,8 @@ in its chain); a person who answers it with an edit (`Approvals.edit_plan`)
 leaves the run waiting for the edit's approval instead (`follow_edit`).
 
 `claim_run` takes, in one write transaction, the oldest run (by
-submission) that is either ``queued`` with its plan version decided, or
+submission) that is either ``queued`` with its plan version decided (and,
+for a run its worker stopped as ``scheduled``, its ``due_at`` passed), or
 ``taken`` by a worker that is gone (its lease expired, or its process of
 this machine no longer runs), and takes the run's lease for this process
 in the same transaction, so a run is never claimed without its lease nor
@@ -76,20 +77,22 @@ MAX_TAKEOVERS = 3  # a run left behind by this many workers in a row is refused 
 
 _COLUMNS = (
     "q.run_id, q.state, q.content_hash, q.setup, q.approve_steps, q.submitted_by, q.submitted_at, q.owner, q.taken_by, "
-    "q.taken_at, q.claims, q.takeovers, q.ended_at, q.reason"
+    "q.taken_at, q.claims, q.takeovers, q.ended_at, q.reason, q.due_at"
 )
+_WIDTH = 15  # the columns above
 _APPROVAL = "(SELECT a.state FROM approvals a WHERE a.run_id = q.run_id AND a.step_id = '' AND a.content_hash = q.content_hash)"
 # the candidates of a claim: a queued run whose plan version was decided, or a run its worker left behind; oldest first
 _CANDIDATES = (
     f"SELECT {_COLUMNS}, {_APPROVAL}, r.status, r.reason"
     " FROM run_queue q LEFT JOIN leases l ON l.run_id = q.run_id LEFT JOIN runs r ON r.run_id = q.run_id"
-    f" WHERE (q.state = 'taken' OR (q.state = 'queued' AND {_APPROVAL} IN ('approved', 'denied')))"
+    f" WHERE (q.state = 'taken' OR (q.state = 'queued' AND {_APPROVAL} IN ('approved', 'denied') AND (q.due_at IS NULL OR q.due_at <= ?)))"
     " AND (l.run_id IS NULL OR l.expires_at < ?{gone})"
     " ORDER BY q.submitted_at, q.run_id LIMIT ?{lock}"
 )
 _SKIP_LOCKED = {"sqlite": "", "postgres": " FOR UPDATE OF q SKIP LOCKED"}
 _SCAN = 16  # candidate rows read per claim (a few may turn out to be done, refused or taken meanwhile)
-_GOING_ON = (RunStatus.RUNNING.value, RunStatus.CANCELLED.value, RunStatus.WAITING.value)  # how a run it takes may stand
+# how a run it takes may stand
+_GOING_ON = (RunStatus.RUNNING.value, RunStatus.CANCELLED.value, RunStatus.WAITING.value, RunStatus.SCHEDULED.value)
 
 
 class QueueState(str, Enum):
@@ -111,7 +114,8 @@ class QueuedRun(Record):
     approval (``--yes``). `claims` counts the workers that took it and
     `takeovers` those that took it from a worker that was gone. A taken
     run carries the `lease` of its worker (`Lease.live` says whether that
-    worker still runs it).
+    worker still runs it). `due`: a queued run stopped as scheduled is not
+    taken before then.
     """
 
     run_id: str
@@ -128,6 +132,7 @@ class QueuedRun(Record):
     takeovers: int = 0
     ended_at: datetime | None = None
     reason: str | None = None
+    due: datetime | None = None
     lease: Lease | None = None
 
     @property
@@ -263,7 +268,7 @@ class RunQueue:
             sql = _CANDIDATES.format(
                 gone=f" OR q.run_id IN ({', '.join('?' * len(gone))})" if gone else "", lock=_SKIP_LOCKED[self.db.dialect]
             )
-            rows = self.db.all(cur, sql, (now, *gone, _SCAN))
+            rows = self.db.all(cur, sql, (now, now, *gone, _SCAN))
             leases = self.leases.leases_of(cur, [row[0] for row in rows])
             for row in rows:
                 claim = self._claim_one(cur, row, leases.get(row[0]), holder, now, max_takeovers)
@@ -275,8 +280,8 @@ class RunQueue:
 
     def _claim_one(self, cur: Any, row: Any, lease: Lease | None, holder: Holder, now: float, max_takeovers: int) -> Claim | None:
         """Inside the claim's transaction: take this candidate, or settle it (refused, done) and return None."""
-        queued = _queued(row[:15], lease)
-        status, fresh = row[15], row[15] == RunStatus.WAITING.value
+        queued = _queued(row[: _WIDTH + 1], lease)
+        status, fresh = row[_WIDTH + 1], row[_WIDTH + 1] == RunStatus.WAITING.value
         if lease is not None and lease.live:  # taken meanwhile (a person's planexec resume)
             return None
         if queued.state is QueueState.QUEUED and queued.approval == "denied":
@@ -299,7 +304,7 @@ class RunQueue:
         cur.execute(
             self.db.q(
                 "UPDATE run_queue SET state = ?, owner = ?, taken_by = ?, taken_at = ?, claims = claims + 1, takeovers = takeovers + ?,"
-                " reason = NULL WHERE run_id = ?"
+                " reason = NULL, due_at = NULL WHERE run_id = ?"
             ),
             (QueueState.TAKEN.value, holder.owner, taken_by, now, int(takeover), queued.run_id),
         )
@@ -311,6 +316,7 @@ class RunQueue:
             claims=queued.claims + 1,
             takeovers=queued.takeovers + int(takeover),
             reason=None,
+            due=None,
             lease=None,
         )
         return Claim(run=taken, fresh=fresh, owner=holder.owner, takeover=takeover)
@@ -332,20 +338,24 @@ class RunQueue:
         by, why = (row[0], row[1]) if row is not None else (None, None)
         return "its plan was denied" + (f" by {by}" if by else "") + (f": {why}" if why else "")
 
-    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
-        """Record how the worker holding lease token `owner` left the run: done, refused, or queued again; False when it no longer holds it."""
+    def settle_queued(
+        self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None, *, due: datetime | None = None
+    ) -> bool:
+        """Record how the worker holding lease token `owner` left the run: done, refused, or queued again (claimable at
+        `due`, when given: a run stopped as scheduled; else at once); False when it no longer holds it."""
         state = QueueState(state)
         with self.db.tx(write=True) as cur:
             row = self.db.one(cur, "SELECT state, owner FROM run_queue WHERE run_id = ?" + self.db.for_update, (run_id,))
             if row is None or row[0] != QueueState.TAKEN.value or row[1] != owner:
                 return False
-            self._settle(cur, run_id, state, reason, self.db.now(cur))
+            self._settle(cur, run_id, state, reason, self.db.now(cur), due=due)
         return True
 
-    def _settle(self, cur: Any, run_id: str, state: QueueState, reason: str | None, now: float) -> None:
-        if state is QueueState.QUEUED:  # handed back: claimable at once
+    def _settle(self, cur: Any, run_id: str, state: QueueState, reason: str | None, now: float, *, due: datetime | None = None) -> None:
+        if state is QueueState.QUEUED:  # handed back: claimable at once, or when due
             cur.execute(
-                self.db.q("UPDATE run_queue SET state = ?, owner = NULL, reason = ? WHERE run_id = ?"), (state.value, reason, run_id)
+                self.db.q("UPDATE run_queue SET state = ?, owner = NULL, reason = ?, due_at = ? WHERE run_id = ?"),
+                (state.value, reason, due.timestamp() if due is not None else None, run_id),
             )
             return
         cur.execute(
@@ -412,8 +422,10 @@ class QueueStore(Protocol):
         """Take the next run for this process, with its lease."""
         ...
 
-    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
-        """Record how the worker holding lease token `owner` left the run."""
+    def settle_queued(
+        self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None, *, due: datetime | None = None
+    ) -> bool:
+        """Record how the worker holding lease token `owner` left the run (queued again: claimable at `due`)."""
         ...
 
 
@@ -422,10 +434,24 @@ def _time(epoch: Any) -> datetime | None:
 
 
 def _queued(row: Any, lease: Lease | None) -> QueuedRun:
-    (run_id, state, content_hash, setup, approve_steps, by, submitted, _owner, taken_by, taken_at, claims, takeovers, ended, reason) = row[
-        :14
-    ]
-    approval = row[14] if len(row) > 14 and row[14] is not None else "none"
+    (
+        run_id,
+        state,
+        content_hash,
+        setup,
+        approve_steps,
+        by,
+        submitted,
+        _owner,
+        taken_by,
+        taken_at,
+        claims,
+        takeovers,
+        ended,
+        reason,
+        due,
+    ) = row[:_WIDTH]
+    approval = row[_WIDTH] if len(row) > _WIDTH and row[_WIDTH] is not None else "none"
     return QueuedRun(
         run_id=run_id,
         state=QueueState(state),
@@ -441,5 +467,6 @@ def _queued(row: Any, lease: Lease | None) -> QueuedRun:
         takeovers=int(takeovers),
         ended_at=_time(ended),
         reason=reason,
+        due=_time(due),
         lease=lease if state == QueueState.TAKEN.value else None,
     )

@@ -290,6 +290,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         meta=(TEMPLATES_AUDIT_SINCE,),
     ),
+    Migration(
+        8,
+        "scheduled steps: a queued run may wait for a time (its next steps' not_before or window)",
+        # due_at: seconds since the epoch; a queued run is not claimed before it (NULL: at once). Events of this
+        # version may say step_scheduled and a run may end 'scheduled', which a planexec of version 7 cannot read
+        ddl=("ALTER TABLE run_queue ADD COLUMN due_at {float}",),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -18,6 +18,7 @@ store's `base`, `audit`, `database`, `log`, `approvals`, `templates`,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Self
 
 from planexec.engine.results import PlanVersion, RunStatus
@@ -236,6 +237,8 @@ class SqlRunStore(Database):
         """Take the next run for this process, with its lease kept renewed until `let_go`; None when none can be taken now."""
         return self.queue.claim_run(max_takeovers=max_takeovers)
 
-    def settle_queued(self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None) -> bool:
+    def settle_queued(
+        self, run_id: str, owner: str, state: QueueState | str, reason: str | None = None, *, due: datetime | None = None
+    ) -> bool:
         """Record how the worker holding lease token `owner` left the run: done, refused, or queued again; False when it no longer holds it."""
-        return self.queue.settle_queued(run_id, owner, state, reason)
+        return self.queue.settle_queued(run_id, owner, state, reason, due=due)

@@ -1,0 +1,191 @@
+"""When a step may start: its own time (`Step.not_before`) and the windows of the tools it names.
+
+Owns `Window` (a weekly window in a zone), `parse_window` / `parse_windows`
+(the text forms), `WindowError`, `windowed_tools` (the tools of a step a
+window can hold: its action, or the tools its grants name) and `due` (the
+earliest time a step may start at or after a given moment; None when it may
+start then). Pure: no clock is read here; the engine passes the time in.
+Imports `plan.model` only for types.
+
+A window is written ``DAYS HH:MM-HH:MM ZONE``: ``Sat 02:00-04:00
+America/New_York``, ``Mon-Fri 22:00-02:00 UTC`` (it crosses midnight: it
+opens on the days named), ``daily 01:00-05:00 Europe/Berlin``; days are
+``Mon`` .. ``Sun`` (or their full English names, any case), ranges and
+lists (``Mon,Wed,Fri``), ``daily`` (every day) and ``weekdays`` /
+``weekends``. ZONE is an IANA name (``UTC`` included). A tool may have
+several windows (a list): it may run in any of them. Times of day are wall
+clock in the zone; on the night a zone's clocks move, a window keeps its
+wall-clock length (an opening in the skipped hour opens an hour later).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:
+    from planexec.plan.model import Step
+
+__all__ = ["Window", "WindowError", "due", "parse_window", "parse_windows", "windowed_tools"]
+
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_GROUPS = {"daily": tuple(range(7)), "everyday": tuple(range(7)), "weekdays": (0, 1, 2, 3, 4), "weekends": (5, 6)}
+_FORM = re.compile(r"^\s*(?P<days>\S+)\s+(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})\s+(?P<zone>\S+)\s*$")
+_EXAMPLE = "'Sat 02:00-04:00 America/New_York'"
+
+
+class WindowError(ValueError):
+    """A window's text cannot be read; the message says which part and how it is written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A weekly window: it opens at `start` (wall clock in `zone`) on each of `days` (0 is Monday) and lasts until `end`."""
+
+    days: tuple[int, ...]
+    start: time
+    end: time
+    zone: str
+    text: str
+
+    @property
+    def length(self) -> timedelta:
+        """How long it stays open (an end at or before the start is the next day's: a window may cross midnight)."""
+        span = datetime.combine(datetime.min, self.end) - datetime.combine(datetime.min, self.start)
+        return span if span > timedelta(0) else span + timedelta(days=1)
+
+    def next_open(self, at: datetime) -> datetime:
+        """`at` when the window is open then, else when it opens next; in UTC. `at` must carry its zone."""
+        zone = ZoneInfo(self.zone)
+        local = at.astimezone(zone)
+        best: datetime | None = None
+        for back in range(-1, 8):  # yesterday's opening may still be open; a week ahead holds the next one
+            day = local.date() + timedelta(days=back)
+            if day.weekday() not in self.days:
+                continue
+            opens = datetime.combine(day, self.start, tzinfo=zone)
+            closes = datetime.combine(day, self.start, tzinfo=zone) + self.length  # wall-clock arithmetic in the zone
+            opens_utc, closes_utc = opens.astimezone(UTC), closes.astimezone(UTC)
+            if opens_utc <= at < closes_utc:
+                return at.astimezone(UTC)
+            if opens_utc > at and (best is None or opens_utc < best):
+                best = opens_utc
+        assert best is not None  # a window opens at least once a week
+        return best
+
+    def contains(self, at: datetime) -> bool:
+        """True when the window is open at `at`."""
+        return self.next_open(at) == at.astimezone(UTC)
+
+    def within(self, other: Window) -> bool:
+        """True when every opening of this window lies inside `other` (checked over one week, minute by minute of its edges)."""
+        zone = ZoneInfo(self.zone)
+        monday = datetime(2024, 1, 1, tzinfo=zone)  # a week with no clock change in most zones
+        for day in range(7):
+            if day not in self.days:
+                continue
+            opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
+            last = opens + self.length - timedelta(minutes=1)
+            if not (other.contains(opens) and other.contains(last)):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _day(word: str) -> int:
+    w = word.lower()
+    if w in _DAYS:
+        return _DAYS.index(w)
+    if w in _FULL:
+        return _FULL.index(w)
+    raise WindowError(f"{word!r} is not a day: write Mon .. Sun, a range (Mon-Fri), a list (Sat,Sun), daily, weekdays or weekends")
+
+
+def _days(text: str) -> tuple[int, ...]:
+    group = _GROUPS.get(text.lower())
+    if group is not None:
+        return group
+    found: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            first, _, last = part.partition("-")
+            a, b = _day(first), _day(last)
+            found += [(a + i) % 7 for i in range((b - a) % 7 + 1)]
+        else:
+            found.append(_day(part))
+    return tuple(sorted(set(found)))
+
+
+def _clock(text: str, what: str) -> time:
+    hours, _, minutes = text.partition(":")
+    h, m = int(hours), int(minutes)
+    if h == 24 and m == 0 and what == "end":
+        return time(0, 0)
+    if not (0 <= h < 24 and 0 <= m < 60):
+        raise WindowError(f"{text!r} is not a time of day (HH:MM, 00:00 to 23:59)")
+    return time(h, m)
+
+
+def parse_window(text: str) -> Window:
+    """Read one window (see the module docstring); `WindowError` saying what is wrong."""
+    if not isinstance(text, str):
+        raise WindowError(f"a window is text like {_EXAMPLE}, not {type(text).__name__}")
+    m = _FORM.match(text)
+    if m is None:
+        raise WindowError(f"{text!r} is not a window: write DAYS HH:MM-HH:MM ZONE, as {_EXAMPLE}")
+    start, end = _clock(m["start"], "start"), _clock(m["end"], "end")
+    if start == end:
+        raise WindowError(f"{text!r} opens and closes at the same time: give it a length")
+    try:
+        ZoneInfo(m["zone"])
+    except (ZoneInfoNotFoundError, ValueError):
+        raise WindowError(f"{m['zone']!r} is not a time zone: give an IANA name such as America/New_York or UTC") from None
+    return Window(days=_days(m["days"]), start=start, end=end, zone=m["zone"], text=" ".join(text.split()))
+
+
+def parse_windows(value: str | Iterable[str]) -> list[Window]:
+    """One window or a list of them (a tool may run in any); `WindowError` for the first that cannot be read."""
+    items = [value] if isinstance(value, str) else list(value)
+    if not items:
+        raise WindowError("an empty list of windows would never open: give at least one")
+    return [parse_window(item) for item in items]
+
+
+def windowed_tools(step: Step, windows: Mapping[str, Any]) -> list[str]:
+    """The tools of `windows` that `step` calls: its action (a tool step, or a role's action of that name), or one its grants name."""
+    if not windows:
+        return []
+    named = [step.action]
+    if step.capabilities:
+        named += [g.tool for g in step.capabilities]
+    return [t for t in dict.fromkeys(named) if t in windows]
+
+
+def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> datetime | None:
+    """When `step` may start, at or after `at`: its `not_before`, then moved into a window of every windowed tool it names.
+
+    None when it may start at `at`. A step naming two windowed tools waits
+    until both are open (searched a week ahead of each candidate; windows
+    that never overlap give the first opening of the first window, and the
+    caller finds it closed again: `due` is asked each time the step may go).
+    """
+    t = at
+    if step.not_before is not None and step.not_before > t:
+        t = step.not_before
+    tools = windowed_tools(step, windows)
+    for _ in range(16):  # each round moves t to the next opening of a window that is closed at t
+        moved = False
+        for tool in tools:
+            opening = min(w.next_open(t) for w in windows[tool])
+            if opening > t:
+                t, moved = opening, True
+        if not moved:
+            break
+    return None if t <= at else t

@@ -1,0 +1,208 @@
+"""Scheduled steps: a step's own time (`not_before`), tools' maintenance windows, waiting on an injected clock,
+a run that stops as ``scheduled`` and goes back to the queue until due, and resuming it never early."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec.errors import PlanParseError
+from planexec.plan.schedule import WindowError, due, parse_window
+from planexec.testing import ManualClock, scripted_tool
+
+T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)  # a Friday, 07:00 in New York
+
+
+def mkplan(*steps: dict, windows: dict | None = None) -> Plan:
+    data: dict = {"plan_id": "p", "goal": "g", "steps": list(steps)}
+    if windows:
+        data["windows"] = windows
+    return Plan.from_data(data)
+
+
+def registry(*names: str) -> tuple[Registry, dict]:
+    reg = Registry()
+    tools = {}
+    for name in names:
+        tools[name] = tool = scripted_tool(name, default=name)
+        reg.add_tool(tool)
+    return reg, tools
+
+
+def sync(fn):
+    """Run an async test in its own event loop (the suite has no asyncio plugin)."""
+
+    def test(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+
+    test.__name__ = fn.__name__
+    return test
+
+
+async def wait_for(predicate, *, limit: float = 5.0) -> None:
+    for _ in range(int(limit / 0.005)):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never held")
+
+
+# --- windows and due times: pure ----------------------------------------------------------------
+
+
+def test_a_window_reads_days_times_and_zone_and_says_when_it_opens() -> None:
+    w = parse_window("Sat 02:00-04:00 America/New_York")
+    assert w.days == (5,) and w.zone == "America/New_York"
+    opens = w.next_open(T0)
+    assert opens == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)  # 02:00 EST is 07:00 UTC
+    assert w.contains(opens) and w.contains(opens + timedelta(minutes=119)) and not w.contains(opens + timedelta(hours=2))
+    inside = opens + timedelta(minutes=30)
+    assert w.next_open(inside) == inside  # open: at once
+    # crossing midnight, weekdays, lists
+    night = parse_window("Mon-Fri 22:00-02:00 UTC")
+    assert night.days == (0, 1, 2, 3, 4)
+    assert night.contains(datetime(2026, 12, 5, 1, 0, tzinfo=UTC))  # Saturday 01:00: Friday's window is still open
+    assert not night.contains(datetime(2026, 12, 6, 1, 0, tzinfo=UTC))  # Sunday 01:00: Saturday has none
+    assert parse_window("daily 01:00-05:00 Europe/Berlin").days == tuple(range(7))
+    assert parse_window("sat,sun 10:00-11:00 UTC").days == (5, 6)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("Sat 02:00-04:00", "not a window"),
+        ("Funday 02:00-04:00 UTC", "'Funday' is not a day"),
+        ("Sat 25:00-04:00 UTC", "not a time of day"),
+        ("Sat 02:00-02:00 UTC", "same time"),
+        ("Sat 02:00-04:00 Mars/Olympus", "not a time zone"),
+        ("", "not a window"),
+    ],
+)
+def test_a_bad_window_says_which_part_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(WindowError, match=says):
+        parse_window(text)
+
+
+def test_a_plan_with_a_bad_time_or_window_is_refused_naming_the_step_and_field() -> None:
+    with pytest.raises(PlanParseError) as info:
+        mkplan({"id": "deploy", "action": "deploy", "not_before": "2026-12-05T02:00"}, windows={"deploy": "Sat 2am"})
+    text = str(info.value)
+    assert "step 'deploy' · not_before" in text and "has no zone" in text
+    assert "windows" in text and "tool 'deploy'" in text and "not a window" in text
+
+
+def test_due_is_the_later_of_the_steps_time_and_its_tools_window() -> None:
+    plan = mkplan(
+        {"id": "a", "action": "deploy", "not_before": "2026-12-05T08:30:00Z"},
+        {"id": "b", "action": "deploy"},
+        {"id": "c", "action": "check"},
+        {"id": "d", "action": "check", "not_before": "2026-12-12T08:00:00Z"},
+        windows={"deploy": "Sat 02:00-04:00 America/New_York"},
+    )
+    w = plan.parsed_windows
+    assert due(plan.step("a"), w, T0) == datetime(2026, 12, 5, 8, 30, tzinfo=UTC)  # inside the window already
+    assert due(plan.step("b"), w, T0) == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
+    assert due(plan.step("c"), w, T0) is None  # no time, no window: now
+    assert due(plan.step("d"), w, T0) == datetime(2026, 12, 12, 8, 0, tzinfo=UTC)
+    late = mkplan(
+        {"id": "a", "action": "deploy", "not_before": "2026-12-05T09:30:00Z"}, windows={"deploy": "Sat 02:00-04:00 America/New_York"}
+    )
+    assert due(late.step("a"), late.parsed_windows, T0) == datetime(2026, 12, 12, 7, 0, tzinfo=UTC)  # after the window: the next one
+
+
+def test_windows_and_times_keep_their_place_in_the_plans_json_and_hash() -> None:
+    plain = mkplan({"id": "a", "action": "echo"})
+    timed = mkplan({"id": "a", "action": "echo", "not_before": "2026-12-05T02:00-05:00"}, windows={"echo": "Sat 02:00-04:00 UTC"})
+    assert "not_before" not in plain.to_json() and "windows" not in plain.to_json()
+    again = Plan.from_json(timed.to_json())
+    assert again == timed and again.content_hash == timed.content_hash != plain.content_hash
+    moved = mkplan({"id": "a", "action": "echo", "not_before": "2026-12-05T03:00-05:00"}, windows={"echo": "Sat 02:00-04:00 UTC"})
+    assert moved.content_hash != timed.content_hash  # moving the time is a change a reviewer approves
+
+
+# --- the engine waits on its clock ---------------------------------------------------------------
+
+
+@sync
+async def test_a_step_waits_as_scheduled_until_its_time_then_runs_once() -> None:
+    reg, tools = registry("build", "deploy", "check")
+    clock = ManualClock(T0)
+    plan = mkplan(
+        {"id": "build", "action": "build"},
+        {"id": "deploy", "action": "deploy", "depends_on": ["build"], "not_before": "2026-12-05T07:00:00Z"},
+        {"id": "check", "action": "check", "depends_on": ["deploy"]},
+    )
+    run = Engine(reg, clock=clock).start(plan)
+    await wait_for(lambda: run.records["deploy"].state is StepState.SCHEDULED and clock.sleepers == 1)
+    assert run.records["build"].state is StepState.SUCCEEDED
+    assert run.records["deploy"].due == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
+    clock.advance(hours=18, minutes=59)  # a minute early: still waiting
+    await asyncio.sleep(0.02)
+    assert not tools["deploy"].calls and run.records["deploy"].state is StepState.SCHEDULED
+    clock.advance(minutes=1)
+    result = await run.result()
+    assert result.status is RunStatus.SUCCEEDED and len(tools["deploy"].calls) == 1
+    kinds = [e.type for e in run.history]
+    scheduled = next(e for e in run.history if e.type == "step_scheduled")
+    assert scheduled.due == datetime(2026, 12, 5, 7, 0, tzinfo=UTC) and "not_before" in scheduled.why
+    assert kinds.index("step_scheduled") < next(i for i, e in enumerate(run.history) if e.type == "step_started" and e.step_id == "deploy")
+
+
+@sync
+async def test_a_windowed_tool_waits_for_its_window_and_other_steps_go_on() -> None:
+    reg, tools = registry("deploy", "report")
+    clock = ManualClock(T0)
+    plan = mkplan(
+        {"id": "deploy", "action": "deploy"},
+        {"id": "report", "action": "report"},
+        windows={"deploy": "Sat 02:00-04:00 America/New_York"},
+    )
+    run = Engine(reg, clock=clock).start(plan)
+    await wait_for(lambda: run.records["report"].state is StepState.SUCCEEDED and clock.sleepers == 1)
+    ev = next(e for e in run.history if e.type == "step_scheduled")
+    assert "deploy runs only in Sat 02:00-04:00 America/New_York" in ev.why
+    clock.set(datetime(2026, 12, 5, 7, 0, tzinfo=UTC))
+    result = await run.result()
+    assert result.status is RunStatus.SUCCEEDED and len(tools["deploy"].calls) == 1
+
+
+@sync
+async def test_a_run_that_can_only_wait_stops_as_scheduled_with_its_due_time() -> None:
+    reg, tools = registry("build", "deploy")
+    clock = ManualClock(T0)
+    plan = mkplan(
+        {"id": "build", "action": "build"},
+        {"id": "deploy", "action": "deploy", "depends_on": ["build"], "not_before": "2026-12-05T07:00:00Z"},
+    )
+    run = Engine(reg, clock=clock, park_after=60).start(plan)
+    result = await run.result()
+    assert result.status is RunStatus.SCHEDULED
+    assert not any(e.type == "step_cancelled" for e in run.history)  # it waits: not cancelled
+    assert result.due == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)
+    assert result.steps["deploy"].state is StepState.SCHEDULED and not tools["deploy"].calls
+    assert "wait until 2026-12-05T07:00:00+00:00" in (result.reason or "")
+
+
+@sync
+async def test_a_short_wait_stays_in_the_process() -> None:
+    reg, tools = registry("deploy")
+    clock = ManualClock(T0)
+    plan = mkplan({"id": "deploy", "action": "deploy", "not_before": (T0 + timedelta(seconds=20)).isoformat()})
+    run = Engine(reg, clock=clock, park_after=60).start(plan)
+    await wait_for(lambda: clock.sleepers == 1)
+    clock.advance(20)
+    assert (await run.result()).status is RunStatus.SUCCEEDED and len(tools["deploy"].calls) == 1
+
+
+@sync
+async def test_a_cancelled_scheduled_step_is_cancelled_not_run() -> None:
+    reg, tools = registry("deploy")
+    clock = ManualClock(T0)
+    run = Engine(reg, clock=clock).start(mkplan({"id": "deploy", "action": "deploy", "not_before": "2026-12-05T07:00:00Z"}))
+    await wait_for(lambda: clock.sleepers == 1)
+    run.cancel("stopped by the operator")
+    result = await run.result()
+    assert result.status is RunStatus.CANCELLED and result.steps["deploy"].state is StepState.CANCELLED and not tools["deploy"].calls
