@@ -4,6 +4,7 @@ a run that stops as ``scheduled`` and goes back to the queue until due, and resu
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -206,3 +207,60 @@ async def test_a_cancelled_scheduled_step_is_cancelled_not_run() -> None:
     run.cancel("stopped by the operator")
     result = await run.result()
     assert result.status is RunStatus.CANCELLED and result.steps["deploy"].state is StepState.CANCELLED and not tools["deploy"].calls
+
+
+# --- the queue keeps a parked run until it is due ----------------------------------------------------
+
+PARK_TOOLS = """
+import os
+import time
+
+from planexec import ToolContext, tool
+
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.log")
+
+
+@tool(untrusted_output=False)
+def stamp(ctx: ToolContext, name: str) -> str:
+    '''Writes the step, its process and the time it ran.'''
+    with open(LOG, "a") as f:
+        f.write(f"{ctx.run_id} {ctx.step_id} {os.getpid()} {time.time()}\\n")
+    return name
+"""
+
+
+def _stamps(folder) -> list[tuple[str, str, int, float]]:
+    path = folder / "calls.log"
+    if not path.exists():
+        return []
+    return [(r, s, int(p), float(t)) for r, s, p, t in (line.split() for line in path.read_text().splitlines())]
+
+
+def test_a_queued_run_that_can_only_wait_goes_back_to_the_queue_and_is_taken_only_when_due(tmp_path) -> None:
+    from planexec.fleet.worker import QueueWorker, submit_plan
+    from planexec.store import open_store
+    from planexec.store.queue import QueueState
+
+    (tmp_path / "tools.py").write_text(PARK_TOOLS)
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
+    plan = mkplan(
+        {"id": "build", "action": "stamp", "parameters": {"name": "build"}},
+        {"id": "deploy", "action": "stamp", "parameters": {"name": "deploy"}, "depends_on": ["build"], "not_before": at.isoformat()},
+    )
+    store = open_store(tmp_path / "runs.db")
+    submit_plan(store, plan, run_id="sched", setup={"tools": [str(tmp_path / "tools.py")]}, approved_by="tester")
+    first = asyncio.run(QueueWorker(store, once=True, park_after=1).serve())
+    assert [(r.run_id, r.outcome) for r in first.runs] == [("sched", "scheduled")]
+    row = store.queued_run("sched")
+    assert row.state is QueueState.QUEUED and row.due == at and store.lease("sched") is None  # nobody holds it while it waits
+    assert [s for _, s, _, _ in _stamps(tmp_path)] == ["build"]
+    assert store.claim_run() is None  # not before it is due
+    summary = store.run("sched")
+    assert summary.status.value == "scheduled" and "wait until" in (summary.reason or "")
+    time.sleep(max(0.0, (at - datetime.now(UTC)).total_seconds()) + 0.2)
+    second = asyncio.run(QueueWorker(store, once=True, park_after=1).serve())
+    assert [(r.run_id, r.how, r.outcome) for r in second.runs] == [("sched", "resumed", "succeeded")]
+    stamps = _stamps(tmp_path)
+    assert [s for _, s, _, _ in stamps] == ["build", "deploy"]  # each once
+    assert stamps[1][3] >= at.timestamp()  # never early
+    store.close()

@@ -7,7 +7,8 @@ earliest time a step may start at or after a given moment; None when it may
 start then). Pure: no clock is read here; the engine passes the time in.
 Imports `plan.model` only for types.
 
-A window is written ``DAYS HH:MM-HH:MM ZONE``: ``Sat 02:00-04:00
+A window is written ``DAYS HH:MM-HH:MM ZONE`` (seconds may be given,
+``HH:MM:SS``): ``Sat 02:00-04:00
 America/New_York``, ``Mon-Fri 22:00-02:00 UTC`` (it crosses midnight: it
 opens on the days named), ``daily 01:00-05:00 Europe/Berlin``; days are
 ``Mon`` .. ``Sun`` (or their full English names, any case), ranges and
@@ -35,7 +36,8 @@ __all__ = ["Window", "WindowError", "due", "parse_window", "parse_windows", "win
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _GROUPS = {"daily": tuple(range(7)), "everyday": tuple(range(7)), "weekdays": (0, 1, 2, 3, 4), "weekends": (5, 6)}
-_FORM = re.compile(r"^\s*(?P<days>\S+)\s+(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})\s+(?P<zone>\S+)\s*$")
+_TIME = r"\d{1,2}:\d{2}(?::\d{2})?"
+_FORM = re.compile(rf"^\s*(?P<days>\S+)\s+(?P<start>{_TIME})\s*-\s*(?P<end>{_TIME})\s+(?P<zone>\S+)\s*$")
 _EXAMPLE = "'Sat 02:00-04:00 America/New_York'"
 
 
@@ -83,14 +85,14 @@ class Window:
         return self.next_open(at) == at.astimezone(UTC)
 
     def within(self, other: Window) -> bool:
-        """True when every opening of this window lies inside `other` (checked over one week, minute by minute of its edges)."""
+        """True when every opening of this window lies inside `other` (its first and last second, each day it opens)."""
         zone = ZoneInfo(self.zone)
         monday = datetime(2024, 1, 1, tzinfo=zone)  # a week with no clock change in most zones
         for day in range(7):
             if day not in self.days:
                 continue
             opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
-            last = opens + self.length - timedelta(minutes=1)
+            last = opens + self.length - timedelta(seconds=1)
             if not (other.contains(opens) and other.contains(last)):
                 return False
         return True
@@ -124,13 +126,13 @@ def _days(text: str) -> tuple[int, ...]:
 
 
 def _clock(text: str, what: str) -> time:
-    hours, _, minutes = text.partition(":")
-    h, m = int(hours), int(minutes)
-    if h == 24 and m == 0 and what == "end":
+    parts = [int(p) for p in text.split(":")]
+    h, m, sec = parts[0], parts[1], parts[2] if len(parts) > 2 else 0
+    if h == 24 and m == 0 and sec == 0 and what == "end":
         return time(0, 0)
-    if not (0 <= h < 24 and 0 <= m < 60):
-        raise WindowError(f"{text!r} is not a time of day (HH:MM, 00:00 to 23:59)")
-    return time(h, m)
+    if not (0 <= h < 24 and 0 <= m < 60 and 0 <= sec < 60):
+        raise WindowError(f"{text!r} is not a time of day (HH:MM or HH:MM:SS, 00:00 to 23:59:59)")
+    return time(h, m, sec)
 
 
 def parse_window(text: str) -> Window:
