@@ -50,8 +50,8 @@ SUBMODULES = {
         "in_thread", "pending_version", "redact", "replay", "run_setup", "run_to_end", "single_plan", "step_hash"
     },
     "plan": {
-        "PlanDiff", "criterion_label", "diff_plans", "find_references", "grants_text", "plan_graph", "plan_table",
-        "print_compact", "read_compact", "resolve_references", "with_lines"
+        "PlanDiff", "Window", "WindowError", "criterion_label", "diff_plans", "find_references", "grants_text", "parse_window",
+        "plan_graph", "plan_table", "print_compact", "read_compact", "resolve_references", "when_text", "with_lines"
     },
     "library": {
         "ReusePlanning", "TemplateError", "diff_templates", "export_templates", "import_templates", "instantiate",

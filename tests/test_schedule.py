@@ -264,3 +264,47 @@ def test_a_queued_run_that_can_only_wait_goes_back_to_the_queue_and_is_taken_onl
     assert [s for _, s, _, _ in stamps] == ["build", "deploy"]  # each once
     assert stamps[1][3] >= at.timestamp()  # never early
     store.close()
+
+
+def test_the_compact_language_writes_and_reads_times_and_windows() -> None:
+    from planexec.plan import print_compact
+    from planexec.plan.compact import parse_compact
+
+    plan = mkplan(
+        {"id": "s1", "action": "echo", "parameters": {"value": 1}},
+        {"id": "s2", "action": "echo", "parameters": {"value": 2}, "depends_on": ["s1"], "not_before": "2026-12-05T02:00-05:00"},
+        windows={"echo": "Sat 02:00-04:00 America/New_York"},
+    )
+    text = print_compact(plan)
+    assert 'not_before="2026-12-05T02:00:00-05:00"' in text and 'windows={"echo": ["Sat 02:00-04:00 America/New_York"]}' in text
+    assert parse_compact(text, goal="g", plan_id="p").content_hash == plan.content_hash
+    with pytest.raises(PlanParseError, match="has no zone"):
+        parse_compact('1. echo(value=1) not_before="2026-12-05T02:00"', goal="g")
+
+
+def test_a_window_for_a_tool_no_worker_offers_is_a_validation_problem() -> None:
+    from planexec.plan.validation import validate_plan
+
+    reg, _ = registry("deploy")
+    plan = mkplan({"id": "a", "action": "deploy"}, windows={"deploy_servce": "Sat 02:00-04:00 UTC"})
+    problems = validate_plan(plan, reg)
+    assert [(p.rule, p.field) for p in problems] == [("unknown_tool", "windows.deploy_servce")]
+
+
+def test_the_plan_table_shows_when_each_step_may_start() -> None:
+    from rich.console import Console
+
+    from planexec.plan import plan_table
+
+    plan = mkplan(
+        {"id": "build", "action": "build"},
+        {"id": "deploy", "action": "deploy", "depends_on": ["build"], "not_before": "2026-12-05T02:00-05:00"},
+        windows={"deploy": "Sat 02:00-04:00 America/New_York"},
+    )
+    console = Console(width=250, record=True)
+    console.print(plan_table(plan))
+    text = console.export_text()
+    assert "when" in text and "not before 2026-12-05T02:00:00-05:00; deploy in Sat 02:00-04:00 America/New_York" in text
+    console = Console(width=250, record=True)
+    console.print(plan_table(mkplan({"id": "build", "action": "build"})))
+    assert "when" not in console.export_text()  # no column for a plan that schedules nothing

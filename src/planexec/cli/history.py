@@ -33,7 +33,7 @@ from rich.text import Text
 
 from planexec import RunStatus, Step, StepRecord, StepState
 from planexec.cli import _common as common
-from planexec.cli.progress import describe_call, describe_event
+from planexec.cli.progress import countdown, describe_call, describe_event, show_time
 from planexec.errors import StoreError
 from planexec.events import RunResumed, StepResolved
 from planexec.plan import grants_text
@@ -184,7 +184,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     refused = describe_refused(view.refused_calls())
     if refused:
         say(f"  {refused}")
+    if view.due is not None and summary.status is RunStatus.SCHEDULED:
+        say(f"  due {show_time(view.due)} ({countdown(view.due, datetime.now(UTC))}): a worker resumes it then (planexec worker)")
     say(f"plan {summary.plan_id!r} · version {summary.plan_version} · {summary.content_hash}")
+    windows = versions[-1].plan.windows if versions else None
+    for tool, spec in (windows or {}).items():
+        say(f"  window: {tool} runs only in {' or '.join(spec)}")
     for v in versions:
         diff = f": {v.diff.render().replace(chr(10), '; ')}" if v.diff is not None else ""
         say(f"  v{v.version} ({len(v.plan.steps)} steps) · {v.reason}{diff}")
@@ -279,6 +284,10 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
             lines.append(f"  instruction: {step.instruction}")
         if step.parameters:
             lines.append(f"  inputs: {_short(step.parameters)}")
+        if step.not_before is not None:
+            lines.append(f"  not before: {step.not_before.isoformat()} ({show_time(step.not_before)})")
+    if rec.state is StepState.SCHEDULED and rec.due is not None:
+        lines.append(f"  scheduled: waits until {show_time(rec.due)} ({countdown(rec.due, datetime.now(UTC))})")
     if rec.started_at is not None and t0 is not None:
         ended = f", ended +{(rec.finished_at - t0).total_seconds():.3f}s" if rec.finished_at else ""
         lines.append(
@@ -350,6 +359,7 @@ _STYLE = {
     RunStatus.REPLAN_REQUESTED: "magenta",
     RunStatus.RUNNING: "blue",
     RunStatus.WAITING: "cyan",
+    RunStatus.SCHEDULED: "cyan",
 }
 
 
@@ -361,6 +371,8 @@ def _steps_table(view: Any, summary: RunSummary) -> Table:
         table.add_column(name, **kw)
     for sid, rec in view.steps.items():
         why = rec.error.render() if rec.error else (rec.reason or "")
+        if rec.state is StepState.SCHEDULED and rec.due is not None:
+            why = f"until {show_time(rec.due)} ({countdown(rec.due, datetime.now(UTC))})"
         table.add_row(
             sid,
             _state(rec),

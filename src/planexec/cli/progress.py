@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -47,6 +47,7 @@ from planexec.events import (
     StepRerouted,
     StepResolved,
     StepRetried,
+    StepScheduled,
     StepSkipped,
     StepStarted,
     StepSucceeded,
@@ -56,12 +57,23 @@ from planexec.events import (
 )
 from planexec.runs import CallRecord, describe_refused
 
-__all__ = ["EventLog", "LiveProgress", "StepBoard", "describe_call", "describe_event", "print_summary", "usage_table"]
+__all__ = [
+    "EventLog",
+    "LiveProgress",
+    "StepBoard",
+    "countdown",
+    "describe_call",
+    "describe_event",
+    "print_summary",
+    "show_time",
+    "usage_table",
+]
 
 # display state -> (icon, rich style); "retrying" is a display state between attempts
 _LOOK = {
     "pending": ("·", "dim"),
     "ready": ("○", "cyan"),
+    "scheduled": ("⏲", "cyan"),  # waits for its time (not_before, a tool's window)
     "running": ("▶", "bold blue"),
     "retrying": ("↻", "yellow"),
     "succeeded": ("✓", "green"),
@@ -80,6 +92,7 @@ _STATUS_STYLE = {
     RunStatus.FAILED: "bold red",
     RunStatus.RUNNING: "bold blue",
     RunStatus.WAITING: "cyan",
+    RunStatus.SCHEDULED: "cyan",
 }
 
 
@@ -95,6 +108,7 @@ class StepLine:
     started: float | None = None  # time.monotonic() of the first attempt
     ended: float | None = None
     detail: str = ""
+    due: datetime | None = None  # a scheduled step's time
 
     def elapsed(self, now: float) -> float | None:
         """Seconds since the first attempt began (until the step ended)."""
@@ -145,6 +159,8 @@ class StepBoard:
             return
         if isinstance(event, StepReady):
             line.state = "ready"
+        elif isinstance(event, StepScheduled):
+            line.state, line.due, line.detail = "scheduled", event.due, event.why
         elif isinstance(event, StepStarted):
             line.state, line.attempt, line.worker, line.detail = "running", event.attempt, event.worker, ""
             if line.started is None:
@@ -179,9 +195,13 @@ class StepBoard:
             ("detail", {"overflow": "fold"}),
         ):
             table.add_column(name, **kw)
+        wall = datetime.now(UTC)
         for line in self.lines.values():
             icon, style = _LOOK.get(line.state, ("?", ""))
             elapsed = line.elapsed(now)
+            detail = line.detail
+            if line.state == "scheduled" and line.due is not None:  # a countdown, redrawn with the table
+                detail = f"until {show_time(line.due)} · {countdown(line.due, wall)}" + (f" · {detail}" if detail else "")
             table.add_row(
                 Text(icon, style=style),
                 line.step_id,
@@ -189,7 +209,7 @@ class StepBoard:
                 str(line.attempt) if line.attempt else "",
                 line.worker,
                 f"{elapsed:.1f}s" if elapsed is not None else "",
-                Text(line.detail, style="dim"),
+                Text(detail, style="dim"),
             )
         counts: dict[str, int] = {}
         for line in self.lines.values():
@@ -335,6 +355,8 @@ def describe_event(event: Any) -> str:
         return f"{sid}: parsed from the planner's stream ({event.worker}.{event.action}{after})"
     if isinstance(event, StepReady):
         return f"{sid}: ready"
+    if isinstance(event, StepScheduled):
+        return f"{sid}: scheduled until {show_time(event.due)} ({event.why}; {countdown(event.due, event.at)})"
     if isinstance(event, StepStarted):
         return f"{sid}: started (attempt {event.attempt}, worker {event.worker}, action {event.action})"
     if isinstance(event, StepSucceeded):
@@ -350,6 +372,26 @@ def describe_event(event: Any) -> str:
     if isinstance(event, StepCancelled):
         return f"{sid}: cancelled{' while running' if event.was_running else ''} ({event.reason})"
     return f"{sid}: {getattr(event, 'type', type(event).__name__)}"
+
+
+def show_time(when: datetime) -> str:
+    """A time as people read it: this machine's zone, to the second (2026-12-05 02:00:00 EST)."""
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def countdown(when: datetime, now: datetime) -> str:
+    """How long until `when`: ``in 2h 03m 05s`` (``due now`` once it has passed)."""
+    left = int((when - now).total_seconds())
+    if left <= 0:
+        return "due now"
+    days, rest = divmod(left, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"in {days}d {hours}h {minutes:02d}m"
+    if hours:
+        return f"in {hours}h {minutes:02d}m {seconds:02d}s"
+    return f"in {minutes}m {seconds:02d}s" if minutes else f"in {seconds}s"
 
 
 def _summary_table(result: RunResult) -> Table:

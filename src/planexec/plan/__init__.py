@@ -6,24 +6,31 @@ Public here, for a face that shows or edits plans: the compact text form
 (`print_compact`, `read_compact`, `with_lines`), the references a step's
 parameters make (`find_references`, `resolve_references`), how a
 criterion reads (`criterion_label`), diffs (`diff_plans`, `PlanDiff`) and
-the terminal's views (`plan_table`, `plan_graph`, `grants_text`).
+the terminal's views (`plan_table`, `plan_graph`, `grants_text`,
+`when_text`) and scheduled steps' windows (`parse_window`, `Window`,
+`WindowError`).
 """
 
 from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.diff import PlanDiff, diff_plans
 from planexec.plan.model import criterion_label, find_references, resolve_references
-from planexec.plan.view import grants_text, plan_graph, plan_table
+from planexec.plan.schedule import Window, WindowError, parse_window
+from planexec.plan.view import grants_text, plan_graph, plan_table, when_text
 
 __all__ = [
     "PlanDiff",
+    "Window",
+    "WindowError",
     "criterion_label",
     "diff_plans",
     "find_references",
     "grants_text",
+    "parse_window",
     "plan_graph",
     "plan_table",
     "print_compact",
     "read_compact",
     "resolve_references",
+    "when_text",
     "with_lines",
 ]

@@ -41,7 +41,8 @@ A line is ``label. call [annotations] [# instruction]``:
   only: data flows through references), ``on_fail=skip`` (a kind, or a
   JSON failure action), ``timeout=30``, ``criteria=[...]``, ``grants=[...]``
   (capabilities), ``schema={...}`` (output schema), ``resources={...}`` (what
-  the step needs of a machine, for a cluster), ``tolerant`` (runs when
+  the step needs of a machine, for a cluster), ``not_before="2026-12-05T02:00-05:00"``
+  (the earliest time it may start, with its zone), ``tolerant`` (runs when
   an input failed), ``approve``, ``answer`` (this step's output is the
   run's answer, so no joiner call is needed to assemble it) and
   ``instruction="..."`` (for an instruction a comment cannot hold).
@@ -49,7 +50,8 @@ A line is ``label. call [annotations] [# instruction]``:
   work there too).
 * ``join`` (or ``join()``, numbered or not, or ``<END_OF_PLAN>`` at a line's
   end) ends the plan and may be left out; it may carry ``risk=high``,
-  ``duration="PT5M"`` (the estimated duration) and ``rollback=...``. Blank lines, lines that start with ``#`` and code fences
+  ``duration="PT5M"`` (the estimated duration), ``rollback=...`` and
+  ``windows={"deploy": "Sat 02:00-04:00 America/New_York"}`` (tools' maintenance windows). Blank lines, lines that start with ``#`` and code fences
   are skipped; anything else after the end is an error.
 
 Errors: every bad line is a `Problem` whose field is ``line N`` and whose
@@ -104,9 +106,10 @@ _KEYS = {
     "grants": "capabilities",
     "schema": "output_schema",
     "resources": "resources",
+    "not_before": "not_before",
     "instruction": "instruction",
 }
-_END_KEYS = {"risk": "risk_level", "duration": "estimated_duration", "rollback": "rollback_plan"}
+_END_KEYS = {"risk": "risk_level", "duration": "estimated_duration", "rollback": "rollback_plan", "windows": "windows"}
 _BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})  # line breaks json.dumps leaves raw
 _EXPECTED = "expected 'N. tool(name=value, ...)', 'N. worker.task: \"text\"' or 'join'"
 
@@ -524,6 +527,8 @@ def print_compact(plan: Plan, *, step_prefix: str = "s") -> str:
     end = []
     if plan.risk_level != "low":
         end.append(f"risk={plan.risk_level}")
+    if plan.windows:
+        end.append("windows=" + _json(plan.windows))
     if plan.estimated_duration is not None:
         end.append("duration=" + _json(plan.model_dump(mode="json", include={"estimated_duration"})["estimated_duration"]))
     if plan.rollback_plan is not None:
@@ -592,6 +597,8 @@ class _Printer:
             out.append("schema=" + _json(s.output_schema))
         if s.resources is not None:
             out.append("resources=" + _json(s.resources.model_dump(mode="json", exclude_defaults=True)))
+        if s.not_before is not None:
+            out.append("not_before=" + _json(s.not_before.isoformat()))
         out += ["tolerant"] * s.accepts_failed_inputs + ["approve"] * s.requires_approval
         out += ["answer"] * (self.plan.answer_step == s.step_id)
         return out

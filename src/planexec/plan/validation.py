@@ -95,6 +95,11 @@ def validate_plan(plan: Plan, registry: Catalog | None = None) -> list[Problem]:
         if registry is not None:
             problems += _registry_problems(step, registry)
             problems += capability_problems(step, registry)
+    if registry is not None and plan.windows:
+        known = {action for worker in registry.workers.values() for action in worker.actions}
+        for tool in plan.windows:
+            if tool not in known:
+                problems.append(Problem("unknown_tool", f"a window for {tool!r}, which no worker offers", field=f"windows.{tool}"))
     if plan.rollback_plan is not None and not isinstance(plan.rollback_plan, str):
         rollback = plan.rollback_plan.steps
         for p in _graph_problems(rollback) + [

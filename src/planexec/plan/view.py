@@ -1,6 +1,7 @@
 """How a plan looks in a terminal: a table of its steps and a text drawing of its DAG.
 
-Owns `plan_table` and `plan_graph` (both return rich renderables), read
+Owns `plan_table` and `plan_graph` (both return rich renderables) and
+`when_text` (when a step may start: its time, its tools' windows), read
 by the terminal review and by the CLI. Imports `plan`; rich for the output.
 """
 
@@ -14,8 +15,9 @@ from rich.tree import Tree
 
 from planexec.plan.capabilities import grant_label
 from planexec.plan.model import Plan, Step
+from planexec.plan.schedule import windowed_tools
 
-__all__ = ["grants_text", "plan_graph", "plan_table"]
+__all__ = ["grants_text", "plan_graph", "plan_table", "when_text"]
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -26,7 +28,8 @@ def _short(value: object, limit: int = 60) -> str:
 def plan_table(plan: Plan) -> Table:
     """One row per step: id, worker, action, instruction, parameters, what it may call, dependencies, failure action."""
     table = Table(title=f"plan {plan.plan_id} · {len(plan.steps)} steps · {plan.content_hash[:19]}", title_justify="left")
-    for name in ("step", "worker", "action", "instruction", "parameters", "may call", "after", "on failure"):
+    timed = any(when_text(plan, s) for s in plan.steps)  # a "when" column only for a plan with scheduled steps
+    for name in ("step", "worker", "action", "instruction", "parameters", "may call", "after", *(["when"] if timed else []), "on failure"):
         table.add_column(name, overflow="fold")
     for s in plan.steps:
         table.add_row(
@@ -37,9 +40,18 @@ def plan_table(plan: Plan) -> Table:
             _short(s.parameters) if s.parameters else "",
             grants_text(s),
             ", ".join(s.dependencies),
+            *([when_text(plan, s)] if timed else []),
             s.failure_action.kind,
         )
     return table
+
+
+def when_text(plan: Plan, step: Step) -> str:
+    """When a step may start, as a reviewer reads it: its time and its tools' windows; empty: as soon as it is ready."""
+    parts = [f"not before {step.not_before.isoformat()}"] if step.not_before is not None else []
+    windows = plan.windows or {}
+    parts += [f"{tool} in {' or '.join(windows[tool])}" for tool in windowed_tools(step, windows)]
+    return "; ".join(parts)
 
 
 def grants_text(step: Step) -> str:
