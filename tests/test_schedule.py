@@ -308,3 +308,58 @@ def test_the_plan_table_shows_when_each_step_may_start() -> None:
     console = Console(width=250, record=True)
     console.print(plan_table(mkplan({"id": "build", "action": "build"})))
     assert "when" not in console.export_text()  # no column for a plan that schedules nothing
+
+
+# --- a reviewer moves a step's time when approving ----------------------------------------------------
+
+
+def test_approve_at_moves_the_steps_time_in_the_waiting_plan_and_approves_it(tmp_path, monkeypatch, capsys) -> None:
+    from planexec.cli.main import main
+    from planexec.fleet.worker import QueueWorker, submit_plan
+    from planexec.store import open_store
+    from planexec.store.queue import QueueState
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    (tmp_path / "tools.py").write_text(PARK_TOOLS)
+    plan = mkplan(
+        {"id": "build", "action": "stamp", "parameters": {"name": "build"}},
+        {"id": "deploy", "action": "stamp", "parameters": {"name": "deploy"}, "depends_on": ["build"]},
+    )
+    store = open_store(tmp_path / "runs.db")
+    submit_plan(store, plan, run_id="r1", setup={"tools": [str(tmp_path / "tools.py")]})  # waits for a person
+    at = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0)
+
+    # bad input: each a clear error naming what is wrong, nothing stored
+    for argv, says in [
+        (["approve", "r1", "--at", at.isoformat()], "name it with --step"),
+        (["approve", "r1", "--step", "deploy", "--at", "tomorrow 2am"], "is not a time"),
+        (["approve", "r1", "--step", "deploy", "--at", "2026-12-05T02:00"], "has no zone"),
+        (["approve", "r1", "--step", "nope", "--at", at.isoformat()], "has no step 'nope'"),
+        (["approve", "r9", "--step", "deploy", "--at", at.isoformat()], "r9"),
+    ]:
+        assert main(argv) == 2, argv
+        assert says in capsys.readouterr().err, argv
+    assert len(store.plan_versions("r1")) == 1 and store.queued_run("r1").approval == "pending"
+
+    assert main(["approve", "r1", "--step", "deploy", "--at", at.isoformat(), "--by", "ada", "--reason", "maintenance window"]) == 0
+    out = capsys.readouterr().out
+    assert f"approved plan v2 of run r1 (by ada) with step deploy moved to {at.isoformat()}" in out
+    versions = store.plan_versions("r1")
+    assert [v.version for v in versions] == [1, 2] and versions[-1].plan.step("deploy").not_before == at
+    assert "edited by ada: step deploy not before" in versions[-1].reason
+    row = store.queued_run("r1")
+    assert row.content_hash == versions[-1].plan.content_hash and row.approval == "approved" and row.state is QueueState.QUEUED
+
+    # a worker runs what can run now, and hands the run back to the queue until the moved time
+    report = asyncio.run(QueueWorker(store, once=True).serve())
+    assert [(r.run_id, r.outcome) for r in report.runs] == [("r1", "scheduled")]
+    assert [s for _, s, _, _ in _stamps(tmp_path)] == ["build"] and store.queued_run("r1").due == at
+
+    # a second --at finds nothing waiting: the plan is approved
+    assert main(["approve", "r1", "--step", "deploy", "--at", at.isoformat()]) == 2
+    assert "no plan version of run 'r1' waits for approval" in capsys.readouterr().err
+    assert main(["show", "r1"]) == 0
+    shown = capsys.readouterr().out
+    assert "scheduled" in shown and "not before" in shown and "a worker resumes it then" in shown
+    store.close()

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from planexec.cli.progress import EventLog, LiveProgress
 from planexec.cli.review_terminal import ReviewTerminal, verdicts_table
 from planexec.errors import PlanParseError, PolicyError, StoreError
 from planexec.models import PriceTable
-from planexec.plan import PlanDiff, plan_table
+from planexec.plan import PlanDiff, plan_table, when_text
 from planexec.policies import (
     Approver,
     CallRequest,
@@ -88,6 +89,11 @@ def add_approval_commands(sub: Any) -> None:
         "--edit", metavar="PLAN.json",
         help="answer the waiting plan version with this edit: checked against the run's tools, it becomes the next version, "
         "which the waiting run reviews with its policies and runs in the same run",
+    )  # fmt: skip
+    p.add_argument(
+        "--at", metavar="TIME",
+        help="with --step: set or move that step's time (ISO 8601 with its zone, e.g. 2026-12-05T02:00-05:00) in the plan version "
+        "that waits, and approve the moved plan: the step waits as scheduled until then (and for its tools' windows)",
     )  # fmt: skip
     p.add_argument("--reason", metavar="TEXT", help="why (recorded)")
     p.add_argument("--by", metavar="NAME", help="who decides (default: your user name)")
@@ -138,6 +144,8 @@ def cmd_approve(args: argparse.Namespace) -> int:
     """``planexec approve RUN_ID [--step ID] [--deny]``: decide the pending request; a waiting run goes on."""
     if args.edit is not None:
         return _cmd_edit(args)
+    if args.at is not None:
+        return _cmd_at(args)
     store = common.open_run_store(args.store, common.config(), create=False)
     by = args.by or common.user()
     try:
@@ -186,6 +194,64 @@ def _cmd_edit(args: argparse.Namespace) -> int:
         "the waiting run checks it, its policies review it, and it runs in the same run once approved"
     )
     return common.EXIT_OK
+
+
+def _cmd_at(args: argparse.Namespace) -> int:
+    """``planexec approve RUN_ID --step ID --at TIME``: the waiting plan version with the step moved to TIME, stored as
+    the person's edit and approved by them in one transaction (exit 1 when the moved plan has problems)."""
+    if args.step is None or args.deny:
+        raise common.UsageError("--at moves one step's time: name it with --step ID (and give no --deny)")
+    at = _time(args.at)
+    config = common.config()
+    store = common.open_run_store(args.store, config, create=False)
+    by = args.by or common.user()
+    try:
+        found = pending_version(store, args.run_id)
+        if found is None:
+            raise common.UsageError(
+                f"no plan version of run {args.run_id!r} waits for approval: --at moves a step's time in a plan a person still "
+                "approves (a queued run, or a run waiting for its plan's approval)"
+            )
+        approval, old = found
+        if args.step not in old.step_ids:
+            raise common.UsageError(
+                f"plan v{old.version} of run {args.run_id!r} has no step {args.step!r} (its steps: {', '.join(old.step_ids)})"
+            )
+        data = json.loads(old.to_json())
+        data.pop("content_hash", None)
+        for step in data["steps"]:
+            if step["id"] == args.step:
+                step["not_before"] = at.isoformat()
+        data["version"], data["revises"] = old.version + 1, old.version
+        plan = Plan.from_data(data)
+        tools = [str(t) for t in run_setup(store, args.run_id).get("tools", [])]
+        problems = validate_plan(plan, common.plan_registry(plan, tools, config))
+        if problems:
+            common.print_problems(problems, plan.plan_id, as_json=False)
+            return common.EXIT_FAILED
+        reason = f"step {args.step} not before {at.isoformat()}" + (f": {args.reason}" if args.reason else "")
+        edit_plan(store, args.run_id, content_hash=approval.content_hash, plan=plan, by=by, reason=reason, approve=True)
+    except StoreError as exc:  # an unknown run, a version decided or edited meanwhile (ApprovalError): named in the message
+        raise common.store_error(exc) from None
+    finally:
+        store.close()
+    window = when_text(plan, plan.step(args.step))
+    common.say(
+        f"approved plan v{plan.version} of run {args.run_id} (by {by}) with step {args.step} moved to {at.isoformat()}"
+        f" ({window}); it waits as scheduled until then, and a waiting run goes on"
+    )
+    return common.EXIT_OK
+
+
+def _time(text: str) -> datetime:
+    """An ISO 8601 time with its zone; a `UsageError` saying how to write one otherwise."""
+    try:
+        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise common.UsageError(f"--at {text!r} is not a time: write ISO 8601 with its zone, as 2026-12-05T02:00-05:00") from None
+    if at.utcoffset() is None:
+        raise common.UsageError(f"--at {text!r} has no zone: add one, as 2026-12-05T02:00-05:00 or 2026-12-05T07:00Z")
+    return at
 
 
 def _edited_plan(path: Path, old: Plan, tools: list[str], config: Any) -> Plan | None:

@@ -18,7 +18,10 @@ A pending plan version may be answered with an edit instead (`edit_plan`,
 ``planexec approve --edit``, the web console): in one transaction the edit
 is stored as the run's next plan version (revising the waiting one, with
 its diff, and ``edited by NAME: why`` as its reason) and the waiting
-version is denied, its reason naming the edit. An edit of a version that
+version is denied, its reason naming the edit; with ``approve`` the edit's
+own approval is decided (approved, by the editor) in the same transaction
+(``planexec approve RUN --step ID --at TIME``: the person moves a step's
+time and approves the moved plan at once). An edit of a version that
 no longer waits (approved, denied, or replaced by another edit first), or
 that is not the next version, is an `ApprovalError` that stores nothing.
 The process that waited finds the edit by its shape (`engine.approval.find_edit`).
@@ -192,7 +195,9 @@ class ApprovalBook:
             (state.value, decided_at, by, reason, *link, target.approval_id, ApprovalState.PENDING.value),
         )
 
-    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+    def edit_plan(
+        self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None, approve: bool = False
+    ) -> Approval:
         """Answer the pending plan version `content_hash` with the edit `plan` (its next version); the denied request.
 
         See the module docstring; `ApprovalError` (nothing stored) when the
@@ -220,7 +225,16 @@ class ApprovalBook:
             said = f"replaced by the edit v{plan.version} ({plan.content_hash[:19]}) by {by}; nothing of v{old.version} ran"
             self._write_decision(cur, chain, asked[-1], ApprovalState.DENIED, by, said + (f": {reason}" if reason else ""))
             self.db.save_chain(cur, chain)
-            if self.queue is not None:  # a queued run waits for the edit's approval now
+            if approve:  # the person who made the edit approves it in the same transaction (planexec approve --at)
+                self.ask(
+                    cur,
+                    run_id,
+                    plan.content_hash,
+                    approved=True,
+                    by=by,
+                    reason=f"approved with the edit v{plan.version}" + (f": {reason}" if reason else ""),
+                )
+            if self.queue is not None:  # a queued run waits for the edit's approval now (none, when it came approved)
                 self.queue.follow_edit(cur, run_id, content_hash, plan)
             row = self.db.one(cur, f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE approval_id = ?", (asked[-1].approval_id,))
         return _approval(row)
@@ -242,11 +256,13 @@ class ApprovalBook:
         return [_approval(r) for r in rows]
 
 
-def edit_plan(store: RunStore, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
+def edit_plan(
+    store: RunStore, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None, approve: bool = False
+) -> Approval:
     """`Approvals.edit_plan` on `store`; `StoreError` for a store that keeps no edits (not one of the SQL stores)."""
     if not isinstance(store, ApprovalStore):
         raise StoreError(f"the run store {store.location} cannot keep plan edits", location=store.location)
-    return store.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
+    return store.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason, approve=approve)
 
 
 def pending_version(store: RunStore, run_id: str) -> tuple[Approval, Plan] | None:

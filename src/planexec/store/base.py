@@ -231,8 +231,10 @@ class ApprovalStore(Protocol):
         """Approval requests, oldest first: of one run or of all, optionally only the pending ones."""
         ...
 
-    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
-        """Answer the pending plan version `content_hash` with a person's edit, its next version; the denied request."""
+    def edit_plan(
+        self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None, approve: bool = False
+    ) -> Approval:
+        """Answer the pending plan version `content_hash` with a person's edit, its next version (approved by them too with `approve`); the denied request."""
         ...
 
 

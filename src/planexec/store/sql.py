@@ -138,9 +138,11 @@ class SqlRunStore(Database):
             run_id, step_id=step_id, approved=approved, by=by, reason=reason, content_hash=content_hash
         )
 
-    def edit_plan(self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None) -> Approval:
-        """Answer the pending plan version `content_hash` with the edit `plan` (its next version); the denied request."""
-        return self.approval_book.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason)
+    def edit_plan(
+        self, run_id: str, *, content_hash: str, plan: Plan, by: str, reason: str | None = None, approve: bool = False
+    ) -> Approval:
+        """Answer the pending plan version `content_hash` with the edit `plan` (its next version; approved too with `approve`); the denied request."""
+        return self.approval_book.edit_plan(run_id, content_hash=content_hash, plan=plan, by=by, reason=reason, approve=approve)
 
     def approvals(self, run_id: str | None = None, *, pending_only: bool = False) -> list[Approval]:
         """Approval requests, oldest first, of one run or all; only the pending ones with `pending_only`."""
