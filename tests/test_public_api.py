@@ -30,7 +30,7 @@ SUBMODULES = {
     },
     "policies": {
         "Approver", "CallRequest", "ForbidTools", "LimitGrants", "MaxEstimatedCost", "MaxSteps", "PlanApprover", "Policy",
-        "PolicyContext", "PolicySet", "PolicyVerdict", "RequiresOrder", "Review", "ReviewOutcome", "RiskEscalation",
+        "PolicyContext", "PolicySet", "PolicyVerdict", "RequireWindows", "RequiresOrder", "Review", "ReviewOutcome", "RiskEscalation",
         "StoreApprover", "ToolsNeedPerson", "approve_calls", "decide_review", "load_policies", "narrow_plan", "person",
         "policy", "review_plan"
     },

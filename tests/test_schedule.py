@@ -363,3 +363,48 @@ def test_approve_at_moves_the_steps_time_in_the_waiting_plan_and_approves_it(tmp
     shown = capsys.readouterr().out
     assert "scheduled" in shown and "not before" in shown and "a worker resumes it then" in shown
     store.close()
+
+
+# --- a policy requires a window for a tool ---------------------------------------------------------
+
+
+def _deploy_registry() -> Registry:
+    reg, _ = registry("backup", "deploy_service")
+    return reg
+
+
+def test_a_window_policy_refuses_a_plan_that_does_not_keep_the_window(tmp_path) -> None:
+    from planexec.errors import PolicyError
+    from planexec.policies import PolicyContext, load_policies, review_plan
+
+    rules = tmp_path / "policies.yaml"
+    rules.write_text('windows: {"deploy_*": "Sat 02:00-04:00 America/New_York"}\n')
+    policies = load_policies([str(rules)])
+    context = PolicyContext(registry=_deploy_registry())
+    steps = ({"id": "backup", "action": "backup"}, {"id": "deploy", "action": "deploy_service", "depends_on": ["backup"]})
+
+    bare = review_plan(mkplan(*steps), list(policies), context)
+    assert bare.decision == "reject"
+    (reason,) = bare.reasons("reject")
+    assert "step 'deploy' calls 'deploy_service'" in reason and "runs only in Sat 02:00-04:00 America/New_York" in reason
+    assert '"windows": {"deploy_service": "Sat 02:00-04:00 America/New_York"}' in reason  # what to add
+
+    wide = review_plan(mkplan(*steps, windows={"deploy_service": "daily 02:00-04:00 America/New_York"}), list(policies), context)
+    assert wide.decision == "reject" and "is not inside it" in wide.reasons("reject")[0]
+    other_zone = review_plan(mkplan(*steps, windows={"deploy_service": "Sat 02:00-04:00 UTC"}), list(policies), context)
+    assert other_zone.decision == "reject"  # 02:00 UTC is Friday 21:00 in New York
+
+    kept = review_plan(mkplan(*steps, windows={"deploy_service": "Sat 02:30-03:30 America/New_York"}), list(policies), context)
+    assert kept.decision == "approve", kept.render()
+    same = review_plan(mkplan(*steps, windows={"deploy_service": "Sat 07:00-09:00 UTC"}), list(policies), context)
+    assert same.decision == "reject"  # the same hours in winter only: in summer 07:00 UTC is 03:00 in New York, 09:00 is 05:00
+
+    for text, says in [
+        ("windows: []\n", "expected {TOOL_PATTERN"),
+        ('windows: {"deploy_*": "Sat 2am"}\n', "not a window"),
+        ('windows: {"deploy_*": "Sat 02:00-04:00 Nowhere/City"}\n', "not a time zone"),
+    ]:
+        rules.write_text(text)
+        with pytest.raises(PolicyError, match=says) as info:
+            load_policies([str(rules)])
+        assert "policies.yaml" in str(info.value) and "windows" in str(info.value)

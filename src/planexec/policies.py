@@ -24,6 +24,7 @@ from planexec.governance.rules import (
     MaxEstimatedCost,
     MaxSteps,
     RequiresOrder,
+    RequireWindows,
     RiskEscalation,
     ToolsNeedPerson,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "PolicyContext",
     "PolicySet",
     "PolicyVerdict",
+    "RequireWindows",
     "RequiresOrder",
     "Review",
     "ReviewOutcome",

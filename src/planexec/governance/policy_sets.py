@@ -11,6 +11,7 @@ tools, `load_file` a YAML rule file, `load` either by the file's name),
     order: [{before: "backup_*", then: "deploy_*"}]
     forbid: ["rm_*"]
     grants: {read_only: false, forbid: ["run_python"], bounds: {write_file: {path: {paths: ["out/*"]}}}}
+    windows: {"deploy_*": "Sat 02:00-04:00 America/New_York"}   # these tools run only in these windows (or a list)
     risk: [high, critical]          # or true (high, critical), or false
     on_revision: changes            # after a replan: only new or changed steps (or: plan)
     modules: ["my_policies.py"]     # Python policies, beside this file
@@ -37,6 +38,7 @@ from planexec.governance.rules import (
     MaxEstimatedCost,
     MaxSteps,
     RequiresOrder,
+    RequireWindows,
     RiskEscalation,
     ToolsNeedPerson,
 )
@@ -45,7 +47,7 @@ from planexec.workers.registry import import_spec
 
 __all__ = ["RULES", "PolicySet", "load_policies"]
 
-RULES = ("max_steps", "max_cost", "needs_person", "order", "forbid", "grants", "risk", "on_revision", "modules")
+RULES = ("max_steps", "max_cost", "needs_person", "order", "forbid", "grants", "windows", "risk", "on_revision", "modules")
 _YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -274,6 +276,13 @@ def _build(rule: str, value: Any, node: yaml.Node, on_revision: Any, path: Path)
                 raise _RuleError(f"each entry is {{before: PATTERN, then: PATTERN}}, got {item!r}", item_node)
             out.append(RequiresOrder(before=_names(item["before"], item_node), then=_names(item["then"], item_node)))
         return out
+    if rule == "windows":
+        if not isinstance(value, dict) or not value:
+            raise _RuleError(f'expected {{TOOL_PATTERN: "DAYS HH:MM-HH:MM ZONE" (or a list)}}, got {value!r}')
+        try:
+            return [RequireWindows(value)]
+        except ValueError as exc:
+            raise _RuleError(str(exc)) from None
     if rule == "risk":
         if value is False:
             return []

@@ -3,7 +3,8 @@
 Owns `MaxSteps`, `MaxEstimatedCost` (with `estimate_cost` and its
 `CostEstimate` record), `ToolsNeedPerson`, `ForbidTools`, `LimitGrants`
 (which narrows what role steps may call), `RequiresOrder` and
-`RiskEscalation`, and `step_tools`: the tools a step surely calls (its
+`RiskEscalation`, `RequireWindows` (tools that run only in maintenance
+windows), and `step_tools`: the tools a step surely calls (its
 action is a tool) and those it may call (a role's task, through the role's
 model). A sure breach of a rule rejects; a possible one (a role that may
 call the tool) escalates to a person. Each reason names the step and the
@@ -20,6 +21,7 @@ from typing import Any
 from planexec.governance.policies import Decision, PolicyContext, PolicyVerdict, Scope
 from planexec.plan.capabilities import Constraint, Grant, grant_label
 from planexec.plan.model import CriticCriterion, Plan, Step
+from planexec.plan.schedule import Window, WindowError, parse_windows
 from planexec.plan.scheduler import upstream
 from planexec.records import Record
 from planexec.workers.grants import effective_grants
@@ -32,6 +34,7 @@ __all__ = [
     "LimitGrants",
     "MaxEstimatedCost",
     "MaxSteps",
+    "RequireWindows",
     "RequiresOrder",
     "RiskEscalation",
     "ToolsNeedPerson",
@@ -371,6 +374,59 @@ class RequiresOrder:
             reason = f"{_use(step, *hit, sure)} but does not depend, directly or through other steps, on a step using {' or '.join(self.before)}: {where} (rule: {rule})"
             findings.append(("reject" if sure else "escalate", reason, step.step_id))
         return PolicyVerdict.from_findings(self.name, findings, ok=f"kept: {rule}")
+
+
+class RequireWindows:
+    """Tools matching a pattern run only inside its maintenance windows: a plan that uses one must keep them.
+
+    ``RequireWindows({"deploy_*": "Sat 02:00-04:00 America/New_York"})``. A
+    step that calls such a tool is kept when the plan's ``windows`` give
+    that tool windows that all lie inside the rule's (the engine then starts
+    the step only inside them); otherwise the plan is rejected, the reason
+    naming the step, the tool, the window and the line to add. A step whose
+    role only may call the tool escalates to a person unless its grants name
+    the tool and the plan keeps the window for it (then it waits too).
+    """
+
+    def __init__(self, windows: Mapping[str, str | Iterable[str]], *, name: str = "windows") -> None:
+        if not windows:
+            raise ValueError("windows needs at least one tool pattern and its window")
+        self.windows: dict[str, list[Window]] = {}
+        for pattern, spec in windows.items():
+            try:
+                self.windows[str(pattern)] = parse_windows(spec)
+            except WindowError as exc:
+                raise ValueError(f"{pattern!r}: {exc}") from None
+        self.name = name
+
+    def review(self, plan: Plan, context: PolicyContext) -> PolicyVerdict:
+        """Reject (or escalate) naming each step that may run a windowed tool outside its window."""
+        findings: list[Finding] = []
+        kept = plan.parsed_windows
+        for step in plan.steps:
+            surely, maybe = step_tools(step, context.registry)
+            granted = {g.tool for g in step.capabilities or ()}
+            for tool in sorted(surely | maybe):
+                hit = _first_match([tool], list(self.windows))
+                if hit is None:
+                    continue
+                required = self.windows[hit[1]]
+                want = " or ".join(w.text for w in required)
+                planned = kept.get(tool)
+                keeps = planned is not None and all(any(w.within(r) for r in required) for w in planned)
+                if keeps and (tool in surely or tool in granted):
+                    continue
+                sure = tool in surely
+                if planned is None:
+                    why = f'the plan gives it no window: add "windows": {{"{tool}": "{required[0].text}"}}'
+                elif not keeps:
+                    why = f"the plan's window ({' or '.join(w.text for w in planned)}) is not inside it"
+                else:
+                    why = f"its grants do not name {tool!r}, so the step would not wait for the window"
+                reason = f"{_use(step, tool, hit[1], sure)}, which runs only in {want}: {why}"
+                findings.append(("reject" if sure else "escalate", reason, step.step_id))
+        rules = "; ".join(f"{p} only in {' or '.join(w.text for w in ws)}" for p, ws in self.windows.items())
+        return PolicyVerdict.from_findings(self.name, findings, ok=f"kept: {rules}")
 
 
 class RiskEscalation:

@@ -85,16 +85,15 @@ class Window:
         return self.next_open(at) == at.astimezone(UTC)
 
     def within(self, other: Window) -> bool:
-        """True when every opening of this window lies inside `other` (its first and last second, each day it opens)."""
+        """True when every opening of this window lies inside `other` (its first and last second, each day it opens, in a
+        week of winter and one of summer: windows in zones whose clocks move differently agree only if both weeks fit)."""
         zone = ZoneInfo(self.zone)
-        monday = datetime(2024, 1, 1, tzinfo=zone)  # a week with no clock change in most zones
-        for day in range(7):
-            if day not in self.days:
-                continue
-            opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
-            last = opens + self.length - timedelta(seconds=1)
-            if not (other.contains(opens) and other.contains(last)):
-                return False
+        for monday in (datetime(2024, 1, 1, tzinfo=zone), datetime(2024, 7, 1, tzinfo=zone)):  # winter and summer time
+            for day in self.days:
+                opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
+                last = opens + self.length - timedelta(seconds=1)
+                if not (other.contains(opens) and other.contains(last)):
+                    return False
         return True
 
     def __str__(self) -> str:
