@@ -408,3 +408,40 @@ def test_a_window_policy_refuses_a_plan_that_does_not_keep_the_window(tmp_path) 
         with pytest.raises(PolicyError, match=says) as info:
             load_policies([str(rules)])
         assert "policies.yaml" in str(info.value) and "windows" in str(info.value)
+
+
+@sync
+async def test_a_role_calls_a_windowed_tool_only_inside_its_window() -> None:
+    from planexec import tool
+    from planexec.policies import approve_calls
+    from planexec.testing import ScriptedModel, tool_call
+    from planexec.workers.worker import RoleWorker
+
+    ran: list[str] = []
+
+    @tool
+    def restart(service: str) -> str:
+        """Restart a service."""
+        ran.append(service)
+        return "restarted"
+
+    def make(clock: ManualClock) -> tuple[Engine, Plan]:
+        reg = Registry.default()
+        reg.add_tool(restart)
+        model = ScriptedModel([tool_call("restart", service="api"), "done"])
+        reg.add_worker(RoleWorker("ops", model=model, description="runs the fleet", system_prompt="s", tools=[restart]))
+        # the step's grant does not name the tool: it does not wait for the window, and the gate holds the line
+        plan = mkplan(
+            {"id": "fix", "worker": "ops", "action": "respond", "instruction": "restart the api"},
+            windows={"restart": "Sat 02:00-04:00 America/New_York"},
+        )
+        return Engine(reg, clock=clock, call_approver=approve_calls), plan
+
+    engine, plan = make(ManualClock(T0))  # Friday morning: closed
+    closed = await engine.start(plan).result()
+    (call,) = closed.steps["fix"].calls
+    assert (call.tool, call.allowed, call.rule) == ("restart", False, "outside_window") and ran == []
+    assert "runs only in Sat 02:00-04:00 America/New_York" in call.reason and "the next opens 2026-12-05T07:00:00+00:00" in call.reason
+    engine, plan = make(ManualClock(datetime(2026, 12, 5, 7, 30, tzinfo=UTC)))  # inside the window
+    opened = await engine.start(plan).result()
+    assert [(c.tool, c.allowed) for c in opened.steps["fix"].calls] == [("restart", True)] and ran == ["api"]

@@ -71,7 +71,9 @@ class Attempts:
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
         self._clock = DeadlineClock()  # every attempt's deadline on one event-loop timer
         config = host.config
-        self._hooks = CallHooks(run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted)
+        self._hooks = CallHooks(
+            run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted, clock=config.clock
+        )
 
     def start_now(self, step: Step, worker: str, attempt: int) -> bool:
         """Start `attempt` of `step` on `worker` here and now when its slots are free: take them, mark its

@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from planexec.engine.clock import SYSTEM_CLOCK, Clock
 from planexec.engine.deadline import CURRENT_DEADLINE, paused
 from planexec.engine.events import ApprovalDecided, ApprovalRequested, ToolCallDecided
 from planexec.engine.state import RunControl, RunState, append_to_record
@@ -59,6 +60,7 @@ class CallHooks:
         enforce: bool,
         goal_trusted: bool = True,
         owner: str | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._run = run
         self._state = state
@@ -66,6 +68,7 @@ class CallHooks:
         self.enforce = enforce
         self.goal_trusted = goal_trusted
         self._owner = owner
+        self._clock = clock
 
     @property
     def approver(self) -> CallApprover | None:
@@ -74,7 +77,20 @@ class CallHooks:
 
     def owned_by(self, step_id: str) -> CallHooks:
         """These hooks for calls made on behalf of `step_id` (a critic judging it): they are recorded on that step."""
-        return CallHooks(self._run, self._state, self._approver, enforce=self.enforce, goal_trusted=self.goal_trusted, owner=step_id)
+        return CallHooks(
+            self._run, self._state, self._approver, enforce=self.enforce, goal_trusted=self.goal_trusted, owner=step_id, clock=self._clock
+        )
+
+    def window_closed(self, tool: str) -> str | None:
+        """Why `tool` may not run now: the plan gives it maintenance windows and none is open on the engine's clock; None otherwise."""
+        windows = self._state.plan.parsed_windows.get(tool)
+        if not windows:
+            return None
+        now = self._clock.now()
+        if any(w.contains(now) for w in windows):
+            return None
+        opens = min(w.next_open(now) for w in windows)
+        return f"{tool!r} runs only in {' or '.join(w.text for w in windows)}; it is {now.isoformat()}, the next opens {opens.isoformat()}"
 
     async def approve_call(self, request: CallRequest) -> tuple[bool, str]:
         """(approved, who decided); an escalation reaches only a person, and a failing approver refuses."""

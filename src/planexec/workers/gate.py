@@ -13,6 +13,9 @@ The rules, in order (the first that refuses decides; its name is the rule):
    capabilities is granted its worker's tools, unbounded, none pre-approved).
 3. ``outside_grant``: an argument breaks its grant's constraint.
 4. ``call_limit``: the grant's `max_calls` is spent.
+4a. ``outside_window``: the plan gives the tool maintenance windows
+   (`Plan.windows`) and none is open on the engine's clock: a role calls
+   such a tool only in its window, as a step naming it starts only then.
 5. ``quarantine``: the worker has read untrusted text (a referenced input
    or a tool output declared untrusted) and the tool is side-effecting (not
    read-only). A reader of untrusted text returns data; it does not act,
@@ -157,6 +160,10 @@ class GateHooks(Protocol):
         """Keep the call in the run's record (an event)."""
         ...
 
+    def window_closed(self, tool: str) -> str | None:
+        """Why `tool` may not run now (the plan's maintenance window for it is closed); None when it may."""
+        ...
+
 
 # set by the engine around one attempt; None when a worker runs outside an engine
 GATE_HOOKS: ContextVar[GateHooks | None] = ContextVar("planexec_gate_hooks", default=None)
@@ -299,6 +306,9 @@ class Gate:
             return self._refused(tool, arguments, "outside_grant", f"argument {name!r}: {why}")
         if grant.max_calls is not None and self.counts.get(tool, 0) >= grant.max_calls:
             return self._refused(tool, arguments, "call_limit", f"{tool!r} may be called {grant.max_calls} time(s) in this step")
+        closed = self.hooks.window_closed(tool) if self.hooks is not None else None
+        if closed is not None:  # a role's call of a windowed tool, outside its window: the plan's window is the contract
+            return self._refused(tool, arguments, "outside_window", closed)
         chain = [*self.marked, *_chain(merge_sources(self.inherited, self.sources), self.more)] if self.tainted else []
         if self.tainted and not found.read_only:
             loose = _unbounded(found, grant, arguments)
