@@ -445,3 +445,31 @@ async def test_a_role_calls_a_windowed_tool_only_inside_its_window() -> None:
     engine, plan = make(ManualClock(datetime(2026, 12, 5, 7, 30, tzinfo=UTC)))  # inside the window
     opened = await engine.start(plan).result()
     assert [(c.tool, c.allowed) for c in opened.steps["fix"].calls] == [("restart", True)] and ran == ["api"]
+
+
+def test_the_console_shows_a_scheduled_step_in_its_panel_graph_and_timeline(tmp_path) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from planexec.store import open_store
+    from planexec.web import create_app
+
+    reg, _ = registry("build", "deploy")
+    store = open_store(tmp_path / "runs.db")
+    plan = mkplan(
+        {"id": "build", "action": "build"},
+        {"id": "deploy", "action": "deploy", "depends_on": ["build"]},
+        windows={"deploy": "Sat 02:00-04:00 America/New_York"},
+    )
+    result = Engine(reg, store=store, clock=ManualClock(T0), park_after=0).run_sync(plan, run_id="w1")
+    assert result.status is RunStatus.SCHEDULED
+    store.close()
+    token = "test-token-0123456789abcdef"
+    app = create_app(str(tmp_path / "runs.db"), token=token, worker=False)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get("/runs/w1", headers={"Authorization": f"Bearer {token}"}).text
+    assert 'data-due="deploy">waits until 2026-12-05 07:00:00 UTC' in page
+    assert "deploy in Sat 02:00-04:00 America/New_York" in page  # the step's "when"
+    assert 'class="node state-scheduled"' in page and "scheduled Sat 07:00 UTC" in page  # the graph's node
+    assert "⏲ waits until 2026-12-05 07:00:00 UTC" in page  # the timeline's row
+    assert "Traceback" not in page

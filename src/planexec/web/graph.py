@@ -12,7 +12,7 @@ the engine's result records only.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 
 from planexec import Plan, StepRecord
@@ -40,8 +40,10 @@ def depths(plan: Plan) -> dict[str, int]:
     return found
 
 
-def plan_svg(plan: Plan, states: dict[str, str]) -> str:
-    """The plan as an SVG graph; `states` maps step ids to their state (``pending`` when absent)."""
+def plan_svg(plan: Plan, states: dict[str, str], *, notes: dict[str, str] | None = None) -> str:
+    """The plan as an SVG graph; `states` maps step ids to their state (``pending`` when absent); `notes` a short line a
+    node shows instead of its bare state (a scheduled step's time)."""
+    notes = notes or {}
     column = depths(plan)
     rows: dict[int, int] = {}
     place: dict[str, tuple[int, int]] = {}
@@ -74,12 +76,14 @@ def plan_svg(plan: Plan, states: dict[str, str]) -> str:
         sid = escape(s.step_id)
         what = escape(f"{s.worker}.{s.action}")
         gate = " 🔒" if s.requires_approval else ""
+        note = notes.get(s.step_id, "")
+        shown = f"{state} {note}" if note else state
         parts.append(
             f'<a href="#step-{sid}" class="node-link"><g class="node state-{escape(state)}" id="node-{sid}" data-step="{sid}" '
-            f'data-state="{escape(state)}"><title>{sid}: {escape(state)} ({what})</title>'
+            f'data-state="{escape(state)}"><title>{sid}: {escape(shown)} ({what})</title>'
             f'<rect x="{x}" y="{y}" width="{_W}" height="{_H}" rx="8"/>'
             f'<text x="{x + 10}" y="{y + 19}" class="node-id">{escape(_clip(s.step_id, 20))}{gate}</text>'
-            f'<text x="{x + 10}" y="{y + 37}" class="node-state">{escape(state)}</text></g></a>'
+            f'<text x="{x + 10}" y="{y + 37}" class="node-state">{escape(_clip(shown, 24))}</text></g></a>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -89,15 +93,18 @@ def timeline_svg(records: dict[str, StepRecord], started_at: datetime | None, *,
     """One bar per step that started, on a time axis from the first step's start (its offset from the run's `started_at` is written);
     a step still running ends at `now`. Empty when none started."""
     ran = [(sid, r) for sid, r in records.items() if r.started_at is not None]
-    if not ran or started_at is None:
+    waiting = [(sid, r.due) for sid, r in records.items() if r.started_at is None and r.state.value == "scheduled" and r.due is not None]
+    if (not ran and not waiting) or started_at is None:
         return ""
+    if not ran:  # nothing ran yet: the rows say what waits, and until when
+        return _waiting_svg(waiting)
     # the axis starts with the first step, not the run: a plan that waited for approval would squeeze every bar to the right
     t0 = min(r.started_at for _, r in ran if r.started_at is not None)
     lead = (t0 - started_at).total_seconds()
     end = max((r.finished_at or now or r.started_at or t0) for _, r in ran)
     span = max((end - t0).total_seconds(), 0.001)
     label_w, bar_w, row_h = 150, 560, 26
-    height = 30 + row_h * len(ran)
+    height = 30 + row_h * (len(ran) + len(waiting))
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="gantt" viewBox="0 0 {label_w + bar_w + 20} {height}" '
         f'width="{label_w + bar_w + 20}" height="{height}" role="img" aria-labelledby="gantt-title">'
@@ -118,6 +125,31 @@ def timeline_svg(records: dict[str, StepRecord], started_at: datetime | None, *,
             f'<text x="0" y="{y + 14}" class="bar-label">{escape(_clip(sid, 22))}</text>'
             f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 8}" rx="3"/></g>'
         )
+    for j, (sid, due) in enumerate(waiting):  # scheduled steps: no bar yet, their time written where a bar would start
+        y = 22 + (len(ran) + j) * row_h
+        parts.append(_waiting_row(sid, due, label_w, y))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _waiting_row(sid: str, due: datetime, x: int, y: int) -> str:
+    when = f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f'<g class="bar state-scheduled"><title>{escape(sid)}: scheduled, waits until {when}</title>'
+        f'<text x="0" y="{y + 14}" class="bar-label">{escape(_clip(sid, 22))}</text>'
+        f'<text x="{x}" y="{y + 14}" class="bar-note">⏲ waits until {when}</text></g>'
+    )
+
+
+def _waiting_svg(waiting: list[tuple[str, datetime]]) -> str:
+    label_w, row_h = 150, 26
+    height = 30 + row_h * len(waiting)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="gantt" viewBox="0 0 {label_w + 580} {height}" width="{label_w + 580}" '
+        f'height="{height}" role="img" aria-labelledby="gantt-title"><title id="gantt-title">timeline: no step ran yet; '
+        f"{len(waiting)} wait for their time</title>",
+    ]
+    parts += [_waiting_row(sid, due, label_w, 22 + i * row_h) for i, (sid, due) in enumerate(waiting)]
     parts.append("</svg>")
     return "".join(parts)
 

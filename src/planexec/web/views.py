@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from planexec import Plan, RunStatus, Step, StepRecord
+from planexec.plan import when_text
 from planexec.policies import Policy, Review
 from planexec.runs import PlanVersion, describe_refused
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary, RunView, replay
@@ -109,7 +110,7 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
     pending = [a for a in approvals if a.step_id is None and a.state is ApprovalState.PENDING]
     waiting = next((v for a in reversed(pending) for v in stored if v.plan.content_hash == a.content_hash), None)
     review = _review(waiting, stored, approvals, policies or [])
-    steps = [_step(sid, rec, definitions.get(sid), view, events, approvals, review) for sid, rec in view.steps.items()]
+    steps = [_step(sid, rec, definitions.get(sid), view, events, approvals, review, plan) for sid, rec in view.steps.items()]
     return RunDetail(
         summary=summary,
         view=view,
@@ -118,7 +119,7 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
         steps=steps,
         approvals=approvals,
         pending_plan=pending[-1] if pending else None,
-        graph=plan_svg(plan, states) if plan is not None else "",
+        graph=plan_svg(plan, states, notes=_due_notes(view)) if plan is not None else "",
         timeline=timeline_svg(view.steps, view.started_at, now=datetime.now(UTC)),
         events=len(events),
         answer=_text(view.answer) if summary.finished and view.answer is not None else None,
@@ -130,6 +131,11 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
         review=review,
         pending_version=waiting.version if waiting is not None else None,
     )
+
+
+def _due_notes(view: RunView) -> dict[str, str]:
+    """A scheduled step's time, short, for its node in the graph (UTC: the page's readers may be anywhere)."""
+    return {sid: f"{rec.due.astimezone(UTC):%a %H:%M} UTC" for sid, rec in view.steps.items() if rec.state.value == "scheduled" and rec.due}
 
 
 def _review(waiting: PlanVersion | None, stored: list[PlanVersion], approvals: list[Approval], policies: list[Policy]) -> Review | None:
@@ -161,11 +167,19 @@ def _state(summary: RunSummary, view: RunView) -> dict[str, Any]:
 
 
 def _step(
-    sid: str, rec: StepRecord, step: Step | None, view: RunView, events: list[Any], approvals: list[Approval], review: Review | None
+    sid: str,
+    rec: StepRecord,
+    step: Step | None,
+    view: RunView,
+    events: list[Any],
+    approvals: list[Approval],
+    review: Review | None,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
     """One step's panel: its definition (instruction, inputs as resolved, dependencies), its record (output and where it came
     from, error, timings, calls), and what judged it (criteria, critics, policies, people)."""
     t0 = view.started_at
+    view_plan = plan
 
     def offset(at: datetime | None) -> str | None:
         return f"+{(at - t0).total_seconds():.3f}s" if at is not None and t0 is not None else None
@@ -179,6 +193,8 @@ def _step(
         "inputs": resolved_inputs(step, view) if step is not None else [],
         "after": list(step.dependencies) if step is not None else [],
         "requires_approval": bool(step.requires_approval) if step is not None else False,
+        "when": when_text(view_plan, step) if step is not None and view_plan is not None else "",
+        "due": f"{rec.due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if rec.state.value == "scheduled" and rec.due else None,
         "attempts": rec.attempts,
         "started": offset(rec.started_at),
         "finished": offset(rec.finished_at),
