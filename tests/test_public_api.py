@@ -58,7 +58,7 @@ SUBMODULES = {
         "parse_values", "save_run_template"
     },
     "fleet": {
-        "FleetStore", "LocalWorker", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "recorded_runner", "run_setup",
+        "PARK_AFTER", "FleetStore", "LocalWorker", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "recorded_runner", "run_setup",
         "saved_plan_engine", "submit_plan", "tools_registry"
     },
     "models": {

@@ -473,3 +473,79 @@ def test_the_console_shows_a_scheduled_step_in_its_panel_graph_and_timeline(tmp_
     assert 'class="node state-scheduled"' in page and "scheduled Sat 07:00 UTC" in page  # the graph's node
     assert "⏲ waits until 2026-12-05 07:00:00 UTC" in page  # the timeline's row
     assert "Traceback" not in page
+
+
+# --- end to end: the deployment example in its window, its worker killed while it waits -------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_the_deploy_example_runs_in_its_window_once_from_the_second_worker_after_the_first_is_killed_while_waiting(tmp_path) -> None:
+    """examples/deploy/scheduled.json with its window moved a few seconds ahead: submitted with --yes, the first worker runs the
+    tests and the backup and waits for the window holding the run; it is killed (SIGKILL) while it waits; a second worker takes
+    the run over at once, waits for the window itself, and the deploy runs once, in the window, from the second worker."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from planexec.store import open_store
+
+    data = json.loads((ROOT / "examples" / "deploy" / "scheduled.json").read_text())
+    opens = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=10)
+    closes = opens + timedelta(minutes=10)
+    data["windows"] = {"deploy_service": f"daily {opens:%H:%M:%S}-{closes:%H:%M:%S} UTC"}
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    state, db = tmp_path / "state", str(tmp_path / "runs.db")
+    env = {**os.environ, "DEPLOY_STATE_DIR": str(state), "COLUMNS": "200"}
+    tools = str(ROOT / "examples" / "deploy" / "tools.py")
+    planexec = [sys.executable, "-m", "planexec"]
+    submitted = subprocess.run(
+        [*planexec, "submit", "plan.json", "--tools", tools, "--yes", "--run-id", "d1", "--store", db],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+
+    def worker(name: str) -> subprocess.Popen:
+        with (tmp_path / f"{name}.out").open("wb") as out, (tmp_path / f"{name}.err").open("wb") as err:
+            return subprocess.Popen(
+                [*planexec, "worker", "--store", db, "--poll", "0.2", "--json"], cwd=tmp_path, env=env, stdout=out, stderr=err
+            )
+
+    def events() -> list:
+        with open_store(db) as store:
+            return store.events("d1")
+
+    def until(check, what: str, limit: float = 90.0) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{what} did not happen within {limit}s: {(tmp_path / 'first.err').read_text()[-2000:]}")
+
+    first = worker("first")
+    try:
+        until(lambda: any(e.type == "step_scheduled" and e.step_id == "deploy" for e in events()), "the deploy step waiting")
+        assert datetime.now(UTC) < opens, "the machine was too slow to kill the worker before the window opened"
+        first.kill()
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = worker("second")
+    try:
+        until(lambda: any(e.type == "run_finished" and e.status.value == "succeeded" for e in events()), "the run succeeding")
+    finally:
+        second.terminate()
+        second.wait(timeout=60)
+    actions = [json.loads(line) for line in (state / "actions.jsonl").read_text().splitlines()]
+    deploys = [a for a in actions if a["action"] == "deploy_service"]
+    assert [a["action"] for a in actions] == ["run_tests", "backup_database", "deploy_service"]  # each once
+    assert len(deploys) == 1 and deploys[0]["pid"] == second.pid  # from the second worker
+    assert datetime.fromisoformat(deploys[0]["at"]) >= opens  # not before its window
+    assert actions[0]["pid"] == actions[1]["pid"] == first.pid
+    history = events()
+    assert any(e.type == "run_resumed" for e in history)
+    started = [e for e in history if e.type == "step_started" and e.step_id == "deploy"]
+    assert len(started) == 1 and started[0].at >= opens

@@ -34,7 +34,7 @@ class TestReport(BaseModel):
 def _log(kind: str, **fields: object) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     with open(STATE / "actions.jsonl", "a") as f:
-        f.write(json.dumps({"action": kind, "at": datetime.now(UTC).isoformat(), **fields}) + "\n")
+        f.write(json.dumps({"action": kind, "at": datetime.now(UTC).isoformat(), "pid": os.getpid(), **fields}) + "\n")
 
 
 @tool(worker="test-runner")

@@ -28,7 +28,7 @@ from planexec import Plan, Submission, new_run_id, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.plans import add_template_options, template_plan
 from planexec.errors import PlanexecError, StoreError
-from planexec.fleet import FleetStore, QueueWorker, WorkerReport, queue_store, submit_plan
+from planexec.fleet import PARK_AFTER, FleetStore, QueueWorker, WorkerReport, queue_store, submit_plan
 from planexec.runs import QueueState, run_to_end
 from planexec.stages import Planned, Queued
 from planexec.store import sqlite_path, store_target
@@ -70,6 +70,11 @@ def add_fleet_commands(sub: Any) -> None:
         "--poll", type=common.positive(float), default=0.5, metavar="SECONDS", help="how often an idle worker looks (default 0.5)"
     )
     p.add_argument("--workspace", metavar="DIR", help="folder the file and code tools work in (default ./workspace)")
+    p.add_argument(
+        "--park-after", type=_seconds, default=PARK_AFTER, metavar="SECONDS",
+        help="a run whose next steps all wait for their time (not_before, a window) longer than this goes back to the queue "
+        f"until due, and no worker holds it meanwhile (default {PARK_AFTER:g}; shorter waits are slept here)",
+    )  # fmt: skip
     common.add_runner_options(p)  # default: planexec.toml, else where each run was started
     p.add_argument("--json", action="store_true", help="print what the worker did as JSON when it stops")
     p.set_defaults(command=cmd_worker)
@@ -203,7 +208,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = QueueWorker(
         store, concurrency=args.concurrency, registry_for=registry_for, engine=common.engine_config(args, config), poll=args.poll,
         idle_exit=args.idle_exit, once=args.once, grace=args.grace, on_note=lambda line: common.say(f"planexec worker: {line}", stderr=True),
-        runner=common.runner_settings(args, config),
+        runner=common.runner_settings(args, config), park_after=args.park_after,
     )  # fmt: skip
     common.say(f"planexec worker: {worker.name} takes runs from {store.location}, {args.concurrency} at a time", stderr=True)
     report: WorkerReport = run_to_end(worker.serve(handle_signals=True))
@@ -252,7 +257,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
             r.submitted_by,
             worker,
             str(r.claims),
-            r.reason or "",
+            (f"due {r.due:%Y-%m-%d %H:%M:%S} UTC; " if r.due is not None else "") + (r.reason or ""),
         )
     out.print(table)
     return common.EXIT_OK

@@ -13,9 +13,10 @@ in `__all__`. Imports `engine`,
 
 from planexec.fleet.local import LocalWorker
 from planexec.fleet.saved import recorded_runner, run_setup, saved_plan_engine
-from planexec.fleet.worker import FleetStore, QueueWorker, WorkerReport, WorkerRun, queue_store, submit_plan, tools_registry
+from planexec.fleet.worker import PARK_AFTER, FleetStore, QueueWorker, WorkerReport, WorkerRun, queue_store, submit_plan, tools_registry
 
 __all__ = [
+    "PARK_AFTER",
     "FleetStore",
     "LocalWorker",
     "QueueWorker",

@@ -85,7 +85,17 @@ from planexec.store.queue import MAX_TAKEOVERS, Claim, QueuedRun, QueueState, Qu
 from planexec.telemetry import start_run
 from planexec.workers.registry import Registry
 
-__all__ = ["RELEASED", "FleetStore", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "submit_plan", "tools_registry"]
+__all__ = [
+    "PARK_AFTER",
+    "RELEASED",
+    "FleetStore",
+    "QueueWorker",
+    "WorkerReport",
+    "WorkerRun",
+    "queue_store",
+    "submit_plan",
+    "tools_registry",
+]
 
 log = logging.getLogger("planexec.fleet")
 

@@ -53,6 +53,8 @@ def next_step(summary: RunSummary, state: str, pending: list[PendingApproval]) -
         return f"the process that ran it died: a person continues it with: planexec resume {run_id}"
     if summary.status is RunStatus.RUNNING:
         return f"it is running; show_run({run_id!r}) follows it"
+    if summary.status is RunStatus.SCHEDULED:
+        return f"its next steps wait for their time ({summary.reason}); a worker resumes it when due; show_run({run_id!r}) follows it"
     if summary.status is RunStatus.NEEDS_DECISION:
         return f"it stopped for a person's decision about a step: planexec show {run_id}, planexec resolve, then planexec resume"
     return f"it ended {summary.status.value}" + (f": {summary.reason}" if summary.reason else "")
