@@ -549,3 +549,42 @@ def test_the_deploy_example_runs_in_its_window_once_from_the_second_worker_after
     assert any(e.type == "run_resumed" for e in history)
     started = [e for e in history if e.type == "step_started" and e.step_id == "deploy"]
     assert len(started) == 1 and started[0].at >= opens
+
+
+def test_planexec_run_waits_in_the_foreground_is_stopped_with_ctrl_c_and_resumed_never_early(tmp_path) -> None:
+    """The foreground run says until when the step waits and how long that is; Ctrl-C stops it (the step never ran);
+    planexec resume waits again for the time, and the step runs once, not before it."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "tools.py").write_text(PARK_TOOLS)
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
+    plan = {
+        "plan_id": "later", "goal": "build now, ship later",
+        "steps": [
+            {"id": "build", "action": "stamp", "parameters": {"name": "build"}},
+            {"id": "ship", "action": "stamp", "parameters": {"name": "ship"}, "depends_on": ["build"], "not_before": at.isoformat()},
+        ],
+    }  # fmt: skip
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    env = {**os.environ, "COLUMNS": "200", "PLANEXEC_STORE": str(tmp_path / "runs.db")}
+    command = [sys.executable, "-m", "planexec", "run", "--plan", "plan.json", "--tools", "tools.py", "--yes", "--run-id", "f1"]
+    with (tmp_path / "run.out").open("wb") as out:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while "ship: scheduled until" not in (tmp_path / "run.out").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    said = (tmp_path / "run.out").read_text()
+    assert "ship: scheduled until" in said and f"not_before {at.isoformat()}" in said and " in " in said
+    assert [s for _, s, _, _ in _stamps(tmp_path)] == ["build"]  # stopped before its time: it never ran
+    resumed = subprocess.run(
+        [sys.executable, "-m", "planexec", "resume", "f1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    stamps = _stamps(tmp_path)
+    assert [s for _, s, _, _ in stamps] == ["build", "ship"] and stamps[1][3] >= at.timestamp()

@@ -76,6 +76,7 @@ class RunState:
         # steps with no references and no escapes: their parameters are passed as written, nothing to resolve
         self.verbatim = {s.step_id for s in plan.steps if _verbatim(s)}
         self.sched = Scheduler(self.deps, [s.step_id for s in plan.steps if s.accepts_failed_inputs], succeeded=kept)
+        self.scheduled = {}  # a new version's steps wait for their own times (kept ones have ended)
 
     def resume_from(self, r: Resumption) -> None:
         """Take a stopped run's records: ended steps settled, cut-off ones to run again or held for a person."""
