@@ -3,7 +3,8 @@
 They simulate the work (short sleeps, a state directory) so the example runs
 anywhere. Set DEPLOY_FAILING_TESTS=N to make N tests fail: the `all_tests_pass`
 criterion then rejects the test step and its `abort` action stops the run
-before the database is backed up.
+before the database is backed up. Their outputs are their own computation,
+not outside text (`untrusted_output=False`): the answer carries no warning.
 
     planexec run --plan examples/deploy/plan.json --tools examples/deploy/tools.py
 """
@@ -37,7 +38,7 @@ def _log(kind: str, **fields: object) -> None:
         f.write(json.dumps({"action": kind, "at": datetime.now(UTC).isoformat(), "pid": os.getpid(), **fields}) + "\n")
 
 
-@tool(worker="test-runner")
+@tool(worker="test-runner", untrusted_output=False)
 def run_tests(test_suite: str, environment: str) -> TestReport:
     """Run a test suite against an environment and report how many tests failed."""
     time.sleep(0.2)
@@ -46,7 +47,7 @@ def run_tests(test_suite: str, environment: str) -> TestReport:
     return TestReport(suite=test_suite, environment=environment, total=120, failed=failed)
 
 
-@tool(worker="db-manager")
+@tool(worker="db-manager", untrusted_output=False)
 def backup_database(database: str, backup_type: str = "full") -> dict:
     """Take a backup of a database; returns where it is."""
     time.sleep(0.2)
@@ -55,7 +56,7 @@ def backup_database(database: str, backup_type: str = "full") -> dict:
     return {"database": database, "location": location}
 
 
-@tool(worker="k8s-deployer")
+@tool(worker="k8s-deployer", untrusted_output=False)
 def deploy_service(service: str, version: str, strategy: str = "rolling") -> dict:
     """Deploy a version of a service with a rollout strategy."""
     time.sleep(0.2)
