@@ -588,3 +588,39 @@ def test_planexec_run_waits_in_the_foreground_is_stopped_with_ctrl_c_and_resumed
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     stamps = _stamps(tmp_path)
     assert [s for _, s, _, _ in stamps] == ["build", "ship"] and stamps[1][3] >= at.timestamp()
+
+
+@sync
+async def test_a_replan_may_not_start_a_steps_work_sooner_than_the_person_approved() -> None:
+    """A step fails before the scheduled deploy; the replanner (it read the run's outputs) writes the deploy again without
+    its time: that runs sooner than approved, a widening: the run stops (replan_widens) and nothing deploys. A revision
+    that keeps the time (or a later one) goes on and waits for it."""
+    from planexec.planning.replanner import FunctionReplanner
+
+    def make(keep_time: bool) -> tuple[Engine, Plan, dict, ManualClock]:
+        reg, tools = registry("deploy")
+        check = scripted_tool("check", [RuntimeError("staging is down")], default="ok")
+        reg.add_tool(check)
+        tools["check"] = check
+        plan = mkplan(
+            {"id": "check", "action": "check", "failure_action": "replan"},
+            {"id": "deploy", "action": "deploy", "depends_on": ["check"], "not_before": "2026-12-05T07:00:00Z"},
+        )
+        again = {"id": "check2", "action": "check"}
+        deploy = {"id": "deploy2", "action": "deploy", "depends_on": ["check2"]}
+        if keep_time:
+            deploy["not_before"] = "2026-12-05T08:00:00Z"
+        clock = ManualClock(T0)
+        return Engine(reg, clock=clock, replanner=FunctionReplanner(lambda ctx: [again, deploy])), plan, tools, clock
+
+    engine, plan, tools, _ = make(keep_time=False)
+    result = await engine.start(plan).result()
+    assert result.status is RunStatus.FAILED and result.error is not None and result.error.rule == "replan_widens"
+    assert "step 'deploy2' (deploy) may start before 2026-12-05T07:00:00+00:00" in result.error.message and not tools["deploy"].calls
+
+    engine, plan, tools, clock = make(keep_time=True)
+    run = engine.start(plan)
+    await wait_for(lambda: run.records.get("deploy2") is not None and run.records["deploy2"].state is StepState.SCHEDULED)
+    clock.set(datetime(2026, 12, 5, 8, 0, tzinfo=UTC))
+    result = await run.result()
+    assert result.status is RunStatus.SUCCEEDED and len(tools["deploy"].calls) == 1

@@ -47,6 +47,7 @@ from planexec.engine.state import RunControl, RunState
 from planexec.errors import PlanningError, PlanParseError, PlanValidationError
 from planexec.plan.diff import PlanDiff, diff_plans, remaining_hash
 from planexec.plan.model import Plan
+from planexec.plan.schedule import earlier_times
 from planexec.plan.validation import check_plan
 from planexec.usage import Usage
 from planexec.workers.grants import side_effects, widening
@@ -291,13 +292,16 @@ class Revisions:
         revision that grants more than the version it revises (a new tool, a
         wider path, a new recipient) runs only when a person approves it;
         without a plan approver that is a person, the run stops with rule
-        ``replan_widens``. So does a revision that adds side effects when its
+        ``replan_widens``; so does one that would start a step sooner than the
+        time (`not_before`) the revised version gave the same work. So does a revision that adds side effects when its
         replanner was shown untrusted output (rule ``replan_effects``). A
         revision that only narrows goes on.
         """
         approver = self._config.plan_approver
         if diff is not None and self._config.enforce_contract:
-            wider = widening(self._state.plan, plan, self._host.registry, [*diff.added, *diff.changed])
+            changed = [*diff.added, *diff.changed]
+            # sooner than a person's time is wider too: a replanner may not drop or advance a step's not_before
+            wider = widening(self._state.plan, plan, self._host.registry, changed) + earlier_times(self._state.plan, plan, changed)
             if wider and not getattr(approver, "person", False):
                 self._run._stop(
                     "replan_widens",

@@ -2,9 +2,10 @@
 
 Owns `Window` (a weekly window in a zone), `parse_window` / `parse_windows`
 (the text forms), `WindowError`, `windowed_tools` (the tools of a step a
-window can hold: its action, or the tools its grants name) and `due` (the
+window can hold: its action, or the tools its grants name), `due` (the
 earliest time a step may start at or after a given moment; None when it may
-start then). Pure: no clock is read here; the engine passes the time in.
+start then) and `earlier_times` (what a revision's steps would run sooner
+than the version it revises allowed: a replan may not drop a person's time). Pure: no clock is read here; the engine passes the time in.
 Imports `plan.model` only for types.
 
 A window is written ``DAYS HH:MM-HH:MM ZONE`` (seconds may be given,
@@ -29,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:
-    from planexec.plan.model import Step
+    from planexec.plan.model import Plan, Step
 
-__all__ = ["Window", "WindowError", "due", "parse_window", "parse_windows", "windowed_tools"]
+__all__ = ["Window", "WindowError", "due", "earlier_times", "parse_window", "parse_windows", "windowed_tools"]
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -190,3 +191,29 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
         if not moved:
             break
     return None if t <= at else t
+
+
+def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
+    """The `steps` of `new` (a revision's added or changed ones) that may start sooner than `old` let the same work start.
+
+    The same work is a step of `old` that had not run, with the same id or
+    the same action: its `not_before` stands unless the revision keeps it or
+    a later one. (A revision keeps the plan's windows: `revised_plan` copies
+    them.) One line per step, for a person to approve.
+    """
+    waiting = [s for s in old.steps if s.not_before is not None]
+    if not waiting:
+        return []
+    out = []
+    for sid in steps:
+        step = next((s for s in new.steps if s.step_id == sid), None)
+        if step is None:
+            continue
+        before = [s.not_before for s in waiting if (s.step_id == sid or s.action == step.action) and s.not_before is not None]
+        if not before:
+            continue
+        bound = max(before)
+        if step.not_before is None or step.not_before < bound:
+            was = step.not_before.isoformat() if step.not_before is not None else "none"
+            out.append(f"step {sid!r} ({step.action}) may start before {bound.isoformat()}, the time v{old.version} gave it (now: {was})")
+    return out
