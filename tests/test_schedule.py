@@ -624,3 +624,21 @@ async def test_a_replan_may_not_start_a_steps_work_sooner_than_the_person_approv
     clock.set(datetime(2026, 12, 5, 8, 0, tzinfo=UTC))
     result = await run.result()
     assert result.status is RunStatus.SUCCEEDED and len(tools["deploy"].calls) == 1
+
+
+def test_a_hosted_planner_may_give_a_step_its_time_and_a_bad_time_is_sent_back_for_repair() -> None:
+    import json
+
+    from planexec.planning.planner import Planner
+    from planexec.testing import ScriptedModel
+
+    reg = Registry.default()
+    good = {"id": "s1", "worker": "tool", "action": "echo", "instruction": "say it", "parameters": {"value": "hi"}, "depends_on": []}
+    naive = json.dumps({"steps": [{**good, "not_before": "2026-12-05T02:00"}]})
+    fixed = json.dumps({"steps": [{**good, "not_before": "2026-12-05T02:00:00-05:00"}]})
+    model = ScriptedModel([naive, fixed])
+    planning = asyncio.run(Planner(model, reg).draft("say hi at 2 a.m. New York time on Saturday"))
+    schema = json.dumps(model.requests[0].output_schema)
+    assert '"not_before"' in schema  # the draft schema offers it
+    assert planning.repairs == 1 and "has no zone" in " ".join(planning.drafts[0].problems)
+    assert planning.plan.step("s1").not_before == datetime(2026, 12, 5, 7, 0, tzinfo=UTC)

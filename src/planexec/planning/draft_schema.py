@@ -3,7 +3,8 @@
 Owns `draft_schema` (the JSON Schema for a model's plan draft) and
 `draft_to_plan_data` (a draft -> the data of a `Plan`). The draft is the
 plan's narrow core: ``{"steps": [{"id", "worker", "action", "instruction",
-"parameters", "depends_on", "failure_action"?}]}``. Each step is one of a
+"parameters", "depends_on", "failure_action"?, "not_before"?}]}`` (the
+open shape also offers a role's ``capabilities`` and ``output_schema``). Each step is one of a
 fixed set of branches, one per (worker, action) pair in the registry, so
 ``worker`` and ``action`` are constants and ``parameters`` follow that
 action's own input schema: a model cannot name a tool that does not exist.
@@ -148,7 +149,14 @@ def _branches(registry: Registry, defs: dict[str, Any]) -> list[tuple[str, str, 
 
 
 def _step(
-    worker: str, action: str, params: dict[str, Any], step_id: dict[str, Any], deps: dict[str, Any], *, contract: bool = False
+    worker: str,
+    action: str,
+    params: dict[str, Any],
+    step_id: dict[str, Any],
+    deps: dict[str, Any],
+    *,
+    contract: bool = False,
+    timed: bool = False,
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "id": step_id,
@@ -162,6 +170,8 @@ def _step(
     if contract:  # hosted planners may grant tools and declare a typed answer; a grammar for a small model stays lean
         properties["capabilities"] = {"type": "array", "items": {"$ref": f"#/$defs/grant__{worker}"}}
         properties["output_schema"] = {"type": "object"}
+    if timed:  # a time the goal or the plan so far gives the step (a replanner keeps it: sooner needs a person), with its zone
+        properties["not_before"] = {"type": "string", "format": "date-time", "maxLength": 40}
     return {
         "type": "object",
         "properties": properties,
@@ -200,7 +210,7 @@ def draft_schema(
         step_id = {"type": "string", "pattern": STEP_ID_PATTERN, "maxLength": 64}
         deps = {"type": "array", "items": {"type": "string"}, "maxItems": max_steps}
         granting = granting_workers(registry) if grants else set()
-        item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in granting) for w, a, p in branches]}
+        item = {"anyOf": [_step(w, a, p, step_id, deps, contract=w in granting, timed=True) for w, a, p in branches]}
         if any(w in granting for w, _, _ in branches):
             base = _hoist(Grant.model_json_schema(), "grant", defs)
             for w in sorted({w for w, _, _ in branches if w in granting}):
