@@ -80,7 +80,11 @@ def test_the_goal_is_planned_and_answered_with_queries_in_parallel_a_chart_and_a
     tables = {t["name"]: [c["name"] for c in t["columns"]] for t in result.steps["schema"].output.value}
     assert tables["orders"] == ["order_id", "customer_id", "product_id", "quantity", "ordered_on"]
     assert result.steps["regions"].output.value["rows"] == REGIONS
-    assert [r["product"] for r in result.steps["products"].output.value["rows"]] == ["Espresso beans 1kg", "Decaf beans 1kg", "Cleaning tablets"]
+    assert [r["product"] for r in result.steps["products"].output.value["rows"]] == [
+        "Espresso beans 1kg",
+        "Decaf beans 1kg",
+        "Cleaning tablets",
+    ]
     assert [r["month"] for r in result.steps["months"].output.value["rows"]] == [f"2026-0{m}" for m in range(1, 7)]
     # the three queries depend only on the schema: all of them started before any of them finished
     queries = [result.steps[s] for s in ("regions", "products", "months")]

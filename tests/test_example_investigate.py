@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from planexec import ReviewOptions, Team, Toolbox
-from planexec.policies import person
+from planexec import ReviewOptions, Step, Team, Toolbox
+from planexec.policies import CallRequest, person
 from planexec.testing import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,15 +53,15 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "ws"
 
 
-def team(answers: list[str], *, step_ok: bool = True, call_ok: bool = True, asked: list[object] | None = None) -> Team:
+def team(answers: list[str], *, step_ok: bool = True, call_ok: bool = True, asked: list[Step | CallRequest] | None = None) -> Team:
     """The planner and the coder on one scripted model; people (not --yes) deciding the step and the call."""
     seen = asked if asked is not None else []
 
-    def step_approver(step: object) -> bool:
+    def step_approver(step: Step) -> bool:
         seen.append(step)
         return step_ok
 
-    def call_approver(request: object) -> bool:
+    def call_approver(request: CallRequest) -> bool:
         seen.append(request)
         return call_ok
 
@@ -74,7 +75,7 @@ def team(answers: list[str], *, step_ok: bool = True, call_ok: bool = True, aske
 
 def test_the_goal_is_planned_the_fix_approved_applied_and_the_tests_pass(workspace: Path) -> None:
     before = fingerprint(PROJECT)
-    asked: list[object] = []
+    asked: list[Step | CallRequest] = []
     result = team([PLAN.read_text(), fix_diff()], asked=asked).run_sync("Find why the shop's test fails, check the docs, fix it")
 
     assert result.status == "succeeded", result.error
@@ -86,9 +87,10 @@ def test_the_goal_is_planned_the_fix_approved_applied_and_the_tests_pass(workspa
     assert result.steps["apply"].output.value == {"files": ["shop/pricing.py"], "hunks": 1}
     assert result.answer["passed"] is True and result.answer["tests_run"] == 4  # the deliverable: the suite passes now
     # the person saw the step, then the call with the diff, flagged as coming from untrusted text
+    assert isinstance(asked[0], Step) and asked[0].step_id == "apply"
     request = asked[-1]
-    assert getattr(request, "kind") == "escalation" and getattr(request, "arguments")["diff"] == fix_diff()
-    assert "run_tests in step 'test' (untrusted)" in " ".join(getattr(request, "chain"))
+    assert isinstance(request, CallRequest) and request.kind == "escalation" and request.arguments["diff"] == fix_diff()
+    assert "run_tests in step 'test' (untrusted)" in " ".join(request.chain)
     assert "quantity >= BULK_QUANTITY" in (workspace / "project" / "shop" / "pricing.py").read_text()
     assert fingerprint(PROJECT) == before  # the checked-in example is never touched
 
@@ -106,10 +108,16 @@ def test_without_a_persons_approval_the_diff_is_not_applied_and_the_run_says_so(
 @pytest.mark.parametrize(
     ("diff", "message"),
     [
-        (fix_diff().replace("a/shop/pricing.py", "a/../../outside.py").replace("b/shop/pricing.py", "b/../../outside.py"), "diff file '../../outside.py' is outside the project"),
+        (
+            fix_diff().replace("a/shop/pricing.py", "a/../../outside.py").replace("b/shop/pricing.py", "b/../../outside.py"),
+            "diff file '../../outside.py' is outside the project",
+        ),
         (fix_diff().replace("shop/pricing.py", "/etc/passwd"), "diff file '/etc/passwd' is outside the project"),
         ("rm -rf /", "diff has no hunk to apply"),
-        (fix_diff().replace("    total = unit_cents", "    total = unit_price"), "the hunk at line 9 of 'shop/pricing.py' does not match the file"),
+        (
+            fix_diff().replace("    total = unit_cents", "    total = unit_price"),
+            "the hunk at line 9 of 'shop/pricing.py' does not match the file",
+        ),
     ],
     ids=["parent", "absolute", "not-a-diff", "stale"],
 )
@@ -154,3 +162,44 @@ def test_the_readme_command_with_yes_runs_everything_but_the_fix(tmp_path: Path)
     assert result["steps"]["apply"]["error"]["rule"] == "untrusted_argument"
     assert "an escalation needs a person" in result["steps"]["apply"]["error"]["message"]
     assert "quantity > BULK_QUANTITY" in (tmp_path / "ws" / "project" / "shop" / "pricing.py").read_text()
+
+
+def test_the_readme_two_terminal_flow_applies_the_fix_once_a_person_approves(tmp_path: Path) -> None:
+    """The README's ``planexec run ... --run-id fix-1`` waits; ``planexec approve fix-1 --step apply`` (the step, then the call) lets it finish."""
+    driver = tmp_path / "drive.py"
+    driver.write_text(
+        "import sys\n"
+        "from planexec.cli.main import main\n"
+        "from planexec.models.providers import register_provider\n"
+        "from planexec.testing import ScriptedModel\n"
+        f"register_provider('script', lambda model, options: ScriptedModel([{fix_diff()!r}]), replace=True)\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "INVESTIGATE_WORKSPACE": str(tmp_path / "ws"), "PLANEXEC_STORE": str(tmp_path / "runs.db")}
+    argv = ["run", "--plan", "examples/investigate/plan.json", "--tools", "examples/investigate/tools.py", "--run-id", "fix-1", "--json"]
+    run = subprocess.Popen(
+        [sys.executable, str(driver), *argv, "--model", "script:coder", "--workspace", str(tmp_path / "workspace")],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    approved = 0
+    try:
+        deadline = time.monotonic() + 90
+        while run.poll() is None and time.monotonic() < deadline:
+            proc = subprocess.run(
+                [sys.executable, "-m", "planexec", "approve", "fix-1", "--step", "apply"],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            approved += proc.returncode == 0
+            time.sleep(0.5)
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert approved == 2  # the step, then the call with the diff
+    result = json.loads(out)
+    assert result["status"] == "succeeded" and result["answer"]["passed"] is True
+    assert "quantity >= BULK_QUANTITY" in (tmp_path / "ws" / "project" / "shop" / "pricing.py").read_text()

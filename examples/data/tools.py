@@ -147,9 +147,7 @@ def run_query(sql: str, context: ToolContext[Any]) -> QueryResult:
         db.close()
     except (sqlite3.DatabaseError, sqlite3.Warning) as exc:  # a write the authorizer or mode=ro refused, two statements, a typo
         raise ToolError(f"{who}: sql refused by the database: {exc}: {sql.strip()[:80]!r}", tool=context.tool) from None
-    return QueryResult(
-        sql=sql, columns=columns, rows=[dict(zip(columns, r)) for r in rows[:MAX_ROWS]], truncated=len(rows) > MAX_ROWS
-    )
+    return QueryResult(sql=sql, columns=columns, rows=[dict(zip(columns, r)) for r in rows[:MAX_ROWS]], truncated=len(rows) > MAX_ROWS)
 
 
 @tool(idempotent=True, untrusted_output=False)
@@ -164,7 +162,9 @@ def bar_chart(rows: list[dict[str, Any]], label: str, value: str, title: str, pa
     bars = []
     for n, row in enumerate(rows):
         if label not in row or value not in row:
-            raise ToolError(f"{who}: rows[{n}] has no column {label if label not in row else value!r} (it has {', '.join(row)})", tool=context.tool)
+            raise ToolError(
+                f"{who}: rows[{n}] has no column {label if label not in row else value!r} (it has {', '.join(row)})", tool=context.tool
+            )
         if not isinstance(row[value], int | float) or isinstance(row[value], bool):
             raise ToolError(f"{who}: rows[{n}].{value} = {row[value]!r} is not a number", tool=context.tool)
         bars.append(Bar(label=str(row[label]), value=float(row[value])))

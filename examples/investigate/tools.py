@@ -229,7 +229,9 @@ def parse_diff(diff: str, *, who: str, tool_name: str) -> list[_FilePatch]:
                     raise ToolError(f"{who}: diff line {i + 1}: {body!r} is not a context, '-' or '+' line", tool=tool_name)
                 i += 1
             if old_left or new_left:
-                raise ToolError(f"{who}: diff ends inside the hunk at line {found.group(0)!r}: its line counts do not match", tool=tool_name)
+                raise ToolError(
+                    f"{who}: diff ends inside the hunk at line {found.group(0)!r}: its line counts do not match", tool=tool_name
+                )
             patches[-1].hunks.append(hunk)
             continue
         i += 1  # "diff --git", "index ..." and other headers
@@ -279,4 +281,3 @@ def tests_pass(report: dict[str, Any]) -> tuple[bool, str]:
     """Every test of the project passed."""
     failures = report.get("failures") or []
     return bool(report.get("passed")), f"{len(failures)} failing: {', '.join(failures)}" if failures else "the suite did not pass"
-
