@@ -157,7 +157,7 @@ def search_docs(query: str, context: ToolContext[Any]) -> list[DocMatch]:
     matches = []
     for doc in sorted((copy_root() / "docs").glob("*.md")):
         lines = doc.read_text(encoding="utf-8").splitlines()
-        starts = [n for n, line in enumerate(lines) if line.startswith("#")] or [0]
+        starts = sorted({0, *(n for n, line in enumerate(lines) if line.startswith("#"))})  # the text before a first heading too
         for start, end in zip(starts, [*starts[1:], len(lines)]):
             section = " ".join(line.strip() for line in lines[start:end] if line.strip())
             if section and all(w in section.lower() for w in words):
