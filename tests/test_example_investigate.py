@@ -133,6 +133,19 @@ def test_a_hostile_or_broken_diff_is_refused_naming_the_step_and_nothing_is_writ
     assert fingerprint(workspace / "project") == fingerprint(PROJECT)  # all or nothing: the copy is as checked out
 
 
+def test_a_fix_that_does_not_fix_fails_the_retest_by_its_criterion(workspace: Path) -> None:
+    old = (PROJECT / "shop" / "pricing.py").read_text().splitlines(keepends=True)
+    wrong = [line.replace("BULK_DISCOUNT_PERCENT // 100", "BULK_DISCOUNT_PERCENT // 50") for line in old]
+    diff = "".join(difflib.unified_diff(old, wrong, "a/shop/pricing.py", "b/shop/pricing.py"))
+    result = team([PLAN.read_text(), diff]).run_sync("Fix the failing test of the shop")
+
+    assert result.steps["apply"].state == "succeeded"  # a person approved it; the tests judge it
+    retest = result.steps["retest"]
+    assert retest.state == "failed" and retest.error is not None and retest.error.rule == "check_failed"
+    assert "2 failing: test_a_large_order_gets_the_bulk_discount, test_ten_items_get_the_bulk_discount" in retest.error.message
+    assert result.status != "succeeded"
+
+
 def test_the_readme_command_with_yes_runs_everything_but_the_fix(tmp_path: Path) -> None:
     """``planexec run --plan examples/investigate/plan.json --tools examples/investigate/tools.py --yes``, from the checkout.
 
