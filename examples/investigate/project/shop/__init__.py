@@ -1,0 +1,1 @@
+"""A tiny shop: prices of orders (see docs/pricing.md)."""
