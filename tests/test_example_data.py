@@ -20,7 +20,7 @@ import pytest
 from planexec import ReviewOptions, Team, Toolbox
 from planexec.testing import ScriptedModel
 
-pytest.importorskip("matplotlib", reason="the chart needs matplotlib: pip install 'planexec[examples]'")
+pytest.importorskip("matplotlib", reason="the chart needs matplotlib: pip install matplotlib")
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent

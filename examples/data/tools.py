@@ -9,8 +9,8 @@ chart lands in ``$DATA_WORKSPACE/charts``.
   refuses any statement that is not a single SELECT (or WITH ... SELECT),
   it opens the database read-only (``mode=ro``), and an authorizer lets the
   statement read and nothing else;
-- ``bar_chart`` draws rows as a bar chart, a PNG (matplotlib, Agg: ``pip
-  install 'planexec[examples]'``), whose metadata keeps the bars' data.
+- ``bar_chart`` draws rows as a bar chart, a PNG (matplotlib, Agg, which
+  planexec depends on), whose metadata keeps the bars' data.
 
     planexec run --plan examples/data/plan.json --tools examples/data/tools.py --yes
 """
@@ -174,7 +174,7 @@ def bar_chart(rows: list[dict[str, Any]], label: str, value: str, title: str, pa
         matplotlib.use("Agg")
         from matplotlib import pyplot
     except ImportError:
-        raise ToolError(f"{who}: bar_chart needs matplotlib: pip install 'planexec[examples]'", tool=context.tool) from None
+        raise ToolError(f"{who}: bar_chart needs matplotlib: pip install matplotlib", tool=context.tool) from None
     target = workspace() / "charts" / pure
     target.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = pyplot.subplots(figsize=(6.4, 4.0), dpi=100)
