@@ -55,9 +55,9 @@ def when_text(plan: Plan, step: Step) -> str:
 
 
 def grants_text(step: Step) -> str:
-    """What a step's worker may call, as a reviewer reads it (empty for a step that names its tool)."""
-    if step.worker == "tool":
-        return ""
+    """What a step's worker may call, as a reviewer reads it (for a step that names its tool: its grant's bounds, if any)."""
+    if step.worker == "tool":  # the step names its tool; a grant on it bounds the call's arguments, and a reviewer sees it
+        return "; ".join(grant_label(g) for g in step.capabilities) if step.capabilities else ""
     if step.capabilities is None:
         return "its tools (changes asked per call)"
     return "; ".join(grant_label(g) for g in step.capabilities) or "no tools"
