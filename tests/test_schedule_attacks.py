@@ -98,3 +98,57 @@ async def test_a_step_that_waited_for_a_slot_past_its_window_waits_for_the_next_
     clock.set(OPEN + timedelta(days=7, minutes=1))
     result = await run.result()
     assert result.status is RunStatus.SUCCEEDED and calls == [OPEN + timedelta(days=7, minutes=1)]
+
+
+# --- windows and times: pure --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["Sun 02:00-03:00 America/New_York", "Sun 02:30-03:15 America/New_York"])
+def test_a_window_in_the_hour_a_clock_change_skips_still_opens_that_night(text: str) -> None:
+    """Found: on 2026-03-08 New York skips 02:00-03:00; a window in that hour opened and closed at the same instant (or closed
+    before it opened), so it never opened and a weekly deploy slipped a week. Now it opens an hour later, for its length."""
+    from planexec.plan.schedule import parse_window
+
+    w = parse_window(text)
+    saturday = datetime(2026, 3, 7, 12, tzinfo=UTC)
+    opens = w.next_open(saturday)
+    assert opens.date() == datetime(2026, 3, 8).date()  # that night, not a week later
+    assert w.contains(opens) and w.contains(opens + w.length - timedelta(seconds=1))
+    assert not w.contains(opens + w.length)
+
+
+def test_within_asks_for_one_opening_not_two_that_touch_its_ends() -> None:
+    """Found: `within` checked only that the first and last second were open, each in any opening of the other:
+    daily 00:30-23:30 passed as inside daily 23:00-01:00 (open at 00:30 from the night before, at 23:29 from that night)."""
+    from planexec.plan.schedule import parse_window
+
+    assert not parse_window("daily 00:30-23:30 UTC").within(parse_window("daily 23:00-01:00 UTC"))
+    assert parse_window("daily 23:30-00:30 UTC").within(parse_window("daily 23:00-01:00 UTC"))
+
+
+def test_within_holds_on_every_day_of_the_year_not_in_two_sample_weeks() -> None:
+    """Found: New York and London change their clocks on different Sundays; a winter and a summer week agree, but in the
+    weeks between (March, October/November) Sat 02:00 New York is 06:00 in London, outside its 07:00-09:00 window."""
+    from planexec.plan.schedule import parse_window
+    from planexec.policies import PolicyContext, RequireWindows
+
+    ny, london = parse_window("Sat 02:00-04:00 America/New_York"), parse_window("Sat 07:00-09:00 Europe/London")
+    assert not ny.within(london)
+    assert ny.within(parse_window("Sat 01:00-05:00 America/New_York"))
+    plan = mkplan({"id": "d", "action": "deploy"}, windows={"deploy": "Sat 02:00-04:00 America/New_York"})
+    reg = Registry()
+    reg.add_tool(Tool(lambda: None, name="deploy"))
+    verdict = RequireWindows({"deploy": "Sat 07:00-09:00 Europe/London"}).review(plan, PolicyContext(registry=reg))
+    assert verdict.decision == "reject" and "is not inside it" in verdict.render()
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59Z", "9999-12-31T23:00-05:00", "0001-01-01T00:00+05:00"])
+def test_a_time_at_the_ends_of_the_calendar_is_refused_when_the_plan_is_read(when: str) -> None:
+    """Found: not_before in year 9999 with a window for its tool crashed the engine (OverflowError searching the window:
+    the run ended 'aborted', internal error); a time that cannot be read in UTC could crash any view that converts it."""
+    from planexec.errors import PlanParseError
+
+    with pytest.raises(PlanParseError, match="out of range"):
+        mkplan({"id": "d", "action": "deploy", "not_before": when}, windows=WINDOW)
+    mkplan({"id": "d", "action": "deploy", "not_before": "0001-01-02T00:00Z"})  # long past: it runs at once
+    mkplan({"id": "d", "action": "deploy", "not_before": "9998-12-31T23:59:59.999999Z"})

@@ -17,7 +17,8 @@ lists (``Mon,Wed,Fri``), ``daily`` (every day) and ``weekdays`` /
 ``weekends``. ZONE is an IANA name (``UTC`` included). A tool may have
 several windows (a list): it may run in any of them. Times of day are wall
 clock in the zone; on the night a zone's clocks move, a window keeps its
-wall-clock length (an opening in the skipped hour opens an hour later).
+wall-clock times (an opening in the skipped hour opens an hour later, and
+one that lies wholly in that hour keeps its length: it is never lost).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -62,22 +64,40 @@ class Window:
         span = datetime.combine(datetime.min, self.end) - datetime.combine(datetime.min, self.start)
         return span if span > timedelta(0) else span + timedelta(days=1)
 
+    def opening(self, day: date) -> tuple[datetime, datetime]:
+        """When the window opens on `day` (a date in its zone; whether it opens that day is not asked) and closes, in UTC.
+
+        Wall-clock arithmetic in the zone: on the night its clocks move, an
+        opening in the skipped hour opens an hour later, and a window that
+        would then close before it opened (it lies in that hour) keeps its length.
+        """
+        zone = ZoneInfo(self.zone)
+        opens = datetime.combine(day, self.start, tzinfo=zone)
+        opens_utc, closes_utc = opens.astimezone(UTC), (opens + self.length).astimezone(UTC)
+        if closes_utc <= opens_utc:
+            closes_utc = opens_utc + self.length
+        return opens_utc, closes_utc
+
     def next_open(self, at: datetime) -> datetime:
         """`at` when the window is open then, else when it opens next; in UTC. `at` must carry its zone."""
-        zone = ZoneInfo(self.zone)
-        local = at.astimezone(zone)
-        best: datetime | None = None
+        span = self._around(at)
+        if span[0] <= at:
+            return at.astimezone(UTC)
+        return span[0]
+
+    def _around(self, at: datetime) -> tuple[datetime, datetime]:
+        """The opening that holds `at`, else the next one (opens, closes in UTC)."""
+        local = at.astimezone(ZoneInfo(self.zone))
+        best: tuple[datetime, datetime] | None = None
         for back in range(-1, 8):  # yesterday's opening may still be open; a week ahead holds the next one
             day = local.date() + timedelta(days=back)
             if day.weekday() not in self.days:
                 continue
-            opens = datetime.combine(day, self.start, tzinfo=zone)
-            closes = datetime.combine(day, self.start, tzinfo=zone) + self.length  # wall-clock arithmetic in the zone
-            opens_utc, closes_utc = opens.astimezone(UTC), closes.astimezone(UTC)
+            opens_utc, closes_utc = self.opening(day)
             if opens_utc <= at < closes_utc:
-                return at.astimezone(UTC)
-            if opens_utc > at and (best is None or opens_utc < best):
-                best = opens_utc
+                return opens_utc, closes_utc
+            if opens_utc > at and (best is None or opens_utc < best[0]):
+                best = (opens_utc, closes_utc)
         assert best is not None  # a window opens at least once a week
         return best
 
@@ -86,19 +106,27 @@ class Window:
         return self.next_open(at) == at.astimezone(UTC)
 
     def within(self, other: Window) -> bool:
-        """True when every opening of this window lies inside `other` (its first and last second, each day it opens, in a
-        week of winter and one of summer: windows in zones whose clocks move differently agree only if both weeks fit)."""
-        zone = ZoneInfo(self.zone)
-        for monday in (datetime(2024, 1, 1, tzinfo=zone), datetime(2024, 7, 1, tzinfo=zone)):  # winter and summer time
-            for day in self.days:
-                opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
-                last = opens + self.length - timedelta(seconds=1)
-                if not (other.contains(opens) and other.contains(last)):
-                    return False
-        return True
+        """True when every opening of this window lies inside one opening of `other`, on each day of a whole year
+        (windows in zones whose clocks move on different days agree only if they do on every day)."""
+        return _within(self, other)
 
     def __str__(self) -> str:
         return self.text
+
+
+@lru_cache(maxsize=256)
+def _within(inner: Window, outer: Window) -> bool:
+    """`Window.within`, remembered: a policy asks it for each step that calls the tool."""
+    first = date(2024, 1, 1)  # a leap year, from a Monday
+    for n in range(366):
+        day = first + timedelta(days=n)
+        if day.weekday() not in inner.days:
+            continue
+        opens, closes = inner.opening(day)
+        span = outer._around(opens)
+        if not (span[0] <= opens and closes <= span[1]):
+            return False
+    return True
 
 
 def _day(word: str) -> int:
