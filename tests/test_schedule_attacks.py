@@ -152,3 +152,29 @@ def test_a_time_at_the_ends_of_the_calendar_is_refused_when_the_plan_is_read(whe
         mkplan({"id": "d", "action": "deploy", "not_before": when}, windows=WINDOW)
     mkplan({"id": "d", "action": "deploy", "not_before": "0001-01-02T00:00Z"})  # long past: it runs at once
     mkplan({"id": "d", "action": "deploy", "not_before": "9998-12-31T23:59:59.999999Z"})
+
+
+# --- planexec approve --at --------------------------------------------------------------------------------
+
+
+def test_approve_at_refuses_a_time_that_has_passed_or_that_the_plan_cannot_hold(tmp_path, monkeypatch, capsys) -> None:
+    """Found: --at 2001-01-01T00:00Z was approved ("it waits as scheduled until then") and the step started at once (a typo
+    in the year deploys now); --at 9999-12-31T00:00Z ended in a traceback. Now: a usage error, and the plan's problem."""
+    from planexec.cli.main import main
+    from planexec.fleet.worker import submit_plan
+    from planexec.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    (tmp_path / "tools.py").write_text(
+        "from planexec import tool\n\n@tool(untrusted_output=False)\ndef stamp(name: str) -> str:\n    return name\n"
+    )
+    plan = mkplan({"id": "deploy", "action": "stamp", "parameters": {"name": "deploy"}})
+    store = open_store(tmp_path / "runs.db")
+    submit_plan(store, plan, run_id="r1", setup={"tools": [str(tmp_path / "tools.py")]})  # waits for a person
+    assert main(["approve", "r1", "--step", "deploy", "--at", "2001-01-01T00:00Z"]) == 2
+    assert "has passed" in capsys.readouterr().err
+    assert main(["approve", "r1", "--step", "deploy", "--at", "9999-12-31T00:00Z"]) == 1
+    assert "out of range" in capsys.readouterr().out
+    assert len(store.plan_versions("r1")) == 1 and store.queued_run("r1").approval == "pending"  # nothing stored
+    store.close()
