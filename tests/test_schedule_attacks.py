@@ -178,3 +178,29 @@ def test_approve_at_refuses_a_time_that_has_passed_or_that_the_plan_cannot_hold(
     assert "out of range" in capsys.readouterr().out
     assert len(store.plan_versions("r1")) == 1 and store.queued_run("r1").approval == "pending"  # nothing stored
     store.close()
+
+
+# --- a replan may not drop a person's time ------------------------------------------------------------
+
+
+def test_a_replan_that_renames_the_step_and_moves_its_grant_to_another_role_keeps_the_time() -> None:
+    """Found: the same work was found only by the step's id or its action; a revision that renamed the deploy step and gave
+    its grant (deploy_service) to another role dropped the time without a person (and a grant to an existing tool is not a
+    widening). Now a step that names a tool the timed step named is the same work."""
+    from planexec.plan.schedule import earlier_times
+
+    grant = [{"tool": "deploy_service"}]
+    old = mkplan(
+        {"id": "test", "action": "tester"},
+        {"id": "deploy", "action": "ops", "capabilities": grant, "depends_on": ["test"], "not_before": "2026-12-05T02:00-05:00"},
+    )
+    dodge = mkplan({"id": "test", "action": "tester"}, {"id": "release", "action": "sre", "capabilities": grant, "depends_on": ["test"]})
+    (line,) = earlier_times(old, dodge, ["release"])
+    assert "step 'release' (sre) may start before 2026-12-05T02:00:00-05:00" in line
+    kept = mkplan(
+        {"id": "test", "action": "tester"},
+        {"id": "release", "action": "sre", "capabilities": grant, "depends_on": ["test"], "not_before": "2026-12-05T03:00-05:00"},
+    )
+    assert earlier_times(old, kept, ["release"]) == []  # a later time is kept
+    other = mkplan({"id": "test", "action": "tester"}, {"id": "report", "action": "writer", "depends_on": ["test"]})
+    assert earlier_times(old, other, ["report"]) == []  # other work: no time to keep

@@ -224,10 +224,12 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
 def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
     """The `steps` of `new` (a revision's added or changed ones) that may start sooner than `old` let the same work start.
 
-    The same work is a step of `old` that had not run, with the same id or
-    the same action: its `not_before` stands unless the revision keeps it or
-    a later one. (A revision keeps the plan's windows: `revised_plan` copies
-    them.) One line per step, for a person to approve.
+    The same work is a step of `old` with a `not_before` that has the same
+    id, or names a tool (or role) the new step names too: its action or a
+    tool its grants name (so renaming the step, or moving the grant to
+    another role, keeps the time). Its `not_before` stands unless the revision
+    keeps it or a later one. (A revision keeps the plan's windows:
+    `revised_plan` copies them.) One line per step, for a person to approve.
     """
     waiting = [s for s in old.steps if s.not_before is not None]
     if not waiting:
@@ -237,7 +239,8 @@ def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
         step = next((s for s in new.steps if s.step_id == sid), None)
         if step is None:
             continue
-        before = [s.not_before for s in waiting if (s.step_id == sid or s.action == step.action) and s.not_before is not None]
+        names = _named(step)
+        before = [s.not_before for s in waiting if (s.step_id == sid or names & _named(s)) and s.not_before is not None]
         if not before:
             continue
         bound = max(before)
@@ -245,3 +248,8 @@ def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
             was = step.not_before.isoformat() if step.not_before is not None else "none"
             out.append(f"step {sid!r} ({step.action}) may start before {bound.isoformat()}, the time v{old.version} gave it (now: {was})")
     return out
+
+
+def _named(step: Step) -> set[str]:
+    """The tools (or role) a step names: its action and the tools its grants name."""
+    return {step.action, *(g.tool for g in step.capabilities or ())}
