@@ -204,3 +204,90 @@ def test_a_replan_that_renames_the_step_and_moves_its_grant_to_another_role_keep
     assert earlier_times(old, kept, ["release"]) == []  # a later time is kept
     other = mkplan({"id": "test", "action": "tester"}, {"id": "report", "action": "writer", "depends_on": ["test"]})
     assert earlier_times(old, other, ["report"]) == []  # other work: no time to keep
+
+
+# --- the queue: a due time is a hint, the plan is the rule ----------------------------------------------
+
+STAMP_TOOLS = """
+import os, time
+from planexec import ToolContext, tool
+
+LOG = os.path.join(os.path.dirname(__file__), "calls.log")
+
+
+@tool(untrusted_output=False)
+def stamp(ctx: ToolContext, name: str) -> str:
+    '''Writes the step and the time it ran.'''
+    with open(LOG, "a") as f:
+        f.write(f"{ctx.step_id} {time.time()}\\n")
+    return name
+"""
+
+
+def test_a_due_time_edited_in_the_queue_lets_a_worker_take_the_run_early_but_never_runs_the_step_early(tmp_path) -> None:
+    """Attack (verified, no fix needed): run_queue.due_at is outside the audit chain; a person with write access to the store
+    sets it to 0. A worker takes the run at once, the engine reads the time from the (audited) plan, and the run goes back
+    to the queue with its true due time; the step never runs."""
+    from planexec.fleet.worker import QueueWorker, submit_plan
+    from planexec.store import open_store
+    from planexec.store.queue import QueueState
+
+    (tmp_path / "tools.py").write_text(STAMP_TOOLS)
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    plan = mkplan(
+        {"id": "build", "action": "stamp", "parameters": {"name": "build"}},
+        {"id": "deploy", "action": "stamp", "parameters": {"name": "deploy"}, "depends_on": ["build"], "not_before": at.isoformat()},
+    )
+    store = open_store(tmp_path / "runs.db")
+    submit_plan(store, plan, run_id="t1", setup={"tools": [str(tmp_path / "tools.py")]}, approved_by="tester")
+    first = asyncio.run(QueueWorker(store, once=True, park_after=1).serve())
+    assert [r.outcome for r in first.runs] == ["scheduled"] and store.queued_run("t1").due == at
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "runs.db") as db:  # the tampering
+        db.execute("UPDATE run_queue SET due_at = 0 WHERE run_id = 't1'")
+    second = asyncio.run(QueueWorker(store, once=True, park_after=1).serve())
+    assert [(r.how, r.outcome) for r in second.runs] == [("resumed", "scheduled")]  # taken early: it only waits again
+    row = store.queued_run("t1")
+    assert row.state is QueueState.QUEUED and row.due == at
+    assert [line.split()[0] for line in (tmp_path / "calls.log").read_text().splitlines()] == ["build"]  # no deploy
+    store.close()
+
+
+# --- two windowed tools whose windows never meet ------------------------------------------------------------
+
+
+def test_a_step_whose_tools_windows_never_meet_is_refused_and_the_engine_never_starts_it() -> None:
+    """Found: a step naming two windowed tools (its action, a grant) whose windows never overlap was accepted; the engine
+    scheduled it 'until' an opening of one window, found the other closed there, and waited again, week after week, for
+    ever (no spin, never outside a window, but never done and never said). Now validation names the step and the windows;
+    the engine, given such a plan anyway, still never starts it."""
+    from planexec.plan.validation import validate_plan
+
+    windows = {"migrate": "Sat 02:00-03:00 UTC", "deploy": "Sun 02:00-03:00 UTC"}
+    step = {"id": "m", "action": "migrate", "capabilities": [{"tool": "deploy"}]}
+    plan = mkplan(step, windows=windows)
+    (problem,) = validate_plan(plan)
+    assert problem.rule == "window_never_open" and problem.step_id == "m" and "never open at once" in problem.message
+    assert validate_plan(mkplan(step, windows={**windows, "deploy": "Sat 02:30-04:00 UTC"})) == []  # they meet: fine
+
+    async def engine() -> None:
+        clock = ManualClock(OPEN)
+        calls: list[datetime] = []
+
+        async def migrate(args=None):
+            calls.append(clock.now())
+
+        reg = Registry()
+        reg.add_tool(Tool(migrate, name="migrate"))
+        reg.add_tool(Tool(lambda: None, name="deploy"))
+        run = Engine(reg, clock=clock).start(plan, validate=False)
+        for _ in range(6):  # six weeks: each opening of one window finds the other closed
+            await wait_for(lambda: clock.sleepers == 1)
+            clock.advance(days=7)
+            await asyncio.sleep(0.01)
+        assert not calls and run.records["m"].state is StepState.SCHEDULED
+        run.cancel()
+        await run.result()
+
+    asyncio.run(engine())

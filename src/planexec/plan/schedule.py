@@ -4,7 +4,8 @@ Owns `Window` (a weekly window in a zone), `parse_window` / `parse_windows`
 (the text forms), `WindowError`, `windowed_tools` (the tools of a step a
 window can hold: its action, or the tools its grants name), `due` (the
 earliest time a step may start at or after a given moment; None when it may
-start then) and `earlier_times` (what a revision's steps would run sooner
+start then), `never_together` (the tools of a step whose windows never open
+at once: validation refuses it) and `earlier_times` (what a revision's steps would run sooner
 than the version it revises allowed: a replan may not drop a person's time). Pure: no clock is read here; the engine passes the time in.
 Imports `plan.model` only for types.
 
@@ -34,7 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 if TYPE_CHECKING:
     from planexec.plan.model import Plan, Step
 
-__all__ = ["Window", "WindowError", "due", "earlier_times", "parse_window", "parse_windows", "windowed_tools"]
+__all__ = ["Window", "WindowError", "due", "earlier_times", "never_together", "parse_window", "parse_windows", "windowed_tools"]
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -204,13 +205,36 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
     None when it may start at `at`. A step naming two windowed tools waits
     until both are open (searched a week ahead of each candidate; windows
     that never overlap give the first opening of the first window, and the
-    caller finds it closed again: `due` is asked each time the step may go).
+    caller finds it closed again: `due` is asked each time the step may go;
+    validation refuses such a step, `never_together`).
     """
     t = at
     if step.not_before is not None and step.not_before > t:
         t = step.not_before
+    t = _together(windowed_tools(step, windows), windows, t)  # each round moves t to the next opening of a closed window
+    return None if t <= at else t
+
+
+def never_together(step: Step, windows: Mapping[str, list[Window]]) -> list[str]:
+    """The windowed tools `step` names when their windows are never open at once (in a year from 2024): it could never
+    start; empty when they meet (or it names fewer than two)."""
     tools = windowed_tools(step, windows)
-    for _ in range(16):  # each round moves t to the next opening of a window that is closed at t
+    if len(tools) < 2:
+        return []
+    t, end = datetime(2024, 1, 1, tzinfo=UTC), datetime(2025, 1, 8, tzinfo=UTC)
+    bare = {tool: windows[tool] for tool in tools}
+    while t < end:
+        if all(any(w.contains(t) for w in bare[tool]) for tool in tools):
+            return []
+        nxt = _together(tools, bare, t)
+        t = nxt if nxt > t else t + timedelta(minutes=1)
+    return tools
+
+
+def _together(tools: list[str], windows: Mapping[str, list[Window]], at: datetime) -> datetime:
+    """`due`'s search without a step's own time: the next moment at or after `at` when its rounds stop."""
+    t = at
+    for _ in range(16):
         moved = False
         for tool in tools:
             opening = min(w.next_open(t) for w in windows[tool])
@@ -218,7 +242,7 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
                 t, moved = opening, True
         if not moved:
             break
-    return None if t <= at else t
+    return t
 
 
 def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
