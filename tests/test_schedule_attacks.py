@@ -291,3 +291,39 @@ def test_a_step_whose_tools_windows_never_meet_is_refused_and_the_engine_never_s
         await run.result()
 
     asyncio.run(engine())
+
+
+# --- views of a run stopped as scheduled ---------------------------------------------------------------------
+
+
+def test_a_run_stopped_as_scheduled_is_not_finished_for_the_console_or_planexec_show(tmp_path, monkeypatch, capsys) -> None:
+    """Found: `RunSummary.finished` was True for a run stopped as scheduled, so the console stopped following it (its
+    page said finished and closed the live stream: the deploy a worker ran hours later never showed) and planexec show
+    printed 'answer: none' as for an ended run. A scheduled run goes on, as a queued one does."""
+    from planexec.cli.main import main
+    from planexec.store import open_store
+
+    reg = Registry()
+    reg.add_tool(Tool(lambda: "built", name="build"))
+    reg.add_tool(Tool(lambda: "deployed", name="deploy"))
+    store = open_store(tmp_path / "runs.db")
+    plan = mkplan({"id": "build", "action": "build"}, {"id": "deploy", "action": "deploy", "depends_on": ["build"]}, windows=WINDOW)
+    result = Engine(reg, store=store, clock=ManualClock(OPEN - timedelta(hours=19)), park_after=0).run_sync(plan, run_id="w1")
+    assert result.status is RunStatus.SCHEDULED
+    assert not store.run("w1").finished
+    store.close()
+    monkeypatch.setenv("PLANEXEC_STORE", str(tmp_path / "runs.db"))
+    assert main(["show", "w1"]) == 0
+    shown = capsys.readouterr().out
+    assert "scheduled" in shown and "answer:" not in shown
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from planexec.web import create_app
+
+    token = "test-token-0123456789abcdef"
+    app = create_app(str(tmp_path / "runs.db"), token=token, worker=False)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get("/runs/w1", headers={"Authorization": f"Bearer {token}"}).text
+    assert '"finished": false' in page.replace("&#34;", '"') or '"finished":false' in page.replace("&#34;", '"')
