@@ -327,3 +327,13 @@ def test_a_run_stopped_as_scheduled_is_not_finished_for_the_console_or_planexec_
     with TestClient(app, base_url="http://127.0.0.1") as client:
         page = client.get("/runs/w1", headers={"Authorization": f"Bearer {token}"}).text
     assert '"finished": false' in page.replace("&#34;", '"') or '"finished":false' in page.replace("&#34;", '"')
+
+
+def test_a_manual_clock_set_to_a_time_without_a_zone_says_so() -> None:
+    """Found: ManualClock(start) refused a naive time, but set() let it through to a TypeError about comparing datetimes."""
+    clock = ManualClock(OPEN)
+    with pytest.raises(ValueError, match="carries its zone"):
+        clock.set(datetime(2026, 12, 6))
+    with pytest.raises(ValueError, match="does not go back"):
+        clock.advance(-1)
+    assert clock.now() == OPEN
