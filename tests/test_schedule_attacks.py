@@ -337,3 +337,40 @@ def test_a_manual_clock_set_to_a_time_without_a_zone_says_so() -> None:
     with pytest.raises(ValueError, match="does not go back"):
         clock.advance(-1)
     assert clock.now() == OPEN
+
+
+def test_a_worker_stopped_while_a_step_waits_hands_the_run_back_and_the_next_worker_waits_again(tmp_path) -> None:
+    """Attack (verified, no fix needed): a worker that sleeps through a short wait itself is stopped (SIGTERM: `stop`)
+    while the step is scheduled. The run is released (cancelled between steps: the step never started) and queued for at
+    once; the next worker resumes it, finds the time still ahead, and parks it with its due time. Nothing ran early."""
+    from planexec.engine.config import EngineConfig
+    from planexec.fleet.worker import QueueWorker, submit_plan
+    from planexec.store import open_store
+    from planexec.store.queue import QueueState
+
+    (tmp_path / "tools.py").write_text(STAMP_TOOLS)
+    clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
+    at = clock.now() + timedelta(minutes=10)
+    plan = mkplan(
+        {"id": "build", "action": "stamp", "parameters": {"name": "build"}},
+        {"id": "deploy", "action": "stamp", "parameters": {"name": "deploy"}, "depends_on": ["build"], "not_before": at.isoformat()},
+    )
+    store = open_store(tmp_path / "runs.db")
+    submit_plan(store, plan, run_id="s1", setup={"tools": [str(tmp_path / "tools.py")]}, approved_by="tester")
+
+    async def first() -> list:
+        worker = QueueWorker(store, engine=EngineConfig(clock=clock), park_after=3600, poll=0.05, grace=5)
+        serving = asyncio.ensure_future(worker.serve())
+        await wait_for(lambda: clock.sleepers == 1)  # the deploy sleeps in this worker
+        worker.stop(why="SIGTERM")
+        return (await serving).runs
+
+    runs = asyncio.run(first())
+    assert [r.outcome for r in runs] == ["released"]
+    row = store.queued_run("s1")
+    assert row.state is QueueState.QUEUED and row.due is None  # handed back: claimable at once
+    second = asyncio.run(QueueWorker(store, engine=EngineConfig(clock=clock), park_after=1, once=True).serve())
+    assert [(r.how, r.outcome) for r in second.runs] == [("resumed", "scheduled")]
+    assert store.queued_run("s1").due == at
+    assert [line.split()[0] for line in (tmp_path / "calls.log").read_text().splitlines()] == ["build"]
+    store.close()
