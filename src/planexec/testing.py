@@ -489,6 +489,8 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         """Move the clock to `when` (never back) and wake every wait it reaches; from the waits' event loop."""
+        if when.utcoffset() is None:
+            raise ValueError(f"a clock's time carries its zone: {when.isoformat()} has none")
         if when < self._now:
             raise ValueError(f"a clock does not go back: {when.isoformat()} is before {self._now.isoformat()}")
         self._now = when

@@ -29,7 +29,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,11 @@ def _cmd_at(args: argparse.Namespace) -> int:
             if step["id"] == args.step:
                 step["not_before"] = at.isoformat()
         data["version"], data["revises"] = old.version + 1, old.version
-        plan = Plan.from_data(data)
+        try:
+            plan = Plan.from_data(data)
+        except PlanParseError as exc:  # a time the plan cannot hold (out of range): named, nothing stored
+            common.print_problems(exc.problems, exc.plan_id, as_json=False)
+            return common.EXIT_FAILED
         tools = [str(t) for t in run_setup(store, args.run_id).get("tools", [])]
         problems = validate_plan(plan, common.plan_registry(plan, tools, config))
         if problems:
@@ -251,6 +255,8 @@ def _time(text: str) -> datetime:
         raise common.UsageError(f"--at {text!r} is not a time: write ISO 8601 with its zone, as 2026-12-05T02:00-05:00") from None
     if at.utcoffset() is None:
         raise common.UsageError(f"--at {text!r} has no zone: add one, as 2026-12-05T02:00-05:00 or 2026-12-05T07:00Z")
+    if at <= datetime.now(UTC):  # a typo in the year would start the step at once: a time to wait for lies ahead
+        raise common.UsageError(f"--at {text!r} has passed: the step would start at once; give a time ahead (or approve without --at)")
     return at
 
 

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from functools import partial
 from typing import Any
@@ -108,11 +109,14 @@ class Attempts:
         self._state.attempt_t0[step.step_id] = time.perf_counter()  # the attempt's time runs from its start
 
     async def run(
-        self, step: Step, worker: str, attempt: int, *, started: bool = False
+        self, step: Step, worker: str, attempt: int, *, started: bool = False, on_time: Callable[[], bool] | None = None
     ) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError.
 
         `started`: `start_now` took its slots and emitted its start already.
+        `on_time`: asked once the attempt has its slots; False (its window
+        closed while it waited for a slot) gives the slots back and returns
+        (None, None, 0.0, zero) without starting it: the step waits for its time again.
         """
         state = self._state
         sid = step.step_id
@@ -135,6 +139,10 @@ class Attempts:
                 update_record(state.records[sid], state=StepState.READY)
                 self._run._cancel_if_quiet()
                 await asyncio.get_running_loop().create_future()
+            if on_time is not None and not on_time():  # its time passed while it waited for a slot: not started
+                slots.release()
+                state.held.pop(sid, None)
+                return None, None, 0.0, ZERO
             self._begin(step, worker, attempt)
         rec = state.records[sid]
         try:

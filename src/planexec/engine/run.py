@@ -27,6 +27,7 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from planexec.engine.approval import ask_approval, step_hash
@@ -458,17 +459,23 @@ class Run:
         try:
             if not started and self._needs_approval(step) and not await self._approved(step, worker):
                 return
-            if not started and self._timetable.holds(step) and not await self._timetable.wait(step):
-                return  # the run stopped while the step waited for its time (parked as scheduled, or cancelled)
             # attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end)
             config = self.engine.config
             fa = step.failure_action
             rerouted = worker != step.worker
+            timed = self._timetable.holds(step)
+            on_time = partial(self._timetable.on_time, step) if timed else None
             while True:
+                # each attempt (a retry, a fallback too) starts only in its time: a window may have closed meanwhile
+                if not started and timed and not await self._timetable.wait(step):
+                    return  # the run stopped while the step waited for its time (parked as scheduled, or cancelled)
                 attempt += 1
-                result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started)
+                result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started, on_time=on_time)
                 started = False  # a retry or a fallback waits for its slots again
                 state.held.pop(sid, None)
+                if result is None and error is None:  # its window closed while it waited for a slot: it waits again
+                    attempt -= 1
+                    continue
                 if sid in state.abandoned:
                     return  # it was given up on and recorded while it ignored its timeout
                 state.attempt_t0.pop(sid, None)

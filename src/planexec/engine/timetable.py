@@ -4,7 +4,9 @@ Owns `Timetable`, a run's collaborator (like `attempt.Attempts`): `holds`
 says whether a step may have to wait for its time (its `not_before`, or a
 window of a tool it names: `plan.schedule`), `wait` keeps a ready step
 ``scheduled`` until then (a `StepScheduled` event with the time and why,
-then the engine's `Clock` sleeps), and `park` stops the run as
+then the engine's `Clock` sleeps; the run waits so before each attempt, and
+`on_time` is asked again once an attempt has its slots: a retry, or a step
+that waited for a slot, never starts after its window closed), and `park` stops the run as
 ``scheduled`` when every step it has handed out waits for its time and the
 first is more than the engine's `park_after` seconds away: a worker of the
 store's queue resumes it when due, and no process needs to stay up meanwhile.
@@ -50,7 +52,8 @@ class Timetable:
         while True:
             when = due(step, state.plan.parsed_windows, clock.now())
             if when is None:
-                state.scheduled.pop(sid, None)
+                if state.scheduled.pop(sid, None) is not None:
+                    update_record(state.records[sid], state=StepState.READY)  # its time came: ready (it may wait for a slot)
                 return state.status is RunStatus.RUNNING
             if state.scheduled.get(sid) != when:
                 state.scheduled[sid] = when
@@ -59,6 +62,10 @@ class Timetable:
                 if self.park():
                     return False
             await clock.sleep_until(when)
+
+    def on_time(self, step: Step) -> bool:
+        """True when `step` may start now (its time has come and its tools' windows are open)."""
+        return due(step, self._state.plan.parsed_windows, self._host.config.clock.now()) is None
 
     def park(self) -> bool:
         """Stop the run as ``scheduled`` when each step it handed out waits for a time beyond `park_after`; True when it did."""

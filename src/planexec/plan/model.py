@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Container, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
 from typing import Annotated, Any, Literal
 
@@ -55,6 +55,8 @@ RiskLevel = Literal["low", "medium", "high", "critical"]
 FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # a `not_before` lies between these: it can be read in UTC and in any zone,
+_LATEST = datetime(9999, 1, 1, tzinfo=UTC)  # and a window can be searched for weeks after it
 _CACHED = ("content_hash", "references", "dependencies", "parsed_windows")
 
 # one set object per distinct set of given field names (see `_Record._share_fields_set`)
@@ -298,6 +300,8 @@ class Step(_Record):
     def _zoned(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.utcoffset() is None:
             raise ValueError(f"{value.isoformat()} has no zone: write it with one, as 2026-12-05T02:00-05:00 or ...Z")
+        if value is not None and not _EARLIEST <= value < _LATEST:  # the engine searches windows weeks past it, in UTC
+            raise ValueError(f"{value.isoformat()} is out of range: a step's time lies between 0001-01-02 and 9999-01-01 (UTC)")
         return value
 
     @cached_property

@@ -4,7 +4,8 @@ Owns `Window` (a weekly window in a zone), `parse_window` / `parse_windows`
 (the text forms), `WindowError`, `windowed_tools` (the tools of a step a
 window can hold: its action, or the tools its grants name), `due` (the
 earliest time a step may start at or after a given moment; None when it may
-start then) and `earlier_times` (what a revision's steps would run sooner
+start then), `never_together` (the tools of a step whose windows never open
+at once: validation refuses it) and `earlier_times` (what a revision's steps would run sooner
 than the version it revises allowed: a replan may not drop a person's time). Pure: no clock is read here; the engine passes the time in.
 Imports `plan.model` only for types.
 
@@ -17,7 +18,8 @@ lists (``Mon,Wed,Fri``), ``daily`` (every day) and ``weekdays`` /
 ``weekends``. ZONE is an IANA name (``UTC`` included). A tool may have
 several windows (a list): it may run in any of them. Times of day are wall
 clock in the zone; on the night a zone's clocks move, a window keeps its
-wall-clock length (an opening in the skipped hour opens an hour later).
+wall-clock times (an opening in the skipped hour opens an hour later, and
+one that lies wholly in that hour keeps its length: it is never lost).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 if TYPE_CHECKING:
     from planexec.plan.model import Plan, Step
 
-__all__ = ["Window", "WindowError", "due", "earlier_times", "parse_window", "parse_windows", "windowed_tools"]
+__all__ = ["Window", "WindowError", "due", "earlier_times", "never_together", "parse_window", "parse_windows", "windowed_tools"]
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -62,22 +65,40 @@ class Window:
         span = datetime.combine(datetime.min, self.end) - datetime.combine(datetime.min, self.start)
         return span if span > timedelta(0) else span + timedelta(days=1)
 
+    def opening(self, day: date) -> tuple[datetime, datetime]:
+        """When the window opens on `day` (a date in its zone; whether it opens that day is not asked) and closes, in UTC.
+
+        Wall-clock arithmetic in the zone: on the night its clocks move, an
+        opening in the skipped hour opens an hour later, and a window that
+        would then close before it opened (it lies in that hour) keeps its length.
+        """
+        zone = ZoneInfo(self.zone)
+        opens = datetime.combine(day, self.start, tzinfo=zone)
+        opens_utc, closes_utc = opens.astimezone(UTC), (opens + self.length).astimezone(UTC)
+        if closes_utc <= opens_utc:
+            closes_utc = opens_utc + self.length
+        return opens_utc, closes_utc
+
     def next_open(self, at: datetime) -> datetime:
         """`at` when the window is open then, else when it opens next; in UTC. `at` must carry its zone."""
-        zone = ZoneInfo(self.zone)
-        local = at.astimezone(zone)
-        best: datetime | None = None
+        span = self._around(at)
+        if span[0] <= at:
+            return at.astimezone(UTC)
+        return span[0]
+
+    def _around(self, at: datetime) -> tuple[datetime, datetime]:
+        """The opening that holds `at`, else the next one (opens, closes in UTC)."""
+        local = at.astimezone(ZoneInfo(self.zone))
+        best: tuple[datetime, datetime] | None = None
         for back in range(-1, 8):  # yesterday's opening may still be open; a week ahead holds the next one
             day = local.date() + timedelta(days=back)
             if day.weekday() not in self.days:
                 continue
-            opens = datetime.combine(day, self.start, tzinfo=zone)
-            closes = datetime.combine(day, self.start, tzinfo=zone) + self.length  # wall-clock arithmetic in the zone
-            opens_utc, closes_utc = opens.astimezone(UTC), closes.astimezone(UTC)
+            opens_utc, closes_utc = self.opening(day)
             if opens_utc <= at < closes_utc:
-                return at.astimezone(UTC)
-            if opens_utc > at and (best is None or opens_utc < best):
-                best = opens_utc
+                return opens_utc, closes_utc
+            if opens_utc > at and (best is None or opens_utc < best[0]):
+                best = (opens_utc, closes_utc)
         assert best is not None  # a window opens at least once a week
         return best
 
@@ -86,19 +107,27 @@ class Window:
         return self.next_open(at) == at.astimezone(UTC)
 
     def within(self, other: Window) -> bool:
-        """True when every opening of this window lies inside `other` (its first and last second, each day it opens, in a
-        week of winter and one of summer: windows in zones whose clocks move differently agree only if both weeks fit)."""
-        zone = ZoneInfo(self.zone)
-        for monday in (datetime(2024, 1, 1, tzinfo=zone), datetime(2024, 7, 1, tzinfo=zone)):  # winter and summer time
-            for day in self.days:
-                opens = datetime.combine((monday + timedelta(days=day)).date(), self.start, tzinfo=zone)
-                last = opens + self.length - timedelta(seconds=1)
-                if not (other.contains(opens) and other.contains(last)):
-                    return False
-        return True
+        """True when every opening of this window lies inside one opening of `other`, on each day of a whole year
+        (windows in zones whose clocks move on different days agree only if they do on every day)."""
+        return _within(self, other)
 
     def __str__(self) -> str:
         return self.text
+
+
+@lru_cache(maxsize=256)
+def _within(inner: Window, outer: Window) -> bool:
+    """`Window.within`, remembered: a policy asks it for each step that calls the tool."""
+    first = date(2024, 1, 1)  # a leap year, from a Monday
+    for n in range(366):
+        day = first + timedelta(days=n)
+        if day.weekday() not in inner.days:
+            continue
+        opens, closes = inner.opening(day)
+        span = outer._around(opens)
+        if not (span[0] <= opens and closes <= span[1]):
+            return False
+    return True
 
 
 def _day(word: str) -> int:
@@ -176,13 +205,36 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
     None when it may start at `at`. A step naming two windowed tools waits
     until both are open (searched a week ahead of each candidate; windows
     that never overlap give the first opening of the first window, and the
-    caller finds it closed again: `due` is asked each time the step may go).
+    caller finds it closed again: `due` is asked each time the step may go;
+    validation refuses such a step, `never_together`).
     """
     t = at
     if step.not_before is not None and step.not_before > t:
         t = step.not_before
+    t = _together(windowed_tools(step, windows), windows, t)  # each round moves t to the next opening of a closed window
+    return None if t <= at else t
+
+
+def never_together(step: Step, windows: Mapping[str, list[Window]]) -> list[str]:
+    """The windowed tools `step` names when their windows are never open at once (in a year from 2024): it could never
+    start; empty when they meet (or it names fewer than two)."""
     tools = windowed_tools(step, windows)
-    for _ in range(16):  # each round moves t to the next opening of a window that is closed at t
+    if len(tools) < 2:
+        return []
+    t, end = datetime(2024, 1, 1, tzinfo=UTC), datetime(2025, 1, 8, tzinfo=UTC)
+    bare = {tool: windows[tool] for tool in tools}
+    while t < end:
+        if all(any(w.contains(t) for w in bare[tool]) for tool in tools):
+            return []
+        nxt = _together(tools, bare, t)
+        t = nxt if nxt > t else t + timedelta(minutes=1)
+    return tools
+
+
+def _together(tools: list[str], windows: Mapping[str, list[Window]], at: datetime) -> datetime:
+    """`due`'s search without a step's own time: the next moment at or after `at` when its rounds stop."""
+    t = at
+    for _ in range(16):
         moved = False
         for tool in tools:
             opening = min(w.next_open(t) for w in windows[tool])
@@ -190,16 +242,18 @@ def due(step: Step, windows: Mapping[str, list[Window]], at: datetime) -> dateti
                 t, moved = opening, True
         if not moved:
             break
-    return None if t <= at else t
+    return t
 
 
 def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
     """The `steps` of `new` (a revision's added or changed ones) that may start sooner than `old` let the same work start.
 
-    The same work is a step of `old` that had not run, with the same id or
-    the same action: its `not_before` stands unless the revision keeps it or
-    a later one. (A revision keeps the plan's windows: `revised_plan` copies
-    them.) One line per step, for a person to approve.
+    The same work is a step of `old` with a `not_before` that has the same
+    id, or names a tool (or role) the new step names too: its action or a
+    tool its grants name (so renaming the step, or moving the grant to
+    another role, keeps the time). Its `not_before` stands unless the revision
+    keeps it or a later one. (A revision keeps the plan's windows:
+    `revised_plan` copies them.) One line per step, for a person to approve.
     """
     waiting = [s for s in old.steps if s.not_before is not None]
     if not waiting:
@@ -209,7 +263,8 @@ def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
         step = next((s for s in new.steps if s.step_id == sid), None)
         if step is None:
             continue
-        before = [s.not_before for s in waiting if (s.step_id == sid or s.action == step.action) and s.not_before is not None]
+        names = _named(step)
+        before = [s.not_before for s in waiting if (s.step_id == sid or names & _named(s)) and s.not_before is not None]
         if not before:
             continue
         bound = max(before)
@@ -217,3 +272,8 @@ def earlier_times(old: Plan, new: Plan, steps: Iterable[str]) -> list[str]:
             was = step.not_before.isoformat() if step.not_before is not None else "none"
             out.append(f"step {sid!r} ({step.action}) may start before {bound.isoformat()}, the time v{old.version} gave it (now: {was})")
     return out
+
+
+def _named(step: Step) -> set[str]:
+    """The tools (or role) a step names: its action and the tools its grants name."""
+    return {step.action, *(g.tool for g in step.capabilities or ())}

@@ -4,8 +4,10 @@ Owns the rules a plan must keep: unique step ids, known dependencies, no
 cycles (the cycle is reported), references only to upstream steps, known
 workers and actions, parameters that fit the tool's input schema (missing,
 extra, wrong type; values that are references are checked when they
-resolve), usable failure actions and success criteria. All problems are
-collected and raised together as one `PlanValidationError`.
+resolve), usable failure actions and success criteria, and maintenance
+windows only for tools a worker offers, never apart for one step's tools
+(`plan.schedule`). All problems are collected and raised together as one
+`PlanValidationError`.
 Checks against workers through the `Catalog` protocol (what a
 `workers.Registry` offers: workers with their actions and input models,
 and predicates), so this module imports only `plan` and `errors`.
@@ -32,6 +34,7 @@ from planexec.plan.model import (
     find_references,
     is_whole_reference,
 )
+from planexec.plan.schedule import never_together
 from planexec.plan.scheduler import find_cycle, upstream
 
 __all__ = ["Catalog", "check_plan", "input_problems", "validate_plan"]
@@ -100,6 +103,12 @@ def validate_plan(plan: Plan, registry: Catalog | None = None) -> list[Problem]:
         for tool in plan.windows:
             if tool not in known:
                 problems.append(Problem("unknown_tool", f"a window for {tool!r}, which no worker offers", field=f"windows.{tool}"))
+    windows = plan.windows or {}
+    for step in plan.steps if windows else ():  # a step whose tools' windows never meet would wait for ever
+        apart = never_together(step, plan.parsed_windows)
+        if apart:
+            names = " and ".join(f"{t} ({' or '.join(windows[t])})" for t in apart)
+            problems.append(Problem("window_never_open", f"it names {names}: their windows never open at once", step_id=step.step_id))
     if plan.rollback_plan is not None and not isinstance(plan.rollback_plan, str):
         rollback = plan.rollback_plan.steps
         for p in _graph_problems(rollback) + [

@@ -86,8 +86,9 @@ class RunSummary(Record):
 
     @property
     def finished(self) -> bool:
-        """True once the run ended (a `RunFinished` that is not a queued run's ``waiting``)."""
-        return self.status not in (RunStatus.RUNNING, RunStatus.WAITING)
+        """True once the run ended (a `RunFinished` that is not a queued run's ``waiting``, nor ``scheduled``: a run whose
+        next steps wait for their time goes on when a worker resumes it, so the console keeps following it)."""
+        return self.status not in (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.SCHEDULED)
 
     @property
     def interrupted(self) -> bool:
