@@ -492,7 +492,8 @@ def test_the_deploy_example_runs_in_its_window_once_from_the_second_worker_after
     from planexec.store import open_store
 
     data = json.loads((ROOT / "examples" / "deploy" / "scheduled.json").read_text())
-    opens = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=10)
+    # far enough ahead that a loaded machine starts the worker and reaches the deploy before it opens (a few seconds idle)
+    opens = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=30)
     closes = opens + timedelta(minutes=10)
     data["windows"] = {"deploy_service": f"daily {opens:%H:%M:%S}-{closes:%H:%M:%S} UTC"}
     (tmp_path / "plan.json").write_text(json.dumps(data))
@@ -516,7 +517,7 @@ def test_the_deploy_example_runs_in_its_window_once_from_the_second_worker_after
         with open_store(db) as store:
             return store.events("d1")
 
-    def until(check, what: str, limit: float = 90.0) -> None:
+    def until(check, what: str, limit: float = 150.0) -> None:
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if check():
