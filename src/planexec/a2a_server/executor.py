@@ -176,7 +176,9 @@ class RunExecutor(AgentExecutor):
         if state == "rejected":
             await updater.reject(_says(updater, f"run {run_id}: the project's policies rejected the plan; {next_}", info))
             return None
-        await updater.add_artifact([new_data_part(plan)], name="plan", metadata=info)
+        stored = _says(updater, f"run {run_id} stored ({state}): {next_}", info)
+        stored.parts.append(new_data_part(plan))  # the plan a person reviews, for the caller to read
+        await updater.update_status(TaskState.TASK_STATE_WORKING, stored, metadata={"planexec": info})
         return run_id
 
     async def _follow(self, run_id: str, updater: TaskUpdater) -> None:
@@ -190,8 +192,8 @@ class RunExecutor(AgentExecutor):
             for line in details.steps:
                 if line.state != steps.get(line.step_id, "pending"):
                     steps[line.step_id] = line.state
-                    if not ended:
-                        await updater.update_status(state, _says(updater, _step(line)), metadata=_step_info(run_id, line))
+                    shown_as = TaskState.TASK_STATE_WORKING if ended else state  # the end is said once, after the steps
+                    await updater.update_status(shown_as, _says(updater, _step(line)), metadata=_step_info(run_id, line))
             if ended:
                 await self._ended(updater, details, state)
                 return

@@ -13,9 +13,11 @@ and `executor`.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
@@ -63,8 +65,13 @@ def build_app(service: Service, *, url: str, token: str, name: str = "planexec",
     card = agent_card(url, name=name)
     handler = DefaultRequestHandler(agent_executor=RunExecutor(service, poll=poll), task_store=InMemoryTaskStore(), agent_card=card)
     routes: list[Any] = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
-    app = Starlette(routes=routes, on_shutdown=[handler.aclose])
-    return BearerToken(app, token)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await handler.aclose()  # the tasks in flight end; their runs go on in the store
+
+    return BearerToken(Starlette(routes=routes, lifespan=lifespan), token)
 
 
 def serve(app: ASGIApp, listening: socket.socket) -> None:
