@@ -135,7 +135,9 @@ class _Follow:
                     break
             while True:
                 if self.task_id is None:
-                    raise ToolError(f"A2A agent {self.name!r} ({self.config.url}) answered with neither a task nor a message", tool=self.tool)
+                    raise ToolError(
+                        f"A2A agent {self.name!r} ({self.config.url}) answered with neither a task nor a message", tool=self.tool
+                    )
                 last = await self.client.get_task(GetTaskRequest(id=self.task_id))
                 if _state(last) in _TERMINAL:
                     break
@@ -153,7 +155,8 @@ class _Follow:
             said = _text(task.status.message) if task.status.HasField("message") else ""
             ended = state.removeprefix("TASK_STATE_").lower()
             raise ToolError(
-                f"A2A agent {self.name!r} ({self.config.url}): its task {task.id} ended {ended}" + (f": {said[:_ERROR_TEXT]}" if said else ""),
+                f"A2A agent {self.name!r} ({self.config.url}): its task {task.id} ended {ended}"
+                + (f": {said[:_ERROR_TEXT]}" if said else ""),
                 tool=self.tool,
             )
         return Reply(output=reply_of(task), usage=usage_of(task), task_id=task.id)

@@ -17,4 +17,15 @@ from planexec.a2a_server.card import PLAN_GOAL, RUN_PLAN, agent_card
 from planexec.a2a_server.executor import RunExecutor, RunRequest, parse_request, task_state
 from planexec.a2a_server.server import BearerToken, build_app, serve
 
-__all__ = ["PLAN_GOAL", "RUN_PLAN", "BearerToken", "RunExecutor", "RunRequest", "agent_card", "build_app", "parse_request", "serve", "task_state"]
+__all__ = [
+    "PLAN_GOAL",
+    "RUN_PLAN",
+    "BearerToken",
+    "RunExecutor",
+    "RunRequest",
+    "agent_card",
+    "build_app",
+    "parse_request",
+    "serve",
+    "task_state",
+]

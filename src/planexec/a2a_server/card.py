@@ -42,7 +42,9 @@ def agent_card(url: str, *, name: str = "planexec", description: str | None = No
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         security_schemes={
-            BEARER: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer", description="planexec a2a --token-env"))
+            BEARER: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer", description="planexec a2a --token-env")
+            )
         },
         security_requirements=[SecurityRequirement(schemes={BEARER: StringList(list=[])})],
         default_input_modes=_MODES,

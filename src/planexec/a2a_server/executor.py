@@ -84,7 +84,9 @@ def parse_request(message: Message | None) -> RunRequest:
         found = objects[0]
         keys = {k for k in ("goal", "template", "run_id") if k in found}
         if len(keys) != 1:
-            raise RequestError(f"the data part names exactly one of goal, template or run_id (it has: {', '.join(sorted(found)) or 'nothing'})")
+            raise RequestError(
+                f"the data part names exactly one of goal, template or run_id (it has: {', '.join(sorted(found)) or 'nothing'})"
+            )
         if "template" in found:
             return _template(found)
         value = found[keys.pop()]
@@ -163,6 +165,7 @@ class RunExecutor(AgentExecutor):
             await updater.start_work(_says(updater, f"run {started.run_id}: {started.next}"))
             return started.run_id
         await updater.start_work(_says(updater, "planning the goal" if request.goal is not None else f"filling in {request.template}"))
+        state: str
         if request.goal is not None:
             planned = await self.service.plan_goal(request.goal)
             run_id, state, next_ = planned.run_id, planned.state, planned.next

@@ -52,9 +52,7 @@ class BearerToken:
             if not hmac.compare_digest(given, self.expected):
                 said = "planexec a2a: this server needs its token: Authorization: Bearer TOKEN (wrong or missing)"
                 body = {"jsonrpc": "2.0", "id": None, "error": {"code": AUTH_ERROR, "message": said}}
-                refused = Response(
-                    json.dumps(body), status_code=401, media_type="application/json", headers={"WWW-Authenticate": "Bearer"}
-                )
+                refused = Response(json.dumps(body), status_code=401, media_type="application/json", headers={"WWW-Authenticate": "Bearer"})
                 await refused(scope, receive, send)
                 return
         await self.app(scope, receive, send)

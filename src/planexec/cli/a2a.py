@@ -82,7 +82,9 @@ def cmd_a2a(args: argparse.Namespace) -> int:
     if worker is not None:
         worker.start()
     try:
-        common.say(f"planexec A2A agent on {url} · card {url.rstrip('/')}/.well-known/agent-card.json · store {store.location}", stderr=True)
+        common.say(
+            f"planexec A2A agent on {url} · card {url.rstrip('/')}/.well-known/agent-card.json · store {store.location}", stderr=True
+        )
         shown_token = token if made else f"the token of ${args.token_env}"
         common.say(f"callers send the header: Authorization: Bearer {shown_token}", stderr=True)
         serve(app, listening)
