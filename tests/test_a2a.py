@@ -282,17 +282,24 @@ def test_a_bad_request_is_rejected_with_a_message_and_a_streamed_goal_reports_ea
                 message=Message(role=Role.ROLE_USER, parts=[Part(data=_value({"goal": "x", "run_id": "y"}))], message_id="bad")
             )
             refused = [e async for e in client.send_message(bad)]
+            unknown = SendMessageRequest(
+                message=Message(role=Role.ROLE_USER, parts=[Part(data=_value({"template": "release", "parameters": {}}))], message_id="tpl")
+            )
+            failed = [e async for e in client.send_message(unknown)]
             states: list = []
             async for event in client.send_message(_message("What is 17 times 23?")):
                 if event.HasField("status_update"):
                     states.append((TaskState.Name(event.status_update.status.state), _text(event.status_update.status.message)))
                     if event.status_update.status.state == TaskState.TASK_STATE_INPUT_REQUIRED and len(served.pending()) == 1:
                         await asyncio.to_thread(served.approve, served.pending()[0].run_id)
-            return refused, states
+            return refused, failed, states
         finally:
             await http.aclose()
 
-    refused, states = asyncio.run(talk())
+    refused, failed, states = asyncio.run(talk())
+    ended = failed[-1].status_update if failed[-1].HasField("status_update") else failed[-1].task
+    assert ended.status.state == TaskState.TASK_STATE_FAILED
+    assert "no template 'release'" in _text(ended.status.message).lower() and "Traceback" not in _text(ended.status.message)
     last = refused[-1]
     rejected = last.status_update if last.HasField("status_update") else last.task
     assert rejected.status.state == TaskState.TASK_STATE_REJECTED
