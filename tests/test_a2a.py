@@ -113,10 +113,10 @@ class Served:
         finally:
             store.close()
 
-    def approve(self, run_id: str) -> str:
+    def approve(self, run_id: str, *options: str) -> str:
         """``planexec approve RUN_ID`` from another process, as a person would."""
         done = subprocess.run(
-            [sys.executable, "-m", "planexec", "approve", run_id, "--store", str(self.store), "--by", "alice"],
+            [sys.executable, "-m", "planexec", "approve", run_id, "--store", str(self.store), "--by", "alice", *options],
             cwd=self.folder, capture_output=True, text=True, timeout=WAIT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -370,6 +370,29 @@ def test_beyond_loopback_needs_allow_remote_and_a_token_the_person_chose(tmp_pat
     assert main(["a2a"]) == 2
     assert "at least 16 characters" in capsys.readouterr().err
     assert not (tmp_path / ".planexec").exists()  # refused before any store was opened
+
+
+def test_a_person_there_who_denies_the_plan_fails_the_delegated_step_here_with_their_reason(served, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEER_TOKEN", TOKEN)
+    team = _team(tmp_path, {"peer": A2aAgentConfig(url=served.url, token_env="PEER_TOKEN", timeout=WAIT)})
+    plan = _plan({"id": "ask", "worker": "peer", "action": "peer__send_message", "parameters": {"message": "What is 17 times 23?"}})
+
+    def person() -> None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            pending = served.pending()
+            if pending:
+                served.approve(pending[0].run_id, "--deny", "--reason", "not this week")
+                return
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=person, daemon=True)
+    thread.start()
+    result = team.execute_sync(plan, review=False)
+    thread.join(5)
+    error = result.steps["ask"].error
+    assert result.status is not RunStatus.SUCCEEDED and error is not None
+    assert "A2A agent 'peer'" in error.message and "ended canceled" in error.message and "not this week" in error.message
 
 
 # --- a small A2A agent that misbehaves --------------------------------------------------------------

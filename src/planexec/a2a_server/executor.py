@@ -128,7 +128,7 @@ class RunExecutor(AgentExecutor):
     def __init__(self, service: Service, *, poll: float = POLL) -> None:
         self.service = service
         self.poll = poll
-        self.runs: dict[str, str] = {}  # task id → run id, for cancel
+        self.runs: dict[str, str] = {}  # task id → run id of the tasks in progress, for cancel
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Work the request of `context` and follow its run; every refusal ends the task with a message."""
@@ -157,6 +157,8 @@ class RunExecutor(AgentExecutor):
             log.error("planexec A2A task %s failed: %s: %s", task_id, type(exc).__name__, exc)
             log.debug("the failure in full", exc_info=True)
             await updater.failed(_says(updater, redact(f"planexec failed unexpectedly: {type(exc).__name__}: {exc}")))
+        finally:
+            self.runs.pop(task_id, None)  # an ended task cannot be cancelled: nothing to keep
 
     async def _start(self, request: RunRequest, updater: TaskUpdater) -> str | None:
         """Store the run the request asks for; its id (None when a policy rejected its plan: the task says so)."""
