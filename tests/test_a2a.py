@@ -473,6 +473,22 @@ def _plan(*steps: dict) -> Plan:
     return Plan.model_validate({"plan_id": "p", "goal": "ask the ledger", "steps": list(steps)})
 
 
+def test_the_planner_plans_to_a_remote_agent_like_to_any_role(tmp_path):
+    drafted = {
+        "steps": [
+            {"id": "ask", "worker": "ledger", "action": "ledger__send_message", "instruction": "ask the ledger",
+             "parameters": {"message": "What was invoice 4411's total?"}, "depends_on": []}
+        ]
+    }  # fmt: skip
+    agents = {"ledger": A2aAgentConfig(url="http://127.0.0.1:9", description="Knows every invoice", skills=["look up an invoice"])}
+    team = Team(ScriptedModel([json.dumps(drafted)]), mode="plan", config=Config(a2a=A2aConfig(agents=agents)))
+    [role] = [w for w in team.registry.catalog() if w["name"] == "ledger"]
+    assert role["description"].startswith("Knows every invoice. Skills: look up an invoice.") and "untrusted" in role["description"]
+    planning = team.plan_sync("What was invoice 4411's total?")
+    [step] = planning.plan.steps
+    assert (step.worker, step.action, step.parameters) == ("ledger", "ledger__send_message", {"message": "What was invoice 4411's total?"})
+
+
 @pytest.mark.parametrize("bound", ["agent", "step"])
 def test_a_hung_agent_fails_the_step_with_a_timeout_and_its_task_is_cancelled(remote, tmp_path, bound):
     url, executor = remote
