@@ -68,7 +68,7 @@ SUBMODULES = {
         "stream_response"
     },
     "config": {
-        "CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "RunnerConfig",
+        "A2aAgentConfig", "A2aConfig", "CONFIG_FILE", "Config", "ConfigError", "McpConfig", "McpServerConfig", "ProviderConfig", "RunnerConfig",
         "ServeConfig", "TelemetryConfig", "ToolResources", "load_config"
     },
     "telemetry": {

@@ -1,7 +1,7 @@
 """Project configuration: the ``[planexec]`` section of a ``planexec.toml``.
 
 Owns `Config` (tools to load, engine defaults, MCP servers as
-`McpServerConfig` records, the web console's `ServeConfig`, the traces'
+`McpServerConfig` records, remote A2A agents as `A2aAgentConfig`, the web console's `ServeConfig`, the traces'
 `TelemetryConfig`, where steps run: `RunnerConfig` and `ToolResources`), `load_config`
 and `ConfigError`. A missing file is an empty configuration; a file that
 is not TOML, or a section with unknown keys or wrong types, is a
@@ -46,6 +46,13 @@ only; must not import the engine, the registry or the CLI.
     tools = ["get_current_time"]           # which of its tools to take (default: all)
     timeout = 30                           # seconds per call (default: the step's timeout)
 
+    [planexec.a2a.agents.billing]          # a remote A2A agent planned to as a role of its own (planexec.a2a)
+    url = "http://127.0.0.1:8767"          # where its agent card is served (/.well-known/agent-card.json)
+    token_env = "BILLING_A2A_TOKEN"        # the variable holding its bearer token (default: none sent)
+    timeout = 300                          # seconds it may take to answer (default: the step's timeout)
+    description = "Answers questions about invoices and refunds."
+    skills = ["look up an invoice", "draft a refund"]
+
     [planexec.serve]                       # planexec serve (the web console); its flags win
     token_env = "PLANEXEC_CONSOLE_TOKEN"   # the variable that holds the access token (a token in a file is a secret)
     port = 8765                            # 0: a free port, printed
@@ -81,6 +88,8 @@ from planexec.errors import ConfigError
 
 __all__ = [
     "CONFIG_FILE",
+    "A2aAgentConfig",
+    "A2aConfig",
     "Config",
     "ConfigError",
     "McpConfig",
@@ -158,6 +167,51 @@ class McpConfig(BaseModel):
         bad = [name for name in value if not _SERVER_NAME.match(name) or "__" in name]
         if bad:
             raise ValueError(f"an MCP server name is letters, digits, '_' and '-' (no '__'), at most 32: {', '.join(map(repr, bad))}")
+        return value
+
+
+class A2aAgentConfig(BaseModel):
+    """One remote A2A agent the planner may plan to, as a role of its own (``[planexec.a2a.agents.NAME]``).
+
+    `url` is where it serves its agent card; `token_env` names the variable
+    holding the bearer token its requests carry (None: none); `timeout`
+    bounds one exchange in seconds, the wait for a person on its side
+    included (None: only the step's timeout); `description` and `skills`
+    are what the planner reads of it (its card is fetched only when a step
+    first calls it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(description="the agent's base URL, where /.well-known/agent-card.json is served")
+    token_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the environment variable holding its bearer token"
+    )
+    timeout: float | None = Field(None, gt=0, description="seconds one exchange may take")
+    description: str = Field("", description="what the planner reads of the agent")
+    skills: list[str] = Field(default_factory=list, description="what it can do, one line each, for the planner")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, not {value!r}")
+        return value.rstrip("/")
+
+
+class A2aConfig(BaseModel):
+    """``[planexec.a2a]``: remote A2A agents by name (``[planexec.a2a.agents.NAME]``); a name is the role's name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agents: dict[str, A2aAgentConfig] = Field(default_factory=dict)
+
+    @field_validator("agents")
+    @classmethod
+    def _names(cls, value: dict[str, A2aAgentConfig]) -> dict[str, A2aAgentConfig]:
+        bad = [name for name in value if not _SERVER_NAME.match(name) or "__" in name]
+        if bad:
+            raise ValueError(f"an A2A agent name is letters, digits, '_' and '-' (no '__'), at most 32: {', '.join(map(repr, bad))}")
         return value
 
 
@@ -290,6 +344,7 @@ class Config(BaseModel):
         "or the router's call first (default planner)",
     )
     mcp: McpConfig = Field(default_factory=McpConfig, description="MCP servers whose tools join the registry")
+    a2a: A2aConfig = Field(default_factory=A2aConfig, description="remote A2A agents the planner may plan to, each a role")
     serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces: off unless configured")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="where steps run: this process, or a Ray cluster")

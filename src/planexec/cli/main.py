@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from planexec import __version__
 from planexec.cli import _common as common
+from planexec.cli.a2a import add_a2a_command
 from planexec.cli.approvals import add_approval_commands
 from planexec.cli.audit import add_audit_commands
 from planexec.cli.eval import add_eval_options, run_eval
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(sub)
     add_serve_command(sub)
     add_mcp_command(sub)
+    add_a2a_command(sub)
     add_fleet_commands(sub)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a plan")

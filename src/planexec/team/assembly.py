@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planexec.config import Config, McpServerConfig
+from planexec.a2a.agents import load as load_a2a
+from planexec.config import A2aAgentConfig, Config, McpServerConfig
 from planexec.mcp.tools import load as load_mcp
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
@@ -121,11 +122,14 @@ def build_registry(
     roles: bool | Iterable[str] = False,
     workspace: str | Path | None = None,
     mcp_servers: Mapping[str, McpServerConfig] | None = None,
+    a2a_agents: Mapping[str, A2aAgentConfig] | None = None,
 ) -> Registry:
     """A registry with the entry-point built-ins, `tools` (functions or `Tool`s), `tools_modules`, and on request the rest.
 
     The tools of `mcp_servers` join (`planexec.mcp.load`: each server is
-    started to list them, and closed with the runs). With a `workspace`,
+    started to list them, and closed with the runs); each of `a2a_agents`
+    joins as a role of its name (`planexec.a2a.load`: nothing is contacted
+    before a step messages it). With a `workspace`,
     the built-in toolkit (workspace files, sandboxed Python, calculator) is
     added, the folder created when missing. With
     `roles` (True for all, or names), the built-in roles join, each on its
@@ -140,6 +144,8 @@ def build_registry(
         registry.load_module(module)
     if mcp_servers:
         load_mcp(registry, mcp_servers)
+    if a2a_agents:
+        load_a2a(registry, a2a_agents)
     if workspace is not None:
         folder = Path(workspace)
         folder.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,8 @@ class Team:
     `Tool`s; `toolbox` adds tools modules, a registry of one's own, the
     built-in roles and the workspace toolkit. The tools of the MCP servers
     in `config` (``[planexec.mcp.servers.NAME]``, see `planexec.mcp`) join
-    too; a server stays open while a run uses it. `mode` is how goals are
+    too; a server stays open while a run uses it; the remote A2A agents
+    (``[planexec.a2a.agents.NAME]``, see `planexec.a2a`) join as roles. `mode` is how goals are
     worked: ``auto`` (`planning.routing` decides: by default the planner
     plans every goal, with no router call, and a plan of one step is worked
     by one agent), ``single`` (one agent with every tool), ``plan`` (a team
@@ -173,6 +174,7 @@ class Team:
             roles=box.roles,
             workspace=box.workspace if box.workspace is not None else self.config.workspace,
             mcp_servers=self.config.mcp.servers,
+            a2a_agents=self.config.a2a.agents,
         )
         self.mode: Mode = mode
         profile = profile_of(self.models.planner)
