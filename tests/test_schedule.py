@@ -11,7 +11,8 @@ import pytest
 
 from planexec import Engine, Plan, Registry, RunStatus, StepState
 from planexec.errors import PlanParseError
-from planexec.plan.schedule import WindowError, due, parse_window
+from planexec.plan.schedule import due
+from planexec.plan.windows import WindowError, parse_window
 from planexec.testing import ManualClock, scripted_tool
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)  # a Friday, 07:00 in New York

@@ -107,7 +107,7 @@ async def test_a_step_that_waited_for_a_slot_past_its_window_waits_for_the_next_
 def test_a_window_in_the_hour_a_clock_change_skips_still_opens_that_night(text: str) -> None:
     """Found: on 2026-03-08 New York skips 02:00-03:00; a window in that hour opened and closed at the same instant (or closed
     before it opened), so it never opened and a weekly deploy slipped a week. Now it opens an hour later, for its length."""
-    from planexec.plan.schedule import parse_window
+    from planexec.plan.windows import parse_window
 
     w = parse_window(text)
     saturday = datetime(2026, 3, 7, 12, tzinfo=UTC)
@@ -120,7 +120,7 @@ def test_a_window_in_the_hour_a_clock_change_skips_still_opens_that_night(text: 
 def test_within_asks_for_one_opening_not_two_that_touch_its_ends() -> None:
     """Found: `within` checked only that the first and last second were open, each in any opening of the other:
     daily 00:30-23:30 passed as inside daily 23:00-01:00 (open at 00:30 from the night before, at 23:29 from that night)."""
-    from planexec.plan.schedule import parse_window
+    from planexec.plan.windows import parse_window
 
     assert not parse_window("daily 00:30-23:30 UTC").within(parse_window("daily 23:00-01:00 UTC"))
     assert parse_window("daily 23:30-00:30 UTC").within(parse_window("daily 23:00-01:00 UTC"))
@@ -129,7 +129,7 @@ def test_within_asks_for_one_opening_not_two_that_touch_its_ends() -> None:
 def test_within_holds_on_every_day_of_the_year_not_in_two_sample_weeks() -> None:
     """Found: New York and London change their clocks on different Sundays; a winter and a summer week agree, but in the
     weeks between (March, October/November) Sat 02:00 New York is 06:00 in London, outside its 07:00-09:00 window."""
-    from planexec.plan.schedule import parse_window
+    from planexec.plan.windows import parse_window
     from planexec.policies import PolicyContext, RequireWindows
 
     ny, london = parse_window("Sat 02:00-04:00 America/New_York"), parse_window("Sat 07:00-09:00 Europe/London")

@@ -21,8 +21,8 @@ from typing import Any
 from planexec.governance.policies import Decision, PolicyContext, PolicyVerdict, Scope
 from planexec.plan.capabilities import Constraint, Grant, grant_label
 from planexec.plan.model import CriticCriterion, Plan, Step
-from planexec.plan.schedule import Window, WindowError, parse_windows
 from planexec.plan.scheduler import upstream
+from planexec.plan.windows import Window, WindowError, parse_windows
 from planexec.records import Record
 from planexec.workers.grants import effective_grants
 from planexec.workers.registry import TOOL_WORKER, Registry

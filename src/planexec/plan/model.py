@@ -29,7 +29,7 @@ from pydantic import (
 
 from planexec.errors import PlanParseError, Problem
 from planexec.plan.capabilities import Grant
-from planexec.plan.schedule import Window, WindowError, parse_windows
+from planexec.plan.windows import Window, WindowError, parse_windows
 
 __all__ = [
     "Criterion",
