@@ -33,7 +33,11 @@ EXAMPLE = ROOT / "examples" / "support"
 PLAN = EXAMPLE / "plan.json"
 TOOLS = EXAMPLE / "tools.py"
 GOAL = "Handle support ticket T-1042 about order A-7731: triage it, refund what the order cost if it is owed, and reply to the customer"
-TRIAGE = {"category": "refund", "priority": "high", "summary": "The blender of order A-7731 arrived with a cracked jar; Dana wants a refund."}
+TRIAGE = {
+    "category": "refund",
+    "priority": "high",
+    "summary": "The blender of order A-7731 arrived with a cracked jar; Dana wants a refund.",
+}
 REPLY = "Dear Dana, we are sorry your blender arrived damaged. We have refunded $89.90 to the card you paid with. The support team"
 ATTACKER_ACCOUNT = "ACCT-99-0001"
 ATTACKER_EMAIL = "attacker@evil.example"
@@ -194,7 +198,9 @@ def test_a_worker_holding_the_refund_tool_is_held_to_the_plans_bounds(state: Pat
     team = _team(tmp_path, ScriptedModel([]), call_approver=support_lead)
     tools = [team.registry.tools[name] for name in ("read_ticket", "lookup_order", "issue_refund", "send_reply")]
     team.registry.add_worker(
-        RoleWorker("agent", model=obedient, description="handles tickets", system_prompt=role_prompt("researcher"), tools=tools, tasks=("handle",))
+        RoleWorker(
+            "agent", model=obedient, description="handles tickets", system_prompt=role_prompt("researcher"), tools=tools, tasks=("handle",)
+        )
     )
     legit = {"order_id": "A-7731", "amount": 89.9, "account": "card-4242", "note": "Arrived damaged"}
     step = {

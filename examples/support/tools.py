@@ -118,9 +118,7 @@ def lookup_order(order_id: OrderId) -> Order:
     return Order.model_validate(_table("SUPPORT_ORDERS", "orders.json", order_id))
 
 
-@tool(
-    worker="billing", requires_approval=True, untrusted_output=False, sensitive=("order_id", "amount", "account"), free_text=("note",)
-)
+@tool(worker="billing", requires_approval=True, untrusted_output=False, sensitive=("order_id", "amount", "account"), free_text=("note",))
 def issue_refund(order_id: OrderId, amount: Annotated[float, Field(gt=0)], account: str, note: str = "") -> Refund:
     """Refund `amount` of an order to `account`; never more than the order's total, only to the card it was paid with."""
     order = Order.model_validate(_table("SUPPORT_ORDERS", "orders.json", order_id))
