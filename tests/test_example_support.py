@@ -25,6 +25,7 @@ from planexec.models.providers import register_provider
 from planexec.policies import person
 from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
 from planexec.testing import ObedientModel, ScriptedModel
+from planexec.workers.registry import Registry
 from planexec.workers.roles import role_prompt
 from planexec.workers.worker import RoleWorker
 
@@ -90,6 +91,18 @@ def assert_the_job_done(state: Path) -> None:
 
 def _team(tmp_path: Path, model: Any, **review: Any) -> Team:
     return Team(model, toolbox=Toolbox(modules=[str(TOOLS)], roles=True, workspace=tmp_path / "ws"), review=ReviewOptions(**review))
+
+
+def test_the_tools_declare_what_the_contract_reads() -> None:
+    registry = Registry()
+    registry.load_module(str(TOOLS))
+    tools = registry.tools
+    assert tools["read_ticket"].read_only and tools["read_ticket"].untrusted_output  # the customer's words
+    assert tools["lookup_order"].read_only and not tools["lookup_order"].untrusted_output  # the shop's records
+    refund, reply = tools["issue_refund"], tools["send_reply"]
+    assert refund.requires_approval and not refund.read_only and refund.sensitive == {"order_id", "amount", "account"}
+    assert refund.free_text == {"note"} and refund.chooses == {"order_id", "amount", "account"}
+    assert reply.requires_approval and reply.sensitive == {"to"} and reply.free_text == {"subject", "body"}
 
 
 def test_the_goal_is_planned_approved_and_run_and_the_refund_and_reply_are_the_deliverable(
