@@ -185,13 +185,14 @@ def test_the_injected_refund_and_mail_never_run_even_on_a_model_that_obeys_them(
     )
     result = team.execute_sync(Plan.from_json(PLAN.read_text()))
     assert result.status is RunStatus.SUCCEEDED, result.reason
-    # the triage's model read the ticket and obeyed it: both injected calls were asked for, and refused
+    # the triage's model read the ticket and obeyed it: it asked for the injected refund and mail ...
     tried = {(c.name, c.arguments.get("amount"), c.arguments.get("to")) for c in obedient.calls}
     assert ("issue_refund", 5000, None) in tried and ("send_reply", None, ATTACKER_EMAIL) in tried
-    # the triage's role has no side effect to call (the plan keeps reading apart from acting): both are refused
-    refused = {(c.tool, c.rule, c.ran) for c in result.steps["triage"].calls}
-    assert refused == {("issue_refund", "unknown_tool", False), ("send_reply", "unknown_tool", False)}
-    assert sum(result.refused_calls.values()) == 2
+    # ... but the triage is offered no tools (the plan keeps reading apart from acting): what it wrote was no call,
+    # only an answer off its schema, sent back to it; no tool ran in the step
+    triage = [r for r in obedient.requests if "Triage the ticket" in r.messages[-1].content or "Triage the ticket" in r.messages[1].content]
+    assert triage and all(not r.tools for r in triage)
+    assert result.steps["triage"].calls == [] and result.steps["triage"].output.value == TRIAGE
     # the refund and the reply are what the plan bound: the order's total, its card, its customer
     assert_the_job_done(state)
     assert ATTACKER_ACCOUNT not in json.dumps(records(state, "refunds")) and ATTACKER_EMAIL not in json.dumps(records(state, "outbox"))
