@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from planexec import Plan, RunStatus, Team
+from planexec import ModelOptions, Plan, ReviewOptions, RunStatus, Team, Toolbox
 from planexec.cli.main import main
 from planexec.models.base import Message
 from planexec.models.providers import register_provider
 from planexec.policies import person
-from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
 from planexec.testing import ObedientModel, ScriptedModel
 from planexec.workers.registry import Registry
 from planexec.workers.roles import role_prompt

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from planexec import Plan, RunStatus, Team
+from planexec import Plan, RunStatus, Team, Toolbox
 from planexec.cli.main import main
 from planexec.models.providers import register_provider
-from planexec.team.settings import Toolbox
 from planexec.testing import ScriptedModel
 
 ROOT = Path(__file__).resolve().parent.parent
