@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 
@@ -104,6 +105,46 @@ def test_invalid_output_schema_is_a_bad_request(model):
     request = ask("Hi.", output_schema={"type": "no-such-type"}, max_tokens=8)
     with pytest.raises(ModelBadRequestError, match="output_schema"):
         asyncio.run(model.complete(request))
+
+
+PATTERNS = [r"^([01]\d|2[0-3]):[0-5]\d$", r"^[+-]\d\d:\d\d$", r"^[\d.]+$", r"^\D+$", r"^\w+@\w+$", r"^[^\s]+$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_class_escapes_in_a_pattern_are_spelled_out_for_the_grammar_and_match_the_same(pattern):
+    import re
+
+    import llama_cpp
+
+    from planexec.models.local import decodable_schema
+
+    schema = {"type": "object", "properties": {"t": {"type": "string", "pattern": pattern}, "pattern": {"type": "string"}}}
+    spelled = decodable_schema(schema)["properties"]["t"]["pattern"]
+    assert "\\d" not in spelled and "\\w" not in spelled and "\\s" not in spelled and "\\D" not in spelled
+    # llama.cpp's parser rejects the escapes the converter copies through (and a grammar it cannot read is a crash)
+    assert not re.search(r'"\\[dDwWsS]', llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(decodable_schema(schema))))
+    for text in ["09:30", "24:00", "-06:00", "1.5", "abc", "a1", "a_b@c", "x y", "]", "7", ""]:
+        assert bool(re.fullmatch(pattern, text, re.ASCII)) == bool(re.fullmatch(spelled, text)), (pattern, text)
+
+
+def test_a_schema_whose_pattern_says_digit_decodes_instead_of_killing_the_process():
+    # before: the grammar llama.cpp could not parse built a sampler from nothing and the process died with SIGSEGV
+    code = (
+        "import asyncio, json, re\n"
+        "from planexec.models import LocalModel, Message, ModelRequest\n"
+        "schema = {'type': 'object', 'properties': {'t': {'type': 'string', 'pattern': '^[0-5]\\\\d$'}}, 'required': ['t']}\n"
+        "request = ModelRequest(messages=[Message(role='user', content='A number')], output_schema=schema, max_tokens=24)\n"
+        "text = asyncio.run(LocalModel().complete(request)).text\n"
+        "assert re.fullmatch('[0-5][0-9]', json.loads(text)['t']), text\n"
+        "print('decoded', text)\n"
+    )
+    try:
+        default_model_path()
+    except ModelError as e:
+        pytest.skip(str(e))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "decoded" in proc.stdout
 
 
 def test_missing_gguf_path_is_a_clear_model_error(tmp_path):

@@ -174,6 +174,50 @@ def _wire_message(message: Message) -> dict[str, str]:
     return {"role": message.role, "content": content}
 
 
+# llama-cpp-python's JSON Schema converter copies these escapes of a ``pattern`` into the grammar as they are, and
+# llama.cpp's grammar parser rejects them: the sampler is then built from nothing and the process dies (SIGSEGV).
+_CLASS_ESCAPES = {"d": "0-9", "w": "0-9A-Za-z_", "s": " \\t\\n\\r"}
+
+
+def _spelled_out(pattern: str) -> str:
+    """`pattern` with ``\\d``, ``\\w`` and ``\\s`` written as the character classes they stand for (``[0-9]``; inside a
+    class, its range), and ``\\D``, ``\\W``, ``\\S`` outside a class as negated ones: the same strings match."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            escape = pattern[i + 1]
+            if escape in _CLASS_ESCAPES:
+                out.append(_CLASS_ESCAPES[escape] if in_class else f"[{_CLASS_ESCAPES[escape]}]")
+            elif escape.lower() in _CLASS_ESCAPES and not in_class:
+                out.append(f"[^{_CLASS_ESCAPES[escape.lower()]}]")
+            else:
+                out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+        elif char == "]" and in_class and out[-1] not in ("[", "[^"):
+            in_class = False
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def decodable_schema(schema: Any) -> Any:
+    """`schema` with every string ``pattern`` spelled out (see `_spelled_out`), as llama.cpp's grammar can read it."""
+    if isinstance(schema, dict):
+        return {
+            key: _spelled_out(value) if key == "pattern" and isinstance(value, str) else decodable_schema(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [decodable_schema(item) for item in schema]
+    return schema
+
+
 class LocalModel:
     """A GGUF chat model run in-process; SmolLM2-135M-Instruct by default.
 
@@ -249,23 +293,25 @@ class LocalModel:
             finally:
                 self._run_lock.release()
 
-    def _check_schema(self, schema: dict[str, Any]) -> None:
+    def _check_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The schema to decode under (`decodable_schema`); `ModelBadRequestError` when it is none or cannot become a grammar."""
         # llama-cpp-python silently falls back to unconstrained JSON when the
         # schema cannot become a grammar; we refuse it instead.
         try:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as e:
             raise ModelBadRequestError(f"invalid output_schema: {e.message}", model=self.name) from e
+        decodable: dict[str, Any] = decodable_schema(schema)
         llama_cpp = _import_llama_cpp()
         try:
-            llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(schema))
+            llama_cpp.llama_grammar.json_schema_to_gbnf(json.dumps(decodable))
         except Exception as e:
             raise ModelBadRequestError(f"output_schema cannot be turned into a grammar for local decoding: {e}", model=self.name) from e
+        return decodable
 
     def _prepare(self, request: ModelRequest) -> tuple[Any, dict[str, Any]]:
         llama = self._load()
-        if request.output_schema is not None:
-            self._check_schema(request.output_schema)
+        schema = self._check_schema(request.output_schema) if request.output_schema is not None else None
         kwargs: dict[str, Any] = {
             "messages": [_wire_message(m) for m in request.messages],
             "seed": request.seed if request.seed is not None else self.seed,
@@ -274,8 +320,8 @@ class LocalModel:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
-        if request.output_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": request.output_schema}
+        if schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": schema}
         elif request.grammar is not None:
             kwargs["grammar"] = self._grammar(request.grammar)
         return llama, kwargs
