@@ -133,6 +133,21 @@ def test_the_plan_file_replans_when_a_planner_is_there_and_keeps_its_finished_st
     assert result.steps["deadline"].output.provenance.plan_version == 1  # kept from version 1
 
 
+def test_the_plan_file_from_the_command_line_replans_on_the_planner_model_given(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``planexec run --plan`` gives a plan whose step asks to replan a replanner on goal mode's planner model (--model),
+    over the plan's own tools: the README's command, with a scripted model in place of a real one."""
+    planner = ScriptedModel([json.dumps(revision("deadline"))], name="travel:replanner")
+    register_provider("travel", lambda model, options: planner, replace=True)
+    code = main(["run", "--plan", str(PLAN), "--tools", str(TOOLS), "--model", "travel:replanner", "--yes", "--json", "--no-store"])
+    out, err = capsys.readouterr()
+    assert code == 0, err + out
+    result = json.loads(out)
+    assert result["status"] == "succeeded" and result["answer"]["flight_id"] == "WN2290" and result["answer"]["price"] == 139
+    assert result["versions"][1]["diff"]["kept"] == ["deadline", "airports"]
+    assert calls(state)["arrival_deadline"] == 1 and calls(state)["nearby_airports"] == 1 and calls(state)["search_flights:BOS"] == 1
+    assert len(planner.requests) == 1  # one call: the revision (the plan file itself was not planned)
+
+
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m planexec ARGS`` from the checkout's root, as the example's README writes it."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TRAVEL_")}
@@ -144,8 +159,8 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_the_readme_commands_run_from_the_checkout(tmp_path: Path) -> None:
     command = ["run", "--plan", "examples/travel/plan.json", "--tools", "examples/travel/tools.py", "--yes", "--json"]
     store = ["--store", str(tmp_path / "runs.db")]
-    # a plan file runs as written, without a planner: the Boston search is down and the run says it wants a new plan
-    down = cli(*command, *store, env={"TRAVEL_STATE_DIR": str(tmp_path / "a")})
+    # with no replans allowed, the Boston search is down and the run says it wants a new plan
+    down = cli(*command, "--max-replans", "0", *store, env={"TRAVEL_STATE_DIR": str(tmp_path / "a")})
     assert down.returncode == 1 and "Traceback" not in down.stderr
     result = json.loads(down.stdout)
     assert result["status"] == "replan_requested" and result["replan"]["step_id"] == "search"

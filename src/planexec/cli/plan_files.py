@@ -4,6 +4,8 @@ Owns checking a plan file (or a saved template, see `plans.template_plan`)
 against the registry it runs on (`_common.plan_registry`: the tools modules,
 or goal mode's team when the plan names roles or toolkit tools), running it
 after the policies' and a person's review with a live display (or JSON),
+with a replanner on goal mode's planner model when a step's failure action
+asks for a new version (``--max-replans``, ``--model``, ``--base-url``),
 and the JSON Schema of a plan. ``planexec run GOAL`` is handed to `goals`.
 A run records its tools modules in `RunStarted.setup`, so
 ``planexec resume RUN_ID`` loads them again without flags (see `recovery`).
@@ -21,7 +23,7 @@ from typing import Any
 from planexec import Engine, Plan, Registry, RunResult, validate_plan
 from planexec.cli import _common as common
 from planexec.cli.approvals import run_approvers
-from planexec.cli.goals import cmd_run_goal
+from planexec.cli.goals import cmd_run_goal, team_from_args
 from planexec.cli.plans import check_template_args, template_plan
 from planexec.cli.progress import EventLog, LiveProgress, print_summary
 from planexec.config import Config
@@ -73,9 +75,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     where = common.runner_settings(args, config)
     setup = run_setup([*config.tools, *args.tools], where)  # what `planexec resume RUN_ID` loads again, and where it ran
-    engine = saved_plan_engine(
-        registry, engine=common.engine_config(args, config), store=store, runner=common.step_runner(where, registry), **approvers
-    )
+    limit = getattr(args, "max_replans", None)
+    if limit is not None and limit < 0:
+        raise common.UsageError("--max-replans must be 0 or more")
+    settings = common.engine_config(args, config, max_replans=limit)
+    if settings.max_replans and any(s.failure_action.kind == "replan" for s in plan.steps):
+        # the plan asks for a new version when a step fails: the goal mode's planner model writes it, over this plan's tools
+        approvers["replanner"] = team_from_args(args, config).replanner_for(registry)
+    engine = saved_plan_engine(registry, engine=settings, store=store, runner=common.step_runner(where, registry), **approvers)
     result = run_to_end(_execute(engine, plan, display, run_id=args.run_id, setup=setup))
     if args.json:
         common.emit(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))

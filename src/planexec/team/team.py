@@ -252,6 +252,23 @@ class Team:
             plan_format=self.plan_format,
         )
 
+    def replanner_for(self, registry: Registry) -> PlannerReplanner:
+        """A replanner on the team's planner model and bounds over `registry` (a plan file's own: its revisions name
+        the tools that plan runs on), for a plan this team did not write (``planexec run --plan``)."""
+        planner = self.planner
+        return PlannerReplanner(
+            Planner(
+                planner.model,
+                registry,
+                max_steps=self.bounds.max_steps,
+                max_repairs=self.planning_options.max_repairs,
+                seed=self.seed,
+                max_tokens=self.bounds.max_tokens,
+                positional=self.planning_options.positional,
+                plan_format=self.plan_format,
+            )
+        )
+
     def _joiner(self, joiner: bool | Joiner) -> Joiner | None:
         if joiner is True:
             note = joiner_note(self.models.planner)
