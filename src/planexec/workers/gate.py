@@ -107,7 +107,7 @@ class CallRequest(Record):
 class CallRecord(Record):
     """What the run records of one tool call inside a worker: allowed or refused (with the rule), and whether it ran.
 
-    `rule` of a refused call: ``unknown_tool``, ``not_granted``, ``outside_grant``, ``call_limit``,
+    `rule` of a refused call: ``unknown_tool``, ``not_granted``, ``outside_grant``, ``call_limit``, ``outside_window``,
     ``quarantine``, ``untrusted_argument``, ``approval_required`` (no approver configured),
     ``approval_denied``, ``bad_arguments`` (the tool's own input schema refused them) or
     ``turn_limit``. `arguments` keep at most 2,000 characters of each string, marked where cut;
