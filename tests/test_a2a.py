@@ -569,3 +569,16 @@ def _json(message) -> str:
     from google.protobuf.json_format import MessageToJson
 
     return MessageToJson(message)
+
+
+def test_a_run_waiting_for_its_time_keeps_its_task_working_not_failed() -> None:
+    """A run stopped as scheduled (its next steps wait for a window) is not over: its task stays working, as a queued run's."""
+    from a2a.types import TaskState
+
+    from planexec.a2a_server.executor import task_state
+    from planexec.runs import RunStatus
+
+    assert task_state(RunStatus.SCHEDULED.value) == TaskState.TASK_STATE_WORKING
+    assert task_state("queued") == TaskState.TASK_STATE_WORKING
+    assert task_state(RunStatus.FAILED.value) == TaskState.TASK_STATE_FAILED
+    assert task_state(RunStatus.SUCCEEDED.value) == TaskState.TASK_STATE_COMPLETED

@@ -14,7 +14,8 @@ task then follows the run, read back from the store every `poll` seconds:
 - ``input-required`` while a person must decide (the plan, a step, a
   call), the status message naming it and the command that decides it;
   the caller cannot: nothing it sends approves anything;
-- ``working`` while the run is queued or running; one status update per
+- ``working`` while the run is queued, running or scheduled (its next
+  steps wait for their time: the run's reason says until when); one status update per
   step that starts or ends (its id, state and output or error; metadata
   ``planexec``: run, step, state), in the run's state of the moment;
 - ``completed`` with the answer as the task's artifact, ``failed`` with
@@ -56,7 +57,7 @@ log = logging.getLogger("planexec.a2a")
 
 POLL = 0.5  # seconds between two reads of the run from the store
 _WAITING = {"waiting_for_approval", "interrupted", "needs_decision"}  # a person must act before it goes on
-_GOING = {"queued", "running", "waiting", "planned"}
+_GOING = {"queued", "running", "waiting", "planned", "scheduled"}  # scheduled: its next steps wait for their time
 _ENDED_WELL = {"succeeded", "partial"}
 
 
