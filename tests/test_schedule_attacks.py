@@ -7,37 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from planexec import Engine, Plan, Registry, RunStatus, StepState
+from planexec import Engine, Registry, RunStatus, StepState
 from planexec.testing import ManualClock
 from planexec.workers.tools import Tool
+from test_schedule import mkplan, sync, wait_for
 
 OPEN = datetime(2026, 12, 5, 7, 0, tzinfo=UTC)  # Saturday 02:00 in New York: the window below opens
 WINDOW = {"deploy": "Sat 02:00-04:00 America/New_York"}
-
-
-def mkplan(*steps: dict, windows: dict | None = None) -> Plan:
-    data: dict = {"plan_id": "p", "goal": "g", "steps": list(steps)}
-    if windows:
-        data["windows"] = windows
-    return Plan.from_data(data)
-
-
-def sync(fn):
-    """Run an async test in its own event loop (the suite has no asyncio plugin)."""
-
-    def test(*args, **kwargs):
-        return asyncio.run(fn(*args, **kwargs))
-
-    test.__name__ = fn.__name__
-    return test
-
-
-async def wait_for(predicate, *, limit: float = 5.0) -> None:
-    for _ in range(int(limit / 0.005)):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never held")
 
 
 # --- the engine: every attempt starts inside the window ---------------------------------------------

@@ -241,9 +241,12 @@ class Team:
     @property
     def planner(self) -> Planner:
         """A planner over the team's registry, with the shared bounds (shorter plans on a local model)."""
+        return self._planner_over(self.registry)
+
+    def _planner_over(self, registry: Registry) -> Planner:
         return Planner(
             self.models.planner,
-            self.registry,
+            registry,
             max_steps=self.bounds.max_steps,
             max_repairs=self.planning_options.max_repairs,
             seed=self.seed,
@@ -255,19 +258,7 @@ class Team:
     def replanner_for(self, registry: Registry) -> PlannerReplanner:
         """A replanner on the team's planner model and bounds over `registry` (a plan file's own: its revisions name
         the tools that plan runs on), for a plan this team did not write (``planexec run --plan``)."""
-        planner = self.planner
-        return PlannerReplanner(
-            Planner(
-                planner.model,
-                registry,
-                max_steps=self.bounds.max_steps,
-                max_repairs=self.planning_options.max_repairs,
-                seed=self.seed,
-                max_tokens=self.bounds.max_tokens,
-                positional=self.planning_options.positional,
-                plan_format=self.plan_format,
-            )
-        )
+        return PlannerReplanner(self._planner_over(registry))
 
     def _joiner(self, joiner: bool | Joiner) -> Joiner | None:
         if joiner is True:
