@@ -54,8 +54,9 @@ SUBMODULES = {
         "plan_graph", "plan_table", "print_compact", "read_compact", "resolve_references", "when_text", "with_lines"
     },
     "library": {
-        "ReusePlanning", "TemplateError", "diff_templates", "export_templates", "import_templates", "instantiate",
-        "parse_values", "save_run_template"
+        "LEFT_OUT", "PAIR_KINDS", "ReusePlanning", "TRAINING_FILES", "TemplateError", "TrainingFilter", "TrainingSet",
+        "diff_templates", "export_templates", "export_training", "import_templates", "instantiate", "parse_values",
+        "save_run_template", "training_set"
     },
     "fleet": {
         "PARK_AFTER", "FleetStore", "LocalWorker", "QueueWorker", "WorkerReport", "WorkerRun", "queue_store", "recorded_runner", "run_setup",

@@ -7,7 +7,7 @@ commands themselves live in `plan_files` (validate, run a plan file or
 template, schema), `goals` (plan and run a goal), `eval`, `plans` (the plan
 library), `history` (runs, show, logs), `recovery` (resume, resolve),
 `approvals`, `audit` (audit verify), `store_check` (store check) and
-`worker` (submit, worker, queue); what they share is the private
+`worker` (submit, worker, queue), `export` (export training); what they share is the private
 `_common`. Imports those modules; none of them imports this one.
 
 Exit codes: 0 success (or a valid plan); 1 problems with the plan, or a run
@@ -32,6 +32,7 @@ from planexec.cli.a2a import add_a2a_command
 from planexec.cli.approvals import add_approval_commands
 from planexec.cli.audit import add_audit_commands
 from planexec.cli.eval import add_eval_options, run_eval
+from planexec.cli.export import add_export_commands
 from planexec.cli.goals import add_goal_options, add_mode_option, cmd_plan
 from planexec.cli.history import add_history_commands
 from planexec.cli.mcp import add_mcp_command
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_options(p)
     p.set_defaults(command=run_eval)
     add_library_commands(sub)
+    add_export_commands(sub)
 
     add_history_commands(sub)
     add_recovery_commands(sub)

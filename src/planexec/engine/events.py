@@ -100,6 +100,8 @@ class PlanDrafted(_Event):
     usage: Usage
     wall_time: float
     version: int = 1  # the plan version it drafts (a replan drafts version 2 and on)
+    text: Annotated[str, OMIT_EMPTY] = ""  # what the model wrote (redacted like every event; store schema 9 and on)
+    content_hash: Annotated[str, OMIT_EMPTY] = ""  # the plan it became, when accepted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

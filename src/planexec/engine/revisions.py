@@ -246,7 +246,7 @@ class Revisions:
         state, run = self._state, self._run
         version = plan.version + 1
         for d in revision.drafts:
-            run.record_draft(attempt=d.attempt, model=d.model, problems=d.problems, usage=d.usage, wall_time=d.wall_time, version=version)
+            run.record_draft(**d.event_fields(), version=version)
         if not revision.drafts:
             state.planning = state.planning + revision.usage
         try:

@@ -104,4 +104,4 @@ async def follow(run: StreamingRun, stream: StepStream) -> None:
     finally:
         if stream.draft is not None:
             d = stream.draft
-            run.record_draft(attempt=d.attempt, model=d.model, problems=d.problems, usage=d.usage, wall_time=d.wall_time)
+            run.record_draft(**d.event_fields())

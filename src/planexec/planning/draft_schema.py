@@ -1,7 +1,8 @@
 """The schema a planner model writes its plan in, restricted to what is registered.
 
-Owns `draft_schema` (the JSON Schema for a model's plan draft) and
-`draft_to_plan_data` (a draft -> the data of a `Plan`). The draft is the
+Owns `draft_schema` (the JSON Schema for a model's plan draft),
+`draft_to_plan_data` (a draft -> the data of a `Plan`) and `plan_to_draft`
+(a plan -> the draft a planner would write for it, e.g. a training target). The draft is the
 plan's narrow core: ``{"steps": [{"id", "worker", "action", "instruction",
 "parameters", "depends_on", "failure_action"?, "not_before"?}]}`` (the
 open shape also offers a role's ``capabilities`` and ``output_schema``). Each step is one of a
@@ -37,7 +38,7 @@ from typing import Any
 
 from planexec.plan.capabilities import Grant
 from planexec.plan.grammar import compact_grammar
-from planexec.plan.model import STEP_ID_PATTERN, find_references
+from planexec.plan.model import STEP_ID_PATTERN, Plan, find_references
 from planexec.workers.registry import Registry
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "free_tasks",
     "granting_workers",
     "plan_id_for",
+    "plan_to_draft",
     "planning_actions",
 ]
 
@@ -327,6 +329,32 @@ def draft_to_plan_data(draft: Any, goal: str, *, plan_id: str | None = None, fre
         for step in copied["steps"]:
             feed_dependencies(step, free)
     return copied
+
+
+# the keys of a step a draft may write besides its required core, in the order a planner writes them
+_DRAFT_EXTRAS = ("failure_action", "not_before", "capabilities", "output_schema")
+
+
+def plan_to_draft(plan: Plan) -> dict[str, Any]:
+    """The draft a planner writes for `plan` (the shape `draft_to_plan_data` reads): each step's id, worker, action,
+    instruction, parameters and depends_on, and of the rest only what a draft can say and the step sets (a failure action
+    other than the default, a time, grants, a typed answer); the plan's ``answer_step`` when it names one. What only a
+    reviewer sets (criteria, retries, timeouts, approvals) is left out: a planner is not asked to write it."""
+    data = plan.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    steps = []
+    for step in data["steps"]:
+        out = {"id": step["id"], "worker": step.get("worker", "tool"), "action": step["action"],
+               "instruction": step.get("instruction", ""), "parameters": step.get("parameters", {}),
+               "depends_on": step.get("depends_on", [])}  # fmt: skip
+        out.update({key: step[key] for key in _DRAFT_EXTRAS if key in step})
+        action = out.get("failure_action")
+        if isinstance(action, dict) and set(action) == {"kind"} and action["kind"] in FAILURE_ACTIONS:
+            out["failure_action"] = action["kind"]  # as a draft writes it (a richer one is the reviewer's, kept whole)
+        steps.append(out)
+    draft: dict[str, Any] = {"steps": steps}
+    if plan.answer_step:
+        draft["answer_step"] = plan.answer_step
+    return draft
 
 
 def feed_dependencies(step: Any, free: set[tuple[str, str]]) -> None:

@@ -268,6 +268,18 @@ class Planner:
         )
         return [Message(role="system", content=system), *turns, Message(role="user", content=f"Goal: {goal}")]
 
+    def asked(self, planning: Planning, *, reused: bool = False) -> dict[str, Any]:
+        """What this planner was asked for `planning`'s plan, as a run records it (``RunStarted.setup["planner"]``, read by
+        `export_training`): its model, the format and the opening conversation (the system prompt with the catalogue as it
+        is now, the example turns, the goal). For a template's plan (`reused`), what it would have been asked; empty for a
+        plan no planner wrote."""
+        if planning.prompt:
+            return {"model": self.model.name, "format": planning.plan_format, "prompt": planning.prompt}
+        if not reused:
+            return {}
+        prompt = [{"role": m.role, "content": m.content} for m in self.messages(planning.plan.goal)]
+        return {"model": self.model.name, "format": self.plan_format, "prompt": prompt}
+
     def request(self, messages: list[Message], *, grammar: str | None = None) -> ModelRequest:
         """One planning call: the conversation so far, the draft schema (for the compact form: its grammar, when the model
         decodes under one; `grammar` replaces the planner's own, a revision's), the seed."""
@@ -322,6 +334,7 @@ class Planner:
         """
         drafts: list[PlanDraft] = []
         usage = Usage()
+        opening = [{"role": m.role, "content": m.content} for m in messages]
         for attempt in range(1, self.max_repairs + 2):
             t0 = time.perf_counter()
             try:
@@ -355,10 +368,11 @@ class Planner:
                     problems=[p.render() for p in problems],
                     usage=cost,
                     wall_time=time.perf_counter() - t0,
+                    content_hash=plan.content_hash if plan is not None and not problems else "",
                 )
             )
             if plan is not None and not problems:
-                return Planning(plan=plan, drafts=drafts, usage=usage)
+                return Planning(plan=plan, drafts=drafts, usage=usage, prompt=opening, plan_format=self.plan_format)
             shown = text if not (problems and problems[0].rule == "cut_off") else text[:400] + " …(cut off)"
             messages = [
                 *messages,

@@ -149,6 +149,7 @@ class PlanStream:
             yield step
         self.finished_at = time.perf_counter()
         self.draft = PlanDraft(
-            attempt=1, model=planner.model.name, text=response.text, usage=response.usage, wall_time=self.finished_at - t0
-        )
+            attempt=1, model=planner.model.name, text=response.text, usage=response.usage, wall_time=self.finished_at - t0,
+            content_hash=plan.content_hash,
+        )  # fmt: skip
         self.plan = plan

@@ -297,6 +297,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         # version may say step_scheduled and a run may end 'scheduled', which a planexec of version 7 cannot read
         ddl=("ALTER TABLE run_queue ADD COLUMN due_at {float}",),
     ),
+    Migration(
+        9,
+        "the planner's drafts keep what the model wrote, and a run what the planner was asked (for training data)",
+        # no table changes: a plan_drafted event may carry `text` and `content_hash`, which a planexec of version 8
+        # would refuse to read (its events forbid unknown fields); RunStarted.setup["planner"] is plain JSON
+        ddl=(),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -414,6 +414,8 @@ class Team:
         settings = self.engine_settings(monitored=False, **engine_overrides)
         gated = self.auto_approve if requires_approval is None else requires_approval
         tools = registry if registry is not None else self.registry  # a name the lambda below sees as set
+        setup = self.setup(planning)
+        setup.pop("planner", None)  # one agent works the goal: no plan the planner wrote runs (nothing to learn planning from)
         run = start_run(
             lambda: start_single(
                 goal,
@@ -425,7 +427,7 @@ class Team:
                 run_id=run_id,
                 planning=planning,
                 requires_approval=gated,
-                setup=self.setup(planning),
+                setup=setup,
             ),
             owner=self,
             goal=goal,
@@ -446,7 +448,8 @@ class Team:
         models of a `variant`, and `more`: a queued single agent's role)."""
         reused = {"reuse": planning.reuse.to_dict()} if isinstance(planning, ReusePlanning) else {}
         models = {"models": dict(self._recorded)} if self._recorded else {}
-        return run_setup(self.tools_modules, self.runner, **reused, **models, **more)
+        asked = self.planner.asked(planning, reused=isinstance(planning, ReusePlanning) and planning.reuse.reused) if planning else {}
+        return run_setup(self.tools_modules, self.runner, **reused, **models, **({"planner": asked} if asked else {}), **more)
 
     def single_agent_tools(self, step: Step) -> Registry | None:
         """The tools of the role a one-step plan gives the whole goal, for one agent; None when the step calls a tool.
@@ -731,7 +734,8 @@ class Team:
         if outcome.edited:  # the reviewer's edit runs, not the planner's draft
             check_plan(outcome.plan, self.registry)
             planning = dataclasses.replace(planning, plan=outcome.plan)
-        more = {"continues": continues} if continues else {}
+        more: dict[str, Any] = {"continues": continues} if continues else {}
+        more["review"] = {"by": outcome.by, "edited": outcome.edited}  # who let the plan run, and whether they changed it
         run = self.start(planning.plan, planning=planning, overhead=overhead, run_id=run_id, validate=outcome.edited, setup=more, **extra)
         yield Started(run, "plan", "its plan waits for a person in the store" if waits else "a team follows the reviewed plan")
 

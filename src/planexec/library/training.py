@@ -1,0 +1,425 @@
+"""Training data from the run store: the planner's conversations and the plans that ran, as JSONL a fine-tuning tool reads.
+
+Owns `TrainingFilter` (which runs count), `TrainingSet` (the records, split
+by goal, and what was left out and why), `training_set` (store -> records)
+and `export_training` (records -> files). Two kinds of record:
+
+* supervised (``sft``): ``{"messages": [...], "metadata": {...}}``, the
+  planner's opening conversation as the run recorded it (the system prompt
+  with the catalogue as it was then, the example turns, the goal) and the
+  plan that finally ran as the assistant's answer, in the format that
+  prompt asked for (the JSON draft, or the compact form). The model's own
+  text when it ran unchanged, else the plan written in that format
+  (`planning.draft_schema.plan_to_draft`, `plan.compact.print_compact`).
+* preference pairs (``pairs``): ``{"prompt": [...], "chosen": [...],
+  "rejected": [...], "metadata": {"kind", "why", ...}}`` (the conversational
+  form TRL's DPO trainer reads), a rejected plan against the plan that ran:
+  ``invalid`` (a draft sent back for repair, with its problems), ``edited``
+  (the plan a person changed, in review or in the store), ``replanned`` (a
+  version replaced after a failure) and ``refused`` (a version a person or a
+  policy denied in the store; its chosen plan is the one that ran for the
+  same goal in another run).
+
+A run is read only when it recorded what the planner was asked
+(``RunStarted.setup["planner"]``, store schema 9 and on), is not a
+sub-team's (its goal is a step's words) nor one agent's, and passes the
+filter. Text that derives from untrusted tool output (a replanner's version
+written after it read untrusted output, a step marked ``untrusted_from``)
+never enters a record unless `TrainingFilter.include_untrusted`. Records are
+deduplicated by goal and plan hash (the newest run's kept), split into train
+and holdout by a hash of the goal (a goal's records are all on one side),
+and redacted with the store's redactor (`secrets.redact`) before they are
+written. Every run left out is counted under its reason. Imports `store`,
+`engine` records, `plan`, `planning.draft_schema` and `secrets`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from planexec.engine.results import PlanVersion, RunStatus
+from planexec.plan.compact import print_compact
+from planexec.plan.model import Plan
+from planexec.planning.draft_schema import plan_to_draft
+from planexec.secrets import redact
+from planexec.store.base import ApprovalState, RunStore, RunSummary
+
+__all__ = ["LEFT_OUT", "PAIR_KINDS", "TRAINING_FILES", "TrainingFilter", "TrainingSet", "export_training", "training_set"]
+
+PairKind = Literal["invalid", "edited", "replanned", "refused"]
+PAIR_KINDS: tuple[PairKind, ...] = ("invalid", "edited", "replanned", "refused")
+# the files `export_training` writes in its folder, and the manifest beside them
+TRAINING_FILES = ("sft-train.jsonl", "sft-holdout.jsonl", "pairs-train.jsonl", "pairs-holdout.jsonl")
+_NOT_A_PERSON = frozenset({"--yes", "policy", "nobody", "auto_approve", ""})
+
+# why a run gave no record (the manifest's `left_out`, and `planexec export training`'s report)
+LEFT_OUT = {
+    "no_prompt": "recorded no planner conversation (a plan file, a streamed plan, or a store older than schema 9)",
+    "single_agent": "one agent worked the goal: no plan of the planner's ran",
+    "sub_run": "a sub-team's run: its goal is a step's words",
+    "status": "did not end as the filter asks",
+    "date": "started outside the date range",
+    "template": "its plan did not come from that template",
+    "model": "another planner model wrote its plan",
+    "not_by_person": "no person reviewed or edited its plan",
+    "refused_calls": "some of its calls were refused",
+    "untrusted": "its plan derives from untrusted tool output",
+    "no_plan": "has no stored plan",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingFilter:
+    """Which runs give records (see `training_set`); the defaults keep plans that ran to success, any reviewer, any model.
+
+    `statuses` the run's ending (``succeeded`` by default; empty: any);
+    `since`/`until` bound when it started; `template` keeps runs whose plan
+    was that template of the plan library, filled in; `model` runs whose plan
+    that planner model wrote (``provider:name`` as recorded); `by_person`
+    runs whose plan a person approved or edited (not ``--yes`` or a policy);
+    `no_refused_calls` runs where the gate refused no call; `pairs` which
+    kinds of preference pair to make; `holdout` the share of goals kept
+    out of training; `include_untrusted` lets text derived from untrusted tool
+    output in; `limit` reads only the newest runs.
+    """
+
+    statuses: frozenset[str] = frozenset({"succeeded"})
+    since: datetime | None = None
+    until: datetime | None = None
+    template: str | None = None
+    model: str | None = None
+    by_person: bool = False
+    no_refused_calls: bool = False
+    pairs: frozenset[str] = frozenset(PAIR_KINDS)
+    holdout: float = 0.1
+    include_untrusted: bool = False
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.holdout < 1.0:
+            raise ValueError(f"holdout is a share of the goals from 0 to below 1, not {self.holdout}")
+        unknown = sorted(set(self.pairs) - set(PAIR_KINDS))
+        if unknown:
+            raise ValueError(f"unknown pair kind {', '.join(unknown)}: choose from {', '.join(PAIR_KINDS)}")
+        unknown = sorted(set(self.statuses) - {s.value for s in RunStatus})
+        if unknown:
+            raise ValueError(f"unknown run status {', '.join(unknown)}: choose from {', '.join(s.value for s in RunStatus)}")
+        for name in ("since", "until"):
+            when = getattr(self, name)
+            if when is not None and when.tzinfo is None:
+                raise ValueError(f"{name} needs a time zone (e.g. 2026-11-01T00:00+00:00)")
+        if self.since and self.until and self.since >= self.until:
+            raise ValueError("since must be before until")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("limit must be 1 or more")
+
+
+@dataclass(slots=True)
+class TrainingSet:
+    """The records of `training_set`, split by goal, with what was read and what was left out (reason -> runs)."""
+
+    sft: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    sft_holdout: list[dict[str, Any]] = field(default_factory=list)
+    pairs_holdout: list[dict[str, Any]] = field(default_factory=list)
+    runs_read: int = 0
+    runs_used: int = 0
+    left_out: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0
+    untrusted_left_out: int = 0  # records (not runs) left out because their text derives from untrusted output
+
+    def files(self) -> dict[str, list[dict[str, Any]]]:
+        """The records of each file in `TRAINING_FILES`."""
+        return dict(zip(TRAINING_FILES, (self.sft, self.sft_holdout, self.pairs, self.pairs_holdout), strict=True))
+
+    def manifest(self, filters: TrainingFilter) -> dict[str, Any]:
+        """What the export holds and why runs were left out (written as ``manifest.json``)."""
+        when = {k: getattr(filters, k).isoformat() for k in ("since", "until") if getattr(filters, k) is not None}
+        return {
+            "format": "planexec.training",
+            "format_version": 1,
+            "created_at": datetime.now(UTC).isoformat(),
+            "files": {name: len(records) for name, records in self.files().items()},
+            "runs_read": self.runs_read,
+            "runs_used": self.runs_used,
+            "left_out": {reason: {"runs": n, "why": LEFT_OUT[reason]} for reason, n in self.left_out.most_common()},
+            "duplicates": self.duplicates,
+            "untrusted_left_out": self.untrusted_left_out,
+            "filters": {
+                "statuses": sorted(filters.statuses), **when, "template": filters.template, "model": filters.model,
+                "by_person": filters.by_person, "no_refused_calls": filters.no_refused_calls, "pairs": sorted(filters.pairs),
+                "holdout": filters.holdout, "include_untrusted": filters.include_untrusted, "limit": filters.limit,
+            },
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one run gives: its summary, what the planner was asked, its versions and drafts, and who decided."""
+
+    summary: RunSummary
+    asked: dict[str, Any]
+    setup: dict[str, Any]
+    versions: list[PlanVersion]
+    drafts: list[Any]  # PlanDrafted events of version 1, in order
+    untrusted_versions: set[int]  # versions written by a replanner that had read untrusted output, or marking a step so
+    refused_calls: int
+    person: bool
+    denied: list[int]  # versions a person or a policy denied in the store (not replaced by an edit)
+    replans: dict[int, str]  # version -> why the version before it was replaced
+
+    @property
+    def goal(self) -> str:
+        return self.summary.goal
+
+    @property
+    def prompt(self) -> list[dict[str, str]]:
+        return [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in self.asked.get("prompt", [])]
+
+    @property
+    def format(self) -> str:
+        return "compact" if self.asked.get("format") == "compact" else "json"
+
+    def render(self, plan: Plan) -> str:
+        """`plan` as the planner's prompt asked for it written."""
+        if self.format == "compact":
+            return print_compact(plan)
+        return json.dumps(plan_to_draft(plan), ensure_ascii=False)
+
+    def final_text(self) -> str:
+        """The plan that ran last, in the prompt's format: the model's own words when that plan is the draft it wrote."""
+        final = self.versions[-1].plan
+        accepted = next((d for d in reversed(self.drafts) if not d.problems and d.text), None)
+        if accepted is not None and accepted.content_hash == final.content_hash:
+            return str(accepted.text)
+        return self.render(final)
+
+    def untrusted(self, version: int) -> bool:
+        return version in self.untrusted_versions
+
+    def metadata(self, **more: Any) -> dict[str, Any]:
+        final = self.versions[-1].plan
+        reuse = self.setup.get("reuse") or {}
+        return {
+            "run_id": self.summary.run_id, "goal": self.goal, "status": _status(self.summary),
+            "started_at": self.summary.started_at.isoformat(), "planner_model": self.asked.get("model"),
+            "format": self.format, "plan_hash": final.content_hash, "plan_version": final.version,
+            "repairs": max(len(self.drafts) - 1, 0), "template": reuse.get("template") if not reuse.get("fallback") else None,
+            "reviewed_by_person": self.person, **more,
+        }  # fmt: skip
+
+
+def training_set(store: RunStore, filters: TrainingFilter | None = None) -> TrainingSet:
+    """The supervised records and preference pairs of `store`'s runs that pass `filters` (see the module docstring)."""
+    filters = filters or TrainingFilter()
+    out = TrainingSet()
+    kept: list[_Run] = []
+    refused: list[_Run] = []  # runs whose plan was denied: pairs against a kept plan of the same goal
+    for summary in store.runs(limit=filters.limit):  # newest first: a duplicate keeps the newest run's record
+        out.runs_read += 1
+        found = _read(store, summary)
+        if isinstance(found, str):
+            out.left_out[found] += 1
+            continue
+        if found.denied and "refused" in filters.pairs and not _left_out_by_choice(found, filters, status=False):
+            refused.append(found)
+        why = _left_out_by_choice(found, filters)
+        if why is not None:
+            out.left_out[why] += 1
+            continue
+        kept.append(found)
+    seen: set[str] = set()
+    by_goal: dict[str, _Run] = {}
+    for run in kept:
+        by_goal.setdefault(_norm(run.goal), run)
+        final = run.versions[-1]
+        if run.untrusted(final.version) and not filters.include_untrusted:
+            out.left_out["untrusted"] += 1
+            out.untrusted_left_out += 1
+            continue
+        out.runs_used += 1
+        chosen = run.final_text()
+        _add(out, seen, filters, run.goal, "sft", chosen, {"messages": [*run.prompt, {"role": "assistant", "content": chosen}],
+                                                          "metadata": run.metadata()})  # fmt: skip
+        for kind, rejected, why in _rejected(run, filters):
+            _pair(out, seen, filters, run, kind, rejected, chosen, why)
+    for run in refused:
+        other = by_goal.get(_norm(run.goal))
+        if other is None or (other.untrusted(other.versions[-1].version) and not filters.include_untrusted):
+            continue
+        chosen = run.render(other.versions[-1].plan)
+        for version in run.denied:
+            if run.untrusted(version) and not filters.include_untrusted:
+                out.untrusted_left_out += 1
+                continue
+            plan = run.versions[version - 1].plan
+            why = f"v{version} was denied in the store; the plan that ran for this goal is run {other.summary.run_id}'s"
+            _pair(out, seen, filters, run, "refused", run.render(plan), chosen, why, chosen_from=other.summary.run_id)
+    return out
+
+
+def export_training(store: RunStore, folder: str | Path, filters: TrainingFilter | None = None) -> TrainingSet:
+    """Write `training_set(store, filters)` to `folder` (created): the JSONL files of `TRAINING_FILES` and ``manifest.json``."""
+    filters = filters or TrainingFilter()
+    found = training_set(store, filters)
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    for name, records in found.files().items():
+        with (target / name).open("w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    (target / "manifest.json").write_text(json.dumps(found.manifest(filters), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return found
+
+
+# --- reading one run ------------------------------------------------------------------------------------------------
+
+
+def _read(store: RunStore, summary: RunSummary) -> _Run | str:
+    """What `summary`'s run gives, or the reason it gives nothing (a key of `LEFT_OUT`)."""
+    if summary.parent_run_id is not None:
+        return "sub_run"
+    events = store.events(summary.run_id)
+    started = next((e for e in events if e.type == "run_started"), None)
+    setup = dict(started.setup) if started is not None else {}
+    if "single" in setup:
+        return "single_agent"
+    asked = setup.get("planner")
+    if not isinstance(asked, dict) or not asked.get("prompt"):
+        return "no_prompt"
+    versions = store.plan_versions(summary.run_id)
+    if not versions:
+        return "no_plan"
+    drafts, untrusted_versions = [], set()
+    read_untrusted, refused_calls = False, 0
+    replans: dict[int, str] = {}
+    why_replan = ""
+    for e in events:
+        if e.type == "plan_drafted":
+            if e.version == 1:  # a replan's drafts answer the replanner's conversation, which is not kept
+                drafts.append(e)
+        elif e.type == "step_succeeded" and e.output.untrusted:
+            read_untrusted = True
+        elif e.type == "tool_call_decided" and not e.call.allowed:
+            refused_calls += 1
+        elif e.type == "replan_started":
+            why_replan = e.reason
+        elif e.type == "plan_revised":
+            replans[e.version] = why_replan
+            if read_untrusted:
+                untrusted_versions.add(e.version)
+    for v in versions:
+        if any(s.untrusted_from for s in v.plan.steps):
+            untrusted_versions.add(v.version)
+    edits = {v.version for v in versions if v.reason.startswith("edited by ")}
+    approvals = [a for a in store.approvals(summary.run_id) if a.step_id is None]
+    by_version = {v.plan.content_hash: v.version for v in versions}
+    person = bool(edits) or (setup.get("review") or {}).get("by") == "person"
+    denied = []
+    for a in approvals:
+        if a.state is ApprovalState.APPROVED and (a.by or "") not in _NOT_A_PERSON:
+            person = True
+        if a.state is ApprovalState.DENIED and a.content_hash in by_version:
+            version = by_version[a.content_hash]
+            if version + 1 not in edits:  # an edit's denial is the edit's pair, not a refusal
+                denied.append(version)
+                person = person or (a.by or "") not in _NOT_A_PERSON
+    return _Run(
+        summary=summary, asked=asked, setup=setup, versions=versions, drafts=drafts, untrusted_versions=untrusted_versions,
+        refused_calls=refused_calls, person=person, denied=denied,
+        replans={v: why for v, why in replans.items() if v not in edits},
+    )  # fmt: skip
+
+
+def _left_out_by_choice(run: _Run, filters: TrainingFilter, *, status: bool = True) -> str | None:
+    """The filter's reason to leave `run` out (a key of `LEFT_OUT`), or None; `status` False ignores how it ended."""
+    summary = run.summary
+    if status and filters.statuses and _status(summary) not in filters.statuses:
+        return "status"
+    started = summary.started_at if summary.started_at.tzinfo else summary.started_at.replace(tzinfo=UTC)
+    if (filters.since and started < filters.since) or (filters.until and started >= filters.until):
+        return "date"
+    reuse = run.setup.get("reuse") or {}
+    if filters.template is not None and (reuse.get("template") != filters.template or reuse.get("fallback")):
+        return "template"
+    if filters.model is not None and run.asked.get("model") != filters.model:
+        return "model"
+    if filters.by_person and not run.person:
+        return "not_by_person"
+    if filters.no_refused_calls and run.refused_calls:
+        return "refused_calls"
+    return None
+
+
+def _rejected(run: _Run, filters: TrainingFilter) -> Iterator[tuple[str, str, str]]:
+    """The rejected plans of a kept run: (kind, text, why)."""
+    if "invalid" in filters.pairs:
+        for d in run.drafts:
+            if d.problems and d.text:
+                yield "invalid", str(d.text), "; ".join(d.problems)
+    final = run.versions[-1]
+    if "edited" in filters.pairs:
+        review = run.setup.get("review") or {}
+        accepted = next((d for d in reversed(run.drafts) if not d.problems and d.text), None)
+        if review.get("edited") and accepted is not None:
+            yield "edited", str(accepted.text), f"{review.get('by', 'a person')} edited the planner's plan before it ran"
+        for v in run.versions[1:]:
+            if v.reason.startswith("edited by ") and v.version > 1:
+                earlier = run.versions[v.version - 2]
+                if not run.untrusted(earlier.version) or filters.include_untrusted:
+                    yield "edited", run.render(earlier.plan), f"v{earlier.version} was {v.reason}"
+    if "replanned" in filters.pairs:
+        for version, why in sorted(run.replans.items()):
+            earlier = run.versions[version - 2]
+            if version <= final.version and (not run.untrusted(earlier.version) or filters.include_untrusted):
+                yield "replanned", run.render(earlier.plan), f"v{earlier.version} was replaced after a failure: {why}"
+
+
+def _pair(
+    out: TrainingSet, seen: set[str], filters: TrainingFilter, run: _Run, kind: str, rejected: str, chosen: str, why: str,
+    **more: Any,
+) -> None:  # fmt: skip
+    if rejected.strip() == chosen.strip():
+        return  # the change is not one a planner writes (criteria, retries): nothing to prefer
+    record = {
+        "prompt": run.prompt,
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+        "metadata": run.metadata(kind=kind, why=why, **more),
+    }
+    _add(out, seen, filters, run.goal, "pairs", chosen + "\x00" + rejected, record)
+
+
+def _add(out: TrainingSet, seen: set[str], filters: TrainingFilter, goal: str, kind: str, text: str, record: dict[str, Any]) -> None:
+    """Keep `record` unless one of the same goal and plan text came first; in the holdout when its goal's hash says so."""
+    key = hashlib.sha256(f"{kind}\x00{_norm(goal)}\x00{text.strip()}".encode()).hexdigest()
+    if key in seen:
+        out.duplicates += 1
+        return
+    seen.add(key)
+    record = redact(record)
+    holdout = _bucket(goal) < filters.holdout
+    if kind == "sft":
+        (out.sft_holdout if holdout else out.sft).append(record)
+    else:
+        (out.pairs_holdout if holdout else out.pairs).append(record)
+
+
+def _bucket(goal: str) -> float:
+    """Where `goal` falls in [0, 1): the same goal always falls in the same place, whatever run it came from."""
+    return int(hashlib.sha256(_norm(goal).encode()).hexdigest()[:12], 16) / float(16**12)
+
+
+def _norm(goal: str) -> str:
+    return " ".join(goal.lower().split())
+
+
+def _status(summary: RunSummary) -> str:
+    return str(getattr(summary.status, "value", summary.status))
