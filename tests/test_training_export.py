@@ -369,3 +369,16 @@ def test_the_template_filter_keeps_runs_that_reused_it_with_what_the_planner_wou
     assert sft["messages"][-2]["content"] == "Goal: What is 30 plus 12?" and "add(a: integer" in sft["messages"][0]["content"]
     assert json.loads(sft["messages"][-1]["content"])["steps"][0]["parameters"] == {"a": 30, "b": 12}
     assert found.left_out == {"template": 1}
+
+
+def test_a_streamed_plan_records_what_its_planner_was_asked(answers, tmp_path):
+    store = open_store(tmp_path / "runs.db")
+    answers += [ADD_17_25]
+    t = team(store)
+
+    async def stream():
+        return await t.start_streaming("What is 17 plus 25?").result()
+
+    assert asyncio.run(stream()).answer == 42
+    (sft,) = records(training_set(store, TrainingFilter(holdout=0.0)), "sft")
+    assert sft["messages"][-2]["content"] == "Goal: What is 17 plus 25?" and sft["messages"][-1]["content"] == ADD_17_25

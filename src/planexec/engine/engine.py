@@ -163,21 +163,22 @@ class Engine:
         if self._config.store is not None:
             record_run(run, self._config.store)
 
-    def start_streaming(self, stream: StepStream, *, run_id: str | None = None) -> Run:
+    def start_streaming(self, stream: StepStream, *, run_id: str | None = None, setup: Mapping[str, Any] | None = None) -> Run:
         """Start a run whose steps arrive from a `PlanStream`: each starts once it is parsed and its dependencies end.
 
         Each step is checked on its own before it joins; the whole plan is
         validated when the stream ends, and a late problem stops the run
         cleanly (status ``failed``, every started step recorded). A streamed
         plan cannot be approved before its steps start: an engine with a
-        `plan_approver` refuses to stream (ValueError).
+        `plan_approver` refuses to stream (ValueError). `setup` is recorded in
+        `RunStarted`, as `start`'s.
         """
         if self._config.plan_approver is not None:
             raise ValueError(
                 "a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver"
             )
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
-        run = StreamingRun(self, empty, run_id or new_run_id(), streaming=True)
+        run = StreamingRun(self, empty, run_id or new_run_id(), setup=setup, streaming=True)
         run.launch(name=f"planexec {run.run_id}")
         self._record(run)
         run.feed(stream, name=f"planexec {run.run_id} plan stream")

@@ -61,7 +61,7 @@ _NOT_A_PERSON = frozenset({"--yes", "policy", "nobody", "auto_approve", ""})
 
 # why a run gave no record (the manifest's `left_out`, and `planexec export training`'s report)
 LEFT_OUT = {
-    "no_prompt": "recorded no planner conversation (a plan file, a streamed plan, or a store older than schema 9)",
+    "no_prompt": "recorded no planner conversation (a plan file, or a store older than schema 9)",
     "single_agent": "one agent worked the goal: no plan of the planner's ran",
     "sub_run": "a sub-team's run: its goal is a step's words",
     "status": "did not end as the filter asks",
