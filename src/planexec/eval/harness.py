@@ -389,13 +389,14 @@ def run_suite(
 
 
 def _by_planner(records: list[EvalRecord], modes: list[str], planners: list[str], crew: list[str]) -> list[ModeSummary]:
-    """One summary per workers' model for ``single``, and per planner x workers' model x planning mode."""
+    """Per workers' model: one summary for ``single``, then one per planner and planning mode."""
+    cells: list[tuple[str | None, str]] = [(None, "single")] if "single" in modes else []
+    cells += [(planner, mode) for planner in planners for mode in modes if mode != "single"]
     out = []
     for workers in crew:
-        for mode in modes:
-            for planner in [None] if mode == "single" else planners:
-                chosen = [r for r in records if (r.mode, r.planner, r.workers) == (mode, planner, workers)]
-                out.append(ModeSummary.of(mode, chosen, planner=planner, workers=workers))
+        for planner, mode in cells:
+            chosen = [r for r in records if (r.mode, r.planner, r.workers) == (mode, planner, workers)]
+            out.append(ModeSummary.of(mode, chosen, planner=planner, workers=workers))
     return out
 
 

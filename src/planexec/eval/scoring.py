@@ -138,6 +138,10 @@ class ModeSummary(Record):
     repairs: int = 0
     mean_repairs: float | None = None
 
+    def describe_failures(self) -> str:
+        """``planner 2, answer 1`` (the stages in `STAGES` order), or ``none``."""
+        return ", ".join(f"{stage} {self.failures[stage]}" for stage in STAGES if self.failures.get(stage)) or "none"
+
     @classmethod
     def of(cls, mode: str, records: Iterable[EvalRecord], *, planner: str | None = None, workers: str | None = None) -> ModeSummary:
         """The summary of `records` (all of one mode; of one planner and workers' model when those are given)."""
