@@ -100,7 +100,8 @@ def planner_goals_table(report: EvalReport) -> Table:
 
 def planner_ratio_notes(report: EvalReport) -> list[str]:
     """The single agent (ReAct) over each planner's runs in each mode, on the same workers' model, for tokens, model
-    calls and wall time; empty without ``single``."""
+    calls and wall time, saying so when the planner's runs succeeded less often (a failed run is cheap); empty without
+    ``single``."""
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b else "n/a"
@@ -112,9 +113,10 @@ def planner_ratio_notes(report: EvalReport) -> list[str]:
         if s.planner is None or react is None:
             continue
         on = f" on {s.workers}" if _matrix(report) else ""
+        short = f" ({s.successes}/{s.runs} succeeded, single {react.successes}/{react.runs})" if s.successes < react.successes else ""
         lines.append(
             f"ReAct (single) / {s.planner} {s.mode}{on}: tokens {ratio(react.input_tokens + react.output_tokens, s.input_tokens + s.output_tokens)}, "
-            f"model calls {ratio(react.model_calls, s.model_calls)}, wall time {ratio(react.wall_time, s.wall_time)}"
+            f"model calls {ratio(react.model_calls, s.model_calls)}, wall time {ratio(react.wall_time, s.wall_time)}{short}"
         )
     return lines
 
