@@ -153,7 +153,8 @@ def scripted_models(
 
 
 def configured_models(settings: Any) -> ModelFactory:
-    """The configured planner model (`settings.ModelSettings`) for every goal and role: one instance, loaded once."""
+    """The model `settings` (`ModelSettings`) names as planner, for every goal: one instance, loaded once. It plays every
+    role, or one side of a comparison (a planner's `Contender`, or the workers')."""
     model = settings.model(settings.planner.name)
     return lambda case: model
 

@@ -150,7 +150,7 @@ def write_planner_chart(report: EvalReport, path: str | Path) -> Path:
         ("tokens per goal (input, output hatched)", lambda s: s.mean_tokens),
         ("wall time per goal (s)", lambda s: s.mean_wall_time),
     ]
-    fig, axes = plt.subplots(2, 3, figsize=(max(12, 2.2 * len(groups) * 1.5), 7))
+    fig, axes = plt.subplots(2, 3, figsize=(max(12.0, 3.3 * len(groups)), 7))  # wider with more planners
     for ax, (label, value) in zip(axes.flat, panels):
         top = 0.0
         for x, (_, members) in enumerate(groups):
