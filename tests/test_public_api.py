@@ -80,9 +80,9 @@ SUBMODULES = {
         "INSTALL_HINT", "RayRunner", "Runner", "remote_ref", "runner_for"
     },
     "eval": {
-        "EvalOptions", "EvalRecord", "INJECTION_SCENARIOS", "InjectionMode", "InjectionReport", "LatencyModel", "MODES",
-        "SuiteError", "configured_models", "goals_table", "load_suite", "parse_modes", "ratio_notes", "run_injection_suite",
-        "run_suite", "scripted_models", "summary_table", "write_report"
+        "Contender", "EvalOptions", "EvalRecord", "INJECTION_SCENARIOS", "InjectionMode", "InjectionReport", "LatencyModel", "MODES",
+        "PLANNER_VARIANTS", "PlannerSpec", "SuiteError", "configured_models", "goals_table", "load_suite", "parse_modes",
+        "parse_planners", "ratio_notes", "run_injection_suite", "run_suite", "scripted_models", "summary_table", "write_report"
     },
     "testing": {
         "FunctionModel", "ManualClock", "ObedientModel", "ScriptExhaustedError", "ScriptedModel", "count_tokens", "scripted_tool",

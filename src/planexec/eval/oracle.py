@@ -137,12 +137,12 @@ class OracleModel(FunctionModel):
         schema = request.output_schema or {}
         properties = schema.get("properties") or {}
         if "steps" in properties:
-            draft = self.plan_draft(positional="step_1" in (schema.get("$defs") or {}))
+            draft = self.plan_draft(positional="step_1" in (schema.get("$defs") or {}), request=request)
             if "answer_step" in properties:  # the schema asks which step answers the goal: the last call
                 draft["answer_step"] = draft["steps"][-1]["id"]
             return json.dumps(draft)
         if is_compact_request(request):
-            return self.compact_plan()
+            return self.compact_plan(request)
         if {"template", "values"} <= set(schema.get("properties") or {}):
             return json.dumps(self.choose_template(request.messages))
         results = self._tool_results(request.messages)
@@ -164,8 +164,16 @@ class OracleModel(FunctionModel):
             return json.dumps({"answer": last})
         return last
 
-    def plan_draft(self, *, positional: bool) -> dict[str, Any]:
-        """The solution as a plan draft: worker ``tool``, action the tool, references ``${id}``."""
+    def planned(self, steps: list[dict[str, Any]], request: ModelRequest | None) -> list[dict[str, Any]]:
+        """The steps this model writes as planner, given the solution's (`plan_draft`'s) and the request: the solution's.
+
+        A scripted planner (`eval.planners.ScriptedPlanner`) writes its
+        variant's mistake here instead.
+        """
+        return steps
+
+    def plan_draft(self, *, positional: bool, request: ModelRequest | None = None) -> dict[str, Any]:
+        """The solution as a plan draft: worker ``tool``, action the tool, references ``${id}`` (as `planned` has it)."""
         ids = {c.call_id: (f"s{k}" if positional else c.call_id) for k, c in enumerate(self.solution, 1)}
 
         def rename(value: Any) -> Any:
@@ -188,11 +196,18 @@ class OracleModel(FunctionModel):
             }
             for c in self.solution
         ]
-        return {"steps": steps}
+        return {"steps": self.planned(steps, request)}
 
-    def compact_plan(self) -> str:
-        """The solution in the compact form: one line per call, ``$N`` references, no notes, the last call marked ``answer``."""
-        steps = [{k: v for k, v in s.items() if k not in ("instruction", "depends_on")} for s in self.plan_draft(positional=True)["steps"]]
+    def compact_plan(self, request: ModelRequest | None = None) -> str:
+        """The solution in the compact form: one line per call, ``$N`` references, no notes, the last call marked ``answer``.
+
+        A dependency no reference implies is written ``after N``.
+        """
+        steps = []
+        for s in self.plan_draft(positional=True, request=request)["steps"]:
+            implied = {m[1] for m in _REF.finditer(json.dumps(s.get("parameters")))}
+            after = [d for d in s.get("depends_on", []) if d not in implied]
+            steps.append({k: v for k, v in s.items() if k not in ("instruction", "depends_on")} | ({"depends_on": after} if after else {}))
         return print_compact(Plan.from_data({"plan_id": "oracle", "goal": "", "steps": steps, "answer_step": steps[-1]["id"]}))
 
     def choose_template(self, messages: list[Message]) -> dict[str, Any]:

@@ -5,8 +5,11 @@ cost, wall time, failures by stage), `goals_table` (goal x mode: passed, or
 the stage that failed), `write_chart` (grouped bars of success rate, model
 calls, tokens and wall time per mode; matplotlib on its Agg backend, so no
 display is needed), `write_json` and `write_report` (both files into a
-folder). Reads `evaluation`'s records only; runs nothing. Imports
-`evaluation` and rich; matplotlib only inside `write_chart`.
+folder). A report that compares planners (`EvalReport.planners`) is shown
+by `eval.planner_report` instead: each of these hands it over, so a face
+prints and writes either kind the same way. Reads `eval.scoring`'s records
+only; runs nothing. Imports `eval.scoring`, `eval.planner_report` and rich;
+matplotlib only inside `write_chart`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from planexec.eval.harness import STAGES, EvalReport
+from planexec.eval.planner_report import COLORS, planner_goals_table, planner_ratio_notes, planners_table, write_planner_chart
+from planexec.eval.scoring import EvalReport
 
 __all__ = [
     "ANCHORS",
@@ -29,7 +33,6 @@ __all__ = [
     "write_report",
 ]
 
-_COLORS = {"single": "#d62728", "plan": "#1f77b4", "stream": "#2ca02c"}
 ANCHORS = {
     "tokens": "ReWOO: 5x fewer tokens than ReAct",
     "wall_time": "LLMCompiler: up to 3.7x lower latency than ReAct",
@@ -37,13 +40,13 @@ ANCHORS = {
 """The published figures our ratios are read against (ReWOO, Xu et al. 2023; LLMCompiler, Kim et al. 2024)."""
 
 
-def _failures(counts: dict[str, int]) -> str:
-    shown = [f"{stage} {counts[stage]}" for stage in STAGES if counts.get(stage)]
-    return ", ".join(shown) or "none"
-
-
 def summary_table(report: EvalReport) -> Table:
-    """One row per mode: success, model calls, input and output tokens, cost, wall time, failures by stage."""
+    """One row per mode: success, model calls, input and output tokens, cost, wall time, failures by stage.
+
+    A comparison of planners: `planner_report.planners_table`.
+    """
+    if report.planners:
+        return planners_table(report)
     title = f"{report.suite}: {len({r.goal_id for r in report.records})} goals x {report.repeat} · model {report.model}"
     if report.latency:
         title += f" · latency {report.latency}"
@@ -70,13 +73,18 @@ def summary_table(report: EvalReport) -> Table:
             s.cost,
             f"{s.wall_time:.2f} s",
             f"{s.mean_wall_time:.2f} s",
-            _failures(s.failures),
+            s.describe_failures(),
         )
     return table
 
 
 def goals_table(report: EvalReport) -> Table:
-    """Goal x mode: ``ok`` or the failed stage, with model calls and wall time (the first repeat only)."""
+    """Goal x mode: ``ok`` or the failed stage, with model calls and wall time (the first repeat only).
+
+    A comparison of planners: `planner_report.planner_goals_table`.
+    """
+    if report.planners:
+        return planner_goals_table(report)
     table = Table(title=f"{report.suite}: per goal (repeat 1)", title_justify="left")
     table.add_column("goal")
     for mode in report.modes:
@@ -113,7 +121,10 @@ def react_ratios(report: EvalReport) -> dict[str, dict[str, float | None]]:
 
 
 def ratio_notes(report: EvalReport) -> list[str]:
-    """The closing note: ReAct / each planning mode for tokens, model calls and wall time, beside the published anchors."""
+    """The closing note: ReAct / each planning mode for tokens, model calls and wall time, beside the published anchors.
+
+    A comparison of planners: ReAct / each planner's runs on the same workers' model (`planner_report.planner_ratio_notes`).
+    """
 
     def shown(value: float | None) -> str:
         return f"{value:.2f}x" if value is not None else "n/a"
@@ -122,6 +133,7 @@ def ratio_notes(report: EvalReport) -> list[str]:
         f"ReAct (single) / {mode}: tokens {shown(r['tokens'])}, model calls {shown(r['model_calls'])}, wall time {shown(r['wall_time'])}"
         for mode, r in react_ratios(report).items()
     ]
+    lines = planner_ratio_notes(report) if report.planners else lines
     if lines:
         lines.append(f"published: {ANCHORS['tokens']}; {ANCHORS['wall_time']}")
     return lines
@@ -134,7 +146,7 @@ def report_paths(report: EvalReport, outdir: str | Path) -> dict[str, Path]:
 
 
 def write_json(report: EvalReport, path: str | Path) -> Path:
-    """The report as JSON: the set-up, every goal x mode record and the per-mode summaries."""
+    """The report as JSON: the set-up, every goal x mode record, the per-mode summaries (and per-planner ones)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.to_json(indent=2) + "\n", encoding="utf-8")
@@ -142,7 +154,12 @@ def write_json(report: EvalReport, path: str | Path) -> Path:
 
 
 def write_chart(report: EvalReport, path: str | Path) -> Path:
-    """A PNG of grouped bars per mode: success rate, model calls, tokens (in and out) and wall time, per goal on average."""
+    """A PNG of grouped bars per mode: success rate, model calls, tokens (in and out) and wall time, per goal on average.
+
+    A comparison of planners: `planner_report.write_planner_chart`.
+    """
+    if report.planners:
+        return write_planner_chart(report, path)
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a window
@@ -153,7 +170,7 @@ def write_chart(report: EvalReport, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     summaries = report.summaries
     modes = [s.mode for s in summaries]
-    colors = [_COLORS.get(m, "#7f7f7f") for m in modes]
+    colors = [COLORS.get(m, "#7f7f7f") for m in modes]
     runs = [max(s.runs, 1) for s in summaries]
     panels = [
         ("success rate (%)", [100 * s.success_rate for s in summaries]),
