@@ -272,13 +272,15 @@ class Planner:
         """What this planner was asked for `planning`'s plan, as a run records it (``RunStarted.setup["planner"]``, read by
         `export_training`): its model, the format and the opening conversation (the system prompt with the catalogue as it
         is now, the example turns, the goal). For a template's plan (`reused`), what it would have been asked; empty for a
-        plan no planner wrote."""
+        plan no planner wrote. ``trusted_tools`` names the tools whose output (and so whose error messages) is not
+        untrusted: a replanner that read another tool's failure read words from outside, which an export leaves out."""
+        trusted = sorted(name for name, found in self.registry.tools.items() if not found.untrusted_output)
         if planning.prompt:
-            return {"model": self.model.name, "format": planning.plan_format, "prompt": planning.prompt}
+            return {"model": self.model.name, "format": planning.plan_format, "prompt": planning.prompt, "trusted_tools": trusted}
         if not reused:
             return {}
         prompt = [{"role": m.role, "content": m.content} for m in self.messages(planning.plan.goal)]
-        return {"model": self.model.name, "format": self.plan_format, "prompt": prompt}
+        return {"model": self.model.name, "format": self.plan_format, "prompt": prompt, "trusted_tools": trusted}
 
     def request(self, messages: list[Message], *, grammar: str | None = None) -> ModelRequest:
         """One planning call: the conversation so far, the draft schema (for the compact form: its grammar, when the model
