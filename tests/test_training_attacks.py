@@ -300,3 +300,14 @@ def test_export_training_help_names_every_status_a_run_may_end_with(capsys):
         main(["export", "training", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert not [status.value for status in RunStatus if status.value not in text]
+
+
+def test_the_same_plan_for_the_same_goal_is_one_record_however_it_was_written(answers, tmp_path):
+    store = open_store(tmp_path / "runs.db")
+    written = {"steps": [{"id": "s1", "worker": "tool", "action": "add", "instruction": "add", "parameters": {"a": 17, "b": 25},
+                          "depends_on": []}], "answer_step": "s1"}  # fmt: skip
+    for text in (json.dumps(written), json.dumps(written, indent=2), json.dumps({"answer_step": "s1", **written})):
+        answers += [text]
+        assert run(team(store), "What is 17 plus 25?").answer == 42
+    found = training_set(store, TrainingFilter(holdout=0.0))
+    assert len(records(found, "sft")) == 1 and found.duplicates == 2

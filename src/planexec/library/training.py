@@ -32,7 +32,8 @@ version written by a replanner that had read untrusted output, or the
 error message of a step that may carry outside words (a tool the run did
 not record as trusted, a role that called one, a sub-team), a step marked
 ``untrusted_from``. Records are
-deduplicated by goal and plan hash (the newest run's kept), split into train
+deduplicated by goal and plan (the plan its text writes, however spaced;
+the newest run's kept), split into train
 and holdout by a hash of the goal (a goal's records are all on one side),
 and redacted with the store's redactor (`secrets.redact`) before they are
 written, inside the JSON strings of a plan's text too (where a secret with
@@ -224,22 +225,17 @@ class _Run:
         except (PlanError, ValueError):
             return None
 
-    def same_plan(self, a: str, b: str) -> bool:
-        """Whether the texts `a` and `b` write the same plan (as the prompt's format reads them), or are the same text."""
-        if a.strip() == b.strip():
-            return True
-        plans = [self._read_text(text) for text in (a, b)]
-        if plans[0] is None or plans[1] is None:
-            return False
-        return self.render(plans[0]) == self.render(plans[1])
-
-    def _read_text(self, text: str) -> Plan | None:
+    def plan_key(self, text: str) -> str:
+        """The plan `text` writes, written one way (`render` of the plan the prompt's format reads in it): two texts of
+        the same plan, spaced or ordered differently, have the same key; a text that reads as no plan is its own key."""
         try:
             if self.format == "compact":
-                return parse_compact(text, goal=self.goal, plan_id="read")
-            return Plan.from_data(draft_to_plan_data(json.loads(text), self.goal, plan_id="read"))
+                plan = parse_compact(text, goal=self.goal, plan_id="read")
+            else:
+                plan = Plan.from_data(draft_to_plan_data(json.loads(text), self.goal, plan_id="read"))
         except (PlanError, ValueError, TypeError):
-            return None
+            return text.strip()
+        return self.render(plan) or text.strip()
 
     def final_text(self) -> str | None:
         """The plan that ran last, in the prompt's format: the model's own words when that plan is the draft it wrote
@@ -302,8 +298,8 @@ def training_set(store: RunStore, filters: TrainingFilter | None = None) -> Trai
         known = by_goal.get(_norm(run.goal))
         if known is None or (_status(run.summary) == "succeeded" and _status(known.summary) != "succeeded"):
             by_goal[_norm(run.goal)] = run
-        _add(out, seen, filters, run.goal, "sft", chosen, {"messages": [*run.prompt, {"role": "assistant", "content": chosen}],
-                                                          "metadata": run.metadata()})  # fmt: skip
+        record = {"messages": [*run.prompt, {"role": "assistant", "content": chosen}], "metadata": run.metadata()}
+        _add(out, seen, filters, run.goal, "sft", run.plan_key(chosen), record)
         for kind, rejected, why in _rejected(run, filters):
             _pair(out, seen, filters, run, kind, rejected, chosen, why)
     for run in refused:
@@ -493,7 +489,10 @@ def _pair(
     out: TrainingSet, seen: set[str], filters: TrainingFilter, run: _Run, kind: str, rejected: str | None, chosen: str, why: str,
     **more: Any,
 ) -> None:  # fmt: skip
-    if rejected is None or run.same_plan(rejected, chosen):
+    if rejected is None:
+        return
+    worse, better = run.plan_key(rejected), run.plan_key(chosen)
+    if worse == better:
         return  # the change is not one a planner writes (criteria, retries, its text's spacing): nothing to prefer
     record = {
         "prompt": run.prompt,
@@ -501,12 +500,13 @@ def _pair(
         "rejected": [{"role": "assistant", "content": rejected}],
         "metadata": run.metadata(kind=kind, why=why, **more),
     }
-    _add(out, seen, filters, run.goal, "pairs", chosen + "\x00" + rejected, record)
+    _add(out, seen, filters, run.goal, "pairs", better + "\x00" + worse, record)
 
 
-def _add(out: TrainingSet, seen: set[str], filters: TrainingFilter, goal: str, kind: str, text: str, record: dict[str, Any]) -> None:
-    """Keep `record` unless one of the same goal and plan text came first; in the holdout when its goal's hash says so."""
-    key = hashlib.sha256(f"{kind}\x00{_norm(goal)}\x00{text.strip()}".encode()).hexdigest()
+def _add(out: TrainingSet, seen: set[str], filters: TrainingFilter, goal: str, kind: str, plans: str, record: dict[str, Any]) -> None:
+    """Keep `record` unless one of the same goal and plans (`_Run.plan_key`) came first; in the holdout when its goal's
+    hash says so."""
+    key = hashlib.sha256(f"{kind}\x00{_norm(goal)}\x00{plans}".encode()).hexdigest()
     if key in seen:
         out.duplicates += 1
         return
