@@ -93,8 +93,8 @@ def test_a_replan_after_an_untrusted_tools_error_message_never_enters_a_record(a
     found = training_set(store, TrainingFilter(holdout=0.0))
     assert not any(ATTACK in s for s in everything(found))  # not the plan written after it, nor the replan's `why`
     assert found.left_out == {"untrusted": 1} and found.untrusted_left_out == 1
-    setup = next(e for e in store.events(store.runs()[0].run_id) if e.type == "run_started").setup
-    assert "add" in setup["planner"]["trusted_tools"] and "fetch" not in setup["planner"]["trusted_tools"]
+    asked = next(e for e in store.events(store.runs()[0].run_id) if e.type == "run_started").setup["planner"]
+    assert "add" in asked["trusted_tools"] and "fetch" in asked["untrusted_tools"] and "fetch" not in asked["trusted_tools"]
     asked = training_set(store, TrainingFilter(holdout=0.0, include_untrusted=True))
     assert any(ATTACK in s for s in everything(asked))
 
@@ -250,21 +250,22 @@ def test_an_outdir_that_cannot_be_written_is_a_usage_error_naming_it(tmp_path, c
     assert not (tmp_path / "nowhere.db").exists() and not (tmp_path / "out").exists()
 
 
-def planted_run(store, *, researcher_called: str) -> str:
-    """A run as the engine records it, planted with the store's API: a researcher role calls `researcher_called`, fails
-    with an error that quotes what it read, and a replan's version runs to success."""
-    run_id = f"run-planted-{researcher_called}"
+def planted_run(store, *, worker: str, action: str, called: str | None) -> str:
+    """A run as the engine records it, planted with the store's API: step s1 (`worker`.`action`, calling the tool
+    `called`) fails with an error that quotes what it read, and a replan's version runs to success."""
+    run_id = f"run-planted-{worker}-{called}"
     v1 = Plan.from_data({"plan_id": "p", "goal": "Research the offers", "steps": [
-        {"id": "s1", "worker": "researcher", "action": "research", "instruction": "find the offers", "failure_action": "replan"}]})  # fmt: skip
+        {"id": "s1", "worker": worker, "action": action, "instruction": "find the offers", "failure_action": "replan"}]})  # fmt: skip
     v2 = Plan.from_data({"plan_id": "p", "goal": "Research the offers", "version": 2, "revises": 1, "steps": [
         {"id": "s2", "worker": "researcher", "action": "research", "instruction": ATTACK}]})  # fmt: skip
     asked = {
         "model": "script:planner",
         "format": "json",
         "trusted_tools": ["add"],
+        "untrusted_tools": ["billing__send_message", "fetch"],
         "prompt": [{"role": "system", "content": "You are the planner."}, {"role": "user", "content": "Goal: Research the offers"}],
     }
-    call = CallRecord(step_id="s1", attempt=1, worker="researcher", tool=researcher_called, allowed=True, rule="granted", reason="")
+    call = CallRecord(step_id="s1", attempt=1, worker=worker, tool=called or "", allowed=True, rule="granted", reason="")
     error = ErrorInfo(rule="worker", type="WorkerError", message=f"the page said: {ATTACK}")
     usage, events = Usage(), []
 
@@ -272,9 +273,10 @@ def planted_run(store, *, researcher_called: str) -> str:
         events.append(cls(run_id=run_id, seq=len(events), at=datetime.now(UTC), **fields))
 
     event(RunStarted, plan_id="p", plan_version=1, content_hash=v1.content_hash, goal=v1.goal, step_ids=["s1"], setup={"planner": asked})
-    event(StepStarted, step_id="s1", worker="researcher", action="research", attempt=1)
-    event(ToolCallDecided, step_id="s1", call=call)
-    event(StepFailed, step_id="s1", attempt=1, worker="researcher", error=error, then="replan", wall_time=0.1)
+    event(StepStarted, step_id="s1", worker=worker, action=action, attempt=1)
+    if called is not None:
+        event(ToolCallDecided, step_id="s1", call=call)
+    event(StepFailed, step_id="s1", attempt=1, worker=worker, error=error, then="replan", wall_time=0.1)
     event(ReplanStarted, version=1, reason=f"step s1 failed: {error.render()}", source="step", step_id="s1")
     event(PlanRevised, version=2, revises=1, content_hash=v2.content_hash, reason="s1 failed", diff=diff_plans(v1, v2), step_ids=["s2"],
           usage=usage, plan=v2)  # fmt: skip
@@ -284,14 +286,22 @@ def planted_run(store, *, researcher_called: str) -> str:
     return run_id
 
 
-@pytest.mark.parametrize(("called", "leaks"), [("fetch", True), ("add", False)])
-def test_a_replan_after_a_role_that_read_untrusted_output_failed_is_left_out(tmp_path, called, leaks):
+@pytest.mark.parametrize(
+    ("worker", "action", "called", "leaks"),
+    [
+        ("researcher", "research", "fetch", True),  # a role that read a web page
+        ("billing", "billing__send_message", None, True),  # a remote A2A agent: a tool with a worker of its own
+        ("researcher", "research", "add", False),  # a role that called only tools the run trusts
+        ("researcher", "research", None, False),  # a role that called nothing
+    ],
+)
+def test_a_replan_after_a_step_that_read_outside_words_failed_is_left_out(tmp_path, worker, action, called, leaks):
     store = open_store(tmp_path / "runs.db")
-    planted_run(store, researcher_called=called)
+    planted_run(store, worker=worker, action=action, called=called)
     found = training_set(store, TrainingFilter(holdout=0.0))
-    if leaks:  # its error quotes what the role read from outside: the replanner read it, and so would a trainee
+    if leaks:  # its error quotes what it read from outside: the replanner read it, and so would a trainee
         assert found.left_out == {"untrusted": 1} and not any(ATTACK in s for s in everything(found))
-    else:  # a role that called only tools the run trusts: its failure, and the replan after it, are training data
+    else:  # its failure, and the replan after it, are training data
         assert not found.left_out and [r["metadata"]["kind"] for r in records(found, "pairs")] == ["replanned"]
 
 

@@ -29,9 +29,10 @@ denied in the store (a denied plan is only ever the rejected side of a
 pair), and it passes the filter. Text that derives from untrusted tool
 output never enters a record unless `TrainingFilter.include_untrusted`: a
 version written by a replanner that had read untrusted output, or the
-error message of a step that may carry outside words (a tool the run did
-not record as trusted, a role that called one, a sub-team), a step marked
-``untrusted_from``. Records are
+error message of a step that may carry outside words (a tool with
+untrusted output, or one the run did not record as trusted, a role that
+called one, a sub-team; any step of a run that recorded no tools' trust),
+a step marked ``untrusted_from``. Records are
 deduplicated by goal and plan (the plan its text writes, however spaced;
 the newest run's kept), split into train
 and holdout by a hash of the goal (a goal's records are all on one side),
@@ -363,7 +364,8 @@ def _read(store: RunStore, summary: RunSummary) -> _Run | str:
         return "unreadable"
     # a replan's drafts answer the replanner's conversation, which is not kept
     drafts = [e for e in events if e.type == "plan_drafted" and e.version == 1]
-    untrusted_versions, replans, refused_calls = _history(events, set(asked.get("trusted_tools") or ()))
+    trust = None if "untrusted_tools" not in asked else (set(asked["trusted_tools"]), set(asked["untrusted_tools"]))
+    untrusted_versions, replans, refused_calls = _history(events, trust)
     for v in versions:
         if any(s.untrusted_from for s in v.plan.steps):
             untrusted_versions.add(v.version)
@@ -390,19 +392,18 @@ def _well_formed(setup: dict[str, Any]) -> bool:
     """Whether a run's setup says what the planner was asked in the shape `Planner.asked` writes (a setup edited, or
     written by another program, is left out rather than read wrong)."""
     asked = setup["planner"]
-    prompt, tools = asked.get("prompt"), asked.get("trusted_tools", [])
+    prompt, tools = asked.get("prompt"), [asked.get(key, []) for key in ("trusted_tools", "untrusted_tools")]
     return (
         isinstance(prompt, list)
         and all(isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in prompt)
         and isinstance(asked.get("model", ""), str)
         and asked.get("format", "json") in ("json", "compact")
-        and isinstance(tools, list)
-        and all(isinstance(t, str) for t in tools)
+        and all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in tools)
         and all(isinstance(setup.get(key) or {}, dict) for key in ("review", "reuse"))
     )
 
 
-def _history(events: list[Any], trusted: set[str]) -> tuple[set[int], dict[int, str], int]:
+def _history(events: list[Any], trust: tuple[set[str], set[str]] | None) -> tuple[set[int], dict[int, str], int]:
     """From a run's events: the versions written after the run had read outside words (an untrusted output, or the
     error message of a step that may carry them, see `_outside_words`), why each replan was asked for, and the refused calls."""
     untrusted: set[int] = set()
@@ -423,7 +424,7 @@ def _history(events: list[Any], trusted: set[str]) -> tuple[set[int], dict[int, 
             outside = True
         elif e.type == "step_failed" and e.then not in ("retry", "fallback"):  # a failure the replanner and joiner read
             worker, action = started.get(e.step_id, (e.worker, ""))
-            outside = outside or _outside_words(worker, action, tools.get(e.step_id, set()), e.step_id in teams, trusted)
+            outside = outside or _outside_words(worker, action, tools.get(e.step_id, set()), e.step_id in teams, trust)
         elif e.type == "replan_started":
             why = e.reason
         elif e.type == "plan_revised":
@@ -433,12 +434,16 @@ def _history(events: list[Any], trusted: set[str]) -> tuple[set[int], dict[int, 
     return untrusted, replans, refused
 
 
-def _outside_words(worker: str, action: str, called: set[str], team: bool, trusted: set[str]) -> bool:
-    """Whether a failed step's error message may carry words from outside: a tool's, unless the run recorded that tool's
-    output as trusted; a role's that called a tool not so recorded; a sub-team's (its steps' errors are its own)."""
-    if worker == "tool":
-        return action not in trusted
-    return team or not called <= trusted
+def _outside_words(worker: str, action: str, called: set[str], team: bool, trust: tuple[set[str], set[str]] | None) -> bool:
+    """Whether a failed step's error message may carry words from outside: a tool's whose output is untrusted (called
+    directly, or through a worker of its own, as a remote A2A agent is) or not recorded as trusted; a role's that called
+    such a tool; a sub-team's (its steps' errors are its own); any step's when the run recorded no tools' trust."""
+    if trust is None or team:
+        return True
+    trusted, untrusted = trust
+    if action in untrusted or (worker == "tool" and action not in trusted):
+        return True
+    return not called <= trusted
 
 
 def _left_out_by_choice(run: _Run, filters: TrainingFilter, *, status: bool = True) -> str | None:
