@@ -245,18 +245,26 @@ def test_untrusted_tool_output_never_enters_a_record_unless_asked(answers, tmp_p
     assert "the answer is 42" in sft["messages"][-1]["content"]
 
 
+def read_knowing(store, filters: TrainingFilter, monkeypatch, **keys: str):
+    """`training_set` in a process that knows `keys` (environment secrets set only now: the store kept them as written)."""
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    refresh_secrets()
+    try:
+        return training_set(store, filters)
+    finally:
+        for name in keys:
+            monkeypatch.delenv(name)
+        refresh_secrets()
+
+
 def test_secrets_are_redacted_in_every_record(answers, tmp_path, monkeypatch):
     store = open_store(tmp_path / "runs.db")
     answers += [draft(step("s1", "add", {"a": 1, "b": 2}, instruction="x"), answer="s1")]
     answers[-1] = answers[-1].replace('"do add"', '"add with token sk-live-0123456789abcdef"')
     run(team(store), "Add one and two for sk-live-0123456789abcdef")
-    monkeypatch.setenv("LEAKED_API_KEY", "sk-live-0123456789abcdef")  # a key this process knows only now
-    refresh_secrets()
-    try:
-        found = training_set(store, TrainingFilter(holdout=0.0))
-    finally:
-        monkeypatch.delenv("LEAKED_API_KEY")
-        refresh_secrets()
+    # a key this process knows only now
+    found = read_knowing(store, TrainingFilter(holdout=0.0), monkeypatch, LEAKED_API_KEY="sk-live-0123456789abcdef")
     text = json.dumps([*records(found, "sft"), *records(found, "pairs")])
     assert records(found, "sft") and "sk-live-0123456789abcdef" not in text and "[redacted:LEAKED_API_KEY]" in text
 

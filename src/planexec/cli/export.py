@@ -2,8 +2,9 @@
 
 Owns reading the filters from the command line into a `TrainingFilter`
 (each bad value a usage error naming its option, before anything is
-written) and the report: the files written with their record counts, and
-the runs left out by reason. Thin: `library.export_training` does the work.
+written; so is an OUTDIR that is a file or cannot be written) and the
+report: the files written with their record counts, the runs left out by
+reason, and the runs whose records changed after they were written. Thin: `library.export_training` does the work.
 Imports `cli._common` and the public `planexec.library`.
 """
 
@@ -11,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 
+from planexec import RunStatus
 from planexec.cli import _common as common
 from planexec.library import LEFT_OUT, PAIR_KINDS, TrainingFilter, export_training
 
 __all__ = ["add_export_commands"]
 
-_STATUSES = "succeeded, partial, failed, aborted, waiting, needs_decision, scheduled, cancelled, replan_requested"
+_STATUSES = ", ".join(s.value for s in RunStatus)  # every ending a run may have: the list cannot drift from the engine's
 
 _ABOUT = """\
 Write the planner's recorded conversations as JSONL a fine-tuning tool reads:
@@ -115,8 +118,13 @@ _OPTIONS = {"holdout": "--holdout", "pair kind": "--pairs", "run status": "--sta
 def cmd_training(args: argparse.Namespace) -> int:
     """``planexec export training``: write the files, then say what they hold and which runs were left out and why."""
     filters = _filters(args)  # every bad value is refused before the store is opened or a file written
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise common.UsageError(f"OUTDIR {args.output!r} is a file, not a folder: name a folder to write the JSONL files in")
     store = common.open_run_store(args.store, common.config(), create=False)
-    found = export_training(store, args.output, filters)
+    try:
+        found = export_training(store, args.output, filters)
+    except OSError as exc:  # a folder that cannot be made or written: no permission, a file on its path, a full disk
+        raise common.UsageError(f"OUTDIR {args.output!r}: cannot write the training files there: {exc.strerror or exc}") from None
     out = common.console()
     sft, pairs = len(found.sft) + len(found.sft_holdout), len(found.pairs) + len(found.pairs_holdout)
     out.print(
@@ -131,6 +139,8 @@ def cmd_training(args: argparse.Namespace) -> int:
         out.print(Text(f"  {found.duplicates} duplicate record(s) left out (same goal and plan as a newer run's)"))
     for reason, n in found.left_out.most_common():
         out.print(Text(f"  left out {n} run(s), {reason}: {LEFT_OUT[reason]}", style="yellow"))
+    if found.tampered:
+        out.print(Text(f"  changed after they were written, not exported: {', '.join(found.tampered)}", style="yellow"))
     if found.untrusted_left_out and not filters.include_untrusted:
         out.print(Text("  (--include-untrusted lets in plans derived from untrusted tool output)", style="dim"))
     if not sft and not pairs:

@@ -20,23 +20,34 @@ and `export_training` (records -> files). Two kinds of record:
   policy denied in the store; its chosen plan is the one that ran for the
   same goal in another run).
 
-A run is read only when it recorded what the planner was asked
-(``RunStarted.setup["planner"]``, store schema 9 and on), is not a
-sub-team's (its goal is a step's words) nor one agent's, and passes the
-filter. Text that derives from untrusted tool output (a replanner's version
-written after it read untrusted output, a step marked ``untrusted_from``)
-never enters a record unless `TrainingFilter.include_untrusted`. Records are
-deduplicated by goal and plan hash (the newest run's kept), split into train
+A run is read only when its records match their audit chain (a run
+changed behind the store's back is left out as ``tampered``, never
+exported), it recorded what the planner was asked in the shape planexec
+writes (``RunStarted.setup["planner"]``, store schema 9 and on), is not a
+sub-team's (its goal is a step's words) nor one agent's, its plan was not
+denied in the store (a denied plan is only ever the rejected side of a
+pair), and it passes the filter. Text that derives from untrusted tool
+output never enters a record unless `TrainingFilter.include_untrusted`: a
+version written by a replanner that had read untrusted output, or the
+error message of a step that may carry outside words (a tool with
+untrusted output, or one the run did not record as trusted, a role that
+called one, a sub-team; any step of a run that recorded no tools' trust),
+a step marked ``untrusted_from``. Records are
+deduplicated by goal and plan (the plan its text writes, however spaced;
+the newest run's kept), split into train
 and holdout by a hash of the goal (a goal's records are all on one side),
 and redacted with the store's redactor (`secrets.redact`) before they are
-written. Every run left out is counted under its reason. Imports `store`,
-`engine` records, `plan`, `planning.draft_schema` and `secrets`.
+written, inside the JSON strings of a plan's text too (where a secret with
+a quote or a backslash is written escaped). Every run left out is counted
+under its reason. Imports `store`, `engine` records, `plan`,
+`planning.draft_schema` and `secrets`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,10 +56,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from planexec.engine.results import PlanVersion, RunStatus
-from planexec.plan.compact import print_compact
+from planexec.errors import PlanError, StoreError
+from planexec.plan.compact import parse_compact, print_compact
 from planexec.plan.model import Plan
-from planexec.planning.draft_schema import plan_to_draft
-from planexec.secrets import redact
+from planexec.planning.draft_schema import draft_to_plan_data, plan_to_draft
+from planexec.secrets import redact, secrets
+from planexec.store.audit import AuditedStore, verify_run
 from planexec.store.base import ApprovalState, RunStore, RunSummary
 
 __all__ = ["LEFT_OUT", "PAIR_KINDS", "TRAINING_FILES", "TrainingFilter", "TrainingSet", "export_training", "training_set"]
@@ -58,10 +71,15 @@ PAIR_KINDS: tuple[PairKind, ...] = ("invalid", "edited", "replanned", "refused")
 # the files `export_training` writes in its folder, and the manifest beside them
 TRAINING_FILES = ("sft-train.jsonl", "sft-holdout.jsonl", "pairs-train.jsonl", "pairs-holdout.jsonl")
 _NOT_A_PERSON = frozenset({"--yes", "policy", "nobody", "auto_approve", ""})
+_ROLES = frozenset({"system", "user", "assistant"})
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')  # a JSON string literal: a JSON draft's, and the compact form's values
 
 # why a run gave no record (the manifest's `left_out`, and `planexec export training`'s report)
 LEFT_OUT = {
+    "tampered": "its records do not match their audit chain: changed after they were written (planexec audit verify RUN_ID)",
+    "unreadable": "its records cannot be read (a damaged store, or records a newer planexec wrote)",
     "no_prompt": "recorded no planner conversation (a plan file, or a store older than schema 9)",
+    "malformed": "what it recorded of the planner is not in the shape planexec writes (a conversation of role/content texts)",
     "single_agent": "one agent worked the goal: no plan of the planner's ran",
     "sub_run": "a sub-team's run: its goal is a step's words",
     "status": "did not end as the filter asks",
@@ -70,7 +88,9 @@ LEFT_OUT = {
     "model": "another planner model wrote its plan",
     "not_by_person": "no person reviewed or edited its plan",
     "refused_calls": "some of its calls were refused",
+    "denied": "its plan was denied in the store: it never ran (a refused pair may set it against a plan that did)",
     "untrusted": "its plan derives from untrusted tool output",
+    "unwritable": "its plan cannot be written in the format its prompt asked for (the compact form)",
     "no_plan": "has no stored plan",
 }
 
@@ -134,6 +154,7 @@ class TrainingSet:
     left_out: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     untrusted_left_out: int = 0  # records (not runs) left out because their text derives from untrusted output
+    tampered: list[str] = field(default_factory=list)  # the runs left out because their records changed (to audit)
 
     def files(self) -> dict[str, list[dict[str, Any]]]:
         """The records of each file in `TRAINING_FILES`."""
@@ -152,6 +173,7 @@ class TrainingSet:
             "left_out": {reason: {"runs": n, "why": LEFT_OUT[reason]} for reason, n in self.left_out.most_common()},
             "duplicates": self.duplicates,
             "untrusted_left_out": self.untrusted_left_out,
+            "tampered": self.tampered,
             "filters": {
                 "statuses": sorted(filters.statuses), **when, "template": filters.template, "model": filters.model,
                 "by_person": filters.by_person, "no_refused_calls": filters.no_refused_calls, "pairs": sorted(filters.pairs),
@@ -165,8 +187,8 @@ class _Run:
     """What one run gives: its summary, what the planner was asked, its versions and drafts, and who decided."""
 
     summary: RunSummary
-    asked: dict[str, Any]
-    setup: dict[str, Any]
+    asked: dict[str, Any]  # its prompt checked: a list of role/content texts
+    setup: dict[str, Any]  # its review and reuse checked: objects, when there
     versions: list[PlanVersion]
     drafts: list[Any]  # PlanDrafted events of version 1, in order
     untrusted_versions: set[int]  # versions written by a replanner that had read untrusted output, or marking a step so
@@ -181,20 +203,44 @@ class _Run:
 
     @property
     def prompt(self) -> list[dict[str, str]]:
-        return [{"role": str(m.get("role")), "content": str(m.get("content"))} for m in self.asked.get("prompt", [])]
+        return [{"role": m["role"], "content": m["content"]} for m in self.asked["prompt"]]
 
     @property
     def format(self) -> str:
         return "compact" if self.asked.get("format") == "compact" else "json"
 
-    def render(self, plan: Plan) -> str:
-        """`plan` as the planner's prompt asked for it written."""
-        if self.format == "compact":
-            return print_compact(plan)
-        return json.dumps(plan_to_draft(plan), ensure_ascii=False)
+    @property
+    def final_denied(self) -> bool:
+        """True when the plan the run ended with was denied in the store: it never ran."""
+        return self.versions[-1].version in self.denied
 
-    def final_text(self) -> str:
-        """The plan that ran last, in the prompt's format: the model's own words when that plan is the draft it wrote."""
+    def render(self, plan: Plan) -> str | None:
+        """`plan` as the planner's prompt asked for it written: what a draft says (`plan_to_draft`), in the JSON draft or
+        the compact form; None when the compact form cannot write it (a step id of digits only, a parameter that is not
+        a name)."""
+        draft = plan_to_draft(plan)
+        if self.format != "compact":
+            return json.dumps(draft, ensure_ascii=False)
+        try:  # the draft's fields only: what only a reviewer sets (criteria, timeouts, approvals) is no planner's answer
+            return print_compact(Plan.from_data({"plan_id": plan.plan_id, "goal": plan.goal, **draft}))
+        except (PlanError, ValueError):
+            return None
+
+    def plan_key(self, text: str) -> str:
+        """The plan `text` writes, written one way (`render` of the plan the prompt's format reads in it): two texts of
+        the same plan, spaced or ordered differently, have the same key; a text that reads as no plan is its own key."""
+        try:
+            if self.format == "compact":
+                plan = parse_compact(text, goal=self.goal, plan_id="read")
+            else:
+                plan = Plan.from_data(draft_to_plan_data(json.loads(text), self.goal, plan_id="read"))
+        except (PlanError, ValueError, TypeError):
+            return text.strip()
+        return self.render(plan) or text.strip()
+
+    def final_text(self) -> str | None:
+        """The plan that ran last, in the prompt's format: the model's own words when that plan is the draft it wrote
+        (None when the format cannot write it, see `render`)."""
         final = self.versions[-1].plan
         accepted = next((d for d in reversed(self.drafts) if not d.problems and d.text), None)
         if accepted is not None and accepted.content_hash == final.content_hash:
@@ -227,34 +273,41 @@ def training_set(store: RunStore, filters: TrainingFilter | None = None) -> Trai
         found = _read(store, summary)
         if isinstance(found, str):
             out.left_out[found] += 1
+            if found == "tampered":
+                out.tampered.append(summary.run_id)
             continue
         if found.denied and "refused" in filters.pairs and not _left_out_by_choice(found, filters, status=False):
             refused.append(found)
-        why = _left_out_by_choice(found, filters)
+        why = _left_out_by_choice(found, filters) or ("denied" if found.final_denied else None)
         if why is not None:
             out.left_out[why] += 1
             continue
         kept.append(found)
     seen: set[str] = set()
-    by_goal: dict[str, _Run] = {}
+    by_goal: dict[str, _Run] = {}  # a goal's plan that ran: the newest that succeeded, else the newest
     for run in kept:
-        by_goal.setdefault(_norm(run.goal), run)
         final = run.versions[-1]
         if run.untrusted(final.version) and not filters.include_untrusted:
             out.left_out["untrusted"] += 1
             out.untrusted_left_out += 1
             continue
-        out.runs_used += 1
         chosen = run.final_text()
-        _add(out, seen, filters, run.goal, "sft", chosen, {"messages": [*run.prompt, {"role": "assistant", "content": chosen}],
-                                                          "metadata": run.metadata()})  # fmt: skip
+        if chosen is None:
+            out.left_out["unwritable"] += 1
+            continue
+        out.runs_used += 1
+        known = by_goal.get(_norm(run.goal))
+        if known is None or (_status(run.summary) == "succeeded" and _status(known.summary) != "succeeded"):
+            by_goal[_norm(run.goal)] = run
+        record = {"messages": [*run.prompt, {"role": "assistant", "content": chosen}], "metadata": run.metadata()}
+        _add(out, seen, filters, run.goal, "sft", run.plan_key(chosen), record)
         for kind, rejected, why in _rejected(run, filters):
             _pair(out, seen, filters, run, kind, rejected, chosen, why)
     for run in refused:
         other = by_goal.get(_norm(run.goal))
-        if other is None or (other.untrusted(other.versions[-1].version) and not filters.include_untrusted):
+        chosen = run.render(other.versions[-1].plan) if other is not None else None
+        if other is None or chosen is None:
             continue
-        chosen = run.render(other.versions[-1].plan)
         for version in run.denied:
             if run.untrusted(version) and not filters.include_untrusted:
                 out.untrusted_left_out += 1
@@ -266,11 +319,14 @@ def training_set(store: RunStore, filters: TrainingFilter | None = None) -> Trai
 
 
 def export_training(store: RunStore, folder: str | Path, filters: TrainingFilter | None = None) -> TrainingSet:
-    """Write `training_set(store, filters)` to `folder` (created): the JSONL files of `TRAINING_FILES` and ``manifest.json``."""
+    """Write `training_set(store, filters)` to `folder` (created): the JSONL files of `TRAINING_FILES` and ``manifest.json``.
+
+    `OSError` when `folder` cannot be made or written (a file of that name, no permission); nothing is read before it is made.
+    """
     filters = filters or TrainingFilter()
-    found = training_set(store, filters)
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
+    found = training_set(store, filters)
     for name, records in found.files().items():
         with (target / name).open("w", encoding="utf-8") as f:
             for record in records:
@@ -286,40 +342,34 @@ def _read(store: RunStore, summary: RunSummary) -> _Run | str:
     """What `summary`'s run gives, or the reason it gives nothing (a key of `LEFT_OUT`)."""
     if summary.parent_run_id is not None:
         return "sub_run"
-    events = store.events(summary.run_id)
-    started = next((e for e in events if e.type == "run_started"), None)
-    setup = dict(started.setup) if started is not None else {}
-    if "single" in setup:
-        return "single_agent"
-    asked = setup.get("planner")
-    if not isinstance(asked, dict) or not asked.get("prompt"):
-        return "no_prompt"
-    versions = store.plan_versions(summary.run_id)
-    if not versions:
-        return "no_plan"
-    drafts, untrusted_versions = [], set()
-    read_untrusted, refused_calls = False, 0
-    replans: dict[int, str] = {}
-    why_replan = ""
-    for e in events:
-        if e.type == "plan_drafted":
-            if e.version == 1:  # a replan's drafts answer the replanner's conversation, which is not kept
-                drafts.append(e)
-        elif e.type == "step_succeeded" and e.output.untrusted:
-            read_untrusted = True
-        elif e.type == "tool_call_decided" and not e.call.allowed:
-            refused_calls += 1
-        elif e.type == "replan_started":
-            why_replan = e.reason
-        elif e.type == "plan_revised":
-            replans[e.version] = why_replan
-            if read_untrusted:
-                untrusted_versions.add(e.version)
+    run_id = summary.run_id
+    try:
+        if isinstance(store, AuditedStore) and not verify_run(store, run_id).ok:
+            return "tampered"  # what changed behind the store's back is never trained on
+        events = store.events(run_id)
+        started = next((e for e in events if e.type == "run_started"), None)
+        setup = dict(started.setup) if started is not None else {}
+        if "single" in setup:
+            return "single_agent"
+        asked = setup.get("planner")
+        if not isinstance(asked, dict) or not asked.get("prompt"):
+            return "no_prompt"
+        if not _well_formed(setup):
+            return "malformed"
+        versions = store.plan_versions(run_id)
+        if not versions:
+            return "no_plan"
+        approvals = [a for a in store.approvals(run_id) if a.step_id is None]
+    except (StoreError, ValueError):  # a body that no longer parses as the event it was (ValidationError is a ValueError)
+        return "unreadable"
+    # a replan's drafts answer the replanner's conversation, which is not kept
+    drafts = [e for e in events if e.type == "plan_drafted" and e.version == 1]
+    trust = None if "untrusted_tools" not in asked else (set(asked["trusted_tools"]), set(asked["untrusted_tools"]))
+    untrusted_versions, replans, refused_calls = _history(events, trust)
     for v in versions:
         if any(s.untrusted_from for s in v.plan.steps):
             untrusted_versions.add(v.version)
     edits = {v.version for v in versions if v.reason.startswith("edited by ")}
-    approvals = [a for a in store.approvals(summary.run_id) if a.step_id is None]
     by_version = {v.plan.content_hash: v.version for v in versions}
     person = bool(edits) or (setup.get("review") or {}).get("by") == "person"
     denied = []
@@ -336,6 +386,64 @@ def _read(store: RunStore, summary: RunSummary) -> _Run | str:
         refused_calls=refused_calls, person=person, denied=denied,
         replans={v: why for v, why in replans.items() if v not in edits},
     )  # fmt: skip
+
+
+def _well_formed(setup: dict[str, Any]) -> bool:
+    """Whether a run's setup says what the planner was asked in the shape `Planner.asked` writes (a setup edited, or
+    written by another program, is left out rather than read wrong)."""
+    asked = setup["planner"]
+    prompt, tools = asked.get("prompt"), [asked.get(key, []) for key in ("trusted_tools", "untrusted_tools")]
+    return (
+        isinstance(prompt, list)
+        and all(isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str) for m in prompt)
+        and isinstance(asked.get("model", ""), str)
+        and asked.get("format", "json") in ("json", "compact")
+        and all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in tools)
+        and all(isinstance(setup.get(key) or {}, dict) for key in ("review", "reuse"))
+    )
+
+
+def _history(events: list[Any], trust: tuple[set[str], set[str]] | None) -> tuple[set[int], dict[int, str], int]:
+    """From a run's events: the versions written after the run had read outside words (an untrusted output, or the
+    error message of a step that may carry them, see `_outside_words`), why each replan was asked for, and the refused calls."""
+    untrusted: set[int] = set()
+    replans: dict[int, str] = {}
+    refused, outside, why = 0, False, ""
+    started: dict[str, tuple[str, str]] = {}  # step -> the worker and action of its last attempt
+    tools: dict[str, set[str]] = {}  # step -> the tools it called (a role's calls)
+    teams: set[str] = set()  # steps a sub-team worked
+    for e in events:
+        if e.type == "step_started":
+            started[e.step_id] = (e.worker, e.action)
+        elif e.type == "tool_call_decided":
+            tools.setdefault(e.step_id, set()).add(e.call.tool)
+            refused += not e.call.allowed
+        elif e.type == "sub_run_event":
+            teams.add(e.step_id)
+        elif e.type == "step_succeeded" and e.output.untrusted:
+            outside = True
+        elif e.type == "step_failed" and e.then not in ("retry", "fallback"):  # a failure the replanner and joiner read
+            worker, action = started.get(e.step_id, (e.worker, ""))
+            outside = outside or _outside_words(worker, action, tools.get(e.step_id, set()), e.step_id in teams, trust)
+        elif e.type == "replan_started":
+            why = e.reason
+        elif e.type == "plan_revised":
+            replans[e.version] = why
+            if outside:
+                untrusted.add(e.version)
+    return untrusted, replans, refused
+
+
+def _outside_words(worker: str, action: str, called: set[str], team: bool, trust: tuple[set[str], set[str]] | None) -> bool:
+    """Whether a failed step's error message may carry words from outside: a tool's whose output is untrusted (called
+    directly, or through a worker of its own, as a remote A2A agent is) or not recorded as trusted; a role's that called
+    such a tool; a sub-team's (its steps' errors are its own); any step's when the run recorded no tools' trust."""
+    if trust is None or team:
+        return True
+    trusted, untrusted = trust
+    if action in untrusted or (worker == "tool" and action not in trusted):
+        return True
+    return not called <= trusted
 
 
 def _left_out_by_choice(run: _Run, filters: TrainingFilter, *, status: bool = True) -> str | None:
@@ -358,8 +466,8 @@ def _left_out_by_choice(run: _Run, filters: TrainingFilter, *, status: bool = Tr
     return None
 
 
-def _rejected(run: _Run, filters: TrainingFilter) -> Iterator[tuple[str, str, str]]:
-    """The rejected plans of a kept run: (kind, text, why)."""
+def _rejected(run: _Run, filters: TrainingFilter) -> Iterator[tuple[str, str | None, str]]:
+    """The rejected plans of a kept run: (kind, text, why); the text None when the prompt's format cannot write it."""
     if "invalid" in filters.pairs:
         for d in run.drafts:
             if d.problems and d.text:
@@ -383,33 +491,58 @@ def _rejected(run: _Run, filters: TrainingFilter) -> Iterator[tuple[str, str, st
 
 
 def _pair(
-    out: TrainingSet, seen: set[str], filters: TrainingFilter, run: _Run, kind: str, rejected: str, chosen: str, why: str,
+    out: TrainingSet, seen: set[str], filters: TrainingFilter, run: _Run, kind: str, rejected: str | None, chosen: str, why: str,
     **more: Any,
 ) -> None:  # fmt: skip
-    if rejected.strip() == chosen.strip():
-        return  # the change is not one a planner writes (criteria, retries): nothing to prefer
+    if rejected is None:
+        return
+    worse, better = run.plan_key(rejected), run.plan_key(chosen)
+    if worse == better:
+        return  # the change is not one a planner writes (criteria, retries, its text's spacing): nothing to prefer
     record = {
         "prompt": run.prompt,
         "chosen": [{"role": "assistant", "content": chosen}],
         "rejected": [{"role": "assistant", "content": rejected}],
         "metadata": run.metadata(kind=kind, why=why, **more),
     }
-    _add(out, seen, filters, run.goal, "pairs", chosen + "\x00" + rejected, record)
+    _add(out, seen, filters, run.goal, "pairs", better + "\x00" + worse, record)
 
 
-def _add(out: TrainingSet, seen: set[str], filters: TrainingFilter, goal: str, kind: str, text: str, record: dict[str, Any]) -> None:
-    """Keep `record` unless one of the same goal and plan text came first; in the holdout when its goal's hash says so."""
-    key = hashlib.sha256(f"{kind}\x00{_norm(goal)}\x00{text.strip()}".encode()).hexdigest()
+def _add(out: TrainingSet, seen: set[str], filters: TrainingFilter, goal: str, kind: str, plans: str, record: dict[str, Any]) -> None:
+    """Keep `record` unless one of the same goal and plans (`_Run.plan_key`) came first; in the holdout when its goal's
+    hash says so."""
+    key = hashlib.sha256(f"{kind}\x00{_norm(goal)}\x00{plans}".encode()).hexdigest()
     if key in seen:
         out.duplicates += 1
         return
     seen.add(key)
-    record = redact(record)
+    record = _hide_quoted(redact(record))
     holdout = _bucket(goal) < filters.holdout
     if kind == "sft":
         (out.sft_holdout if holdout else out.sft).append(record)
     else:
         (out.pairs_holdout if holdout else out.pairs).append(record)
+
+
+def _hide_quoted(value: Any) -> Any:
+    """`value` (a record, redacted) with the secrets inside its texts' JSON string literals hidden as well: there a secret
+    with a quote, a backslash or a control character is written escaped, which `redact` does not look through."""
+    if isinstance(value, dict):
+        return {k: _hide_quoted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_quoted(v) for v in value]
+    if not isinstance(value, str) or '"' not in value or not secrets.may_be_in(value):
+        return value
+
+    def hide(m: re.Match[str]) -> str:
+        try:
+            inner = json.loads(m.group())
+        except ValueError:
+            return m.group()
+        hidden = _hide_quoted(redact(inner))
+        return m.group() if hidden == inner else json.dumps(hidden, ensure_ascii=False)
+
+    return _QUOTED.sub(hide, value)
 
 
 def _bucket(goal: str) -> float:

@@ -272,13 +272,22 @@ class Planner:
         """What this planner was asked for `planning`'s plan, as a run records it (``RunStarted.setup["planner"]``, read by
         `export_training`): its model, the format and the opening conversation (the system prompt with the catalogue as it
         is now, the example turns, the goal). For a template's plan (`reused`), what it would have been asked; empty for a
-        plan no planner wrote."""
+        plan no planner wrote. ``trusted_tools`` and ``untrusted_tools`` name the registry's tools by whether their
+        output (and so their error messages) may carry words from outside: a replanner that read the failure of an
+        untrusted one read such words, which an export leaves out."""
         if planning.prompt:
-            return {"model": self.model.name, "format": planning.plan_format, "prompt": planning.prompt}
-        if not reused:
-            return {}
-        prompt = [{"role": m.role, "content": m.content} for m in self.messages(planning.plan.goal)]
-        return {"model": self.model.name, "format": self.plan_format, "prompt": prompt}
+            return {"model": self.model.name, "format": planning.plan_format, "prompt": planning.prompt, **self._trust()}
+        return self.asked_for(planning.plan.goal) if reused else {}
+
+    def asked_for(self, goal: str) -> dict[str, Any]:
+        """`asked` for a goal this planner is asked now (a streamed plan's): its opening conversation for `goal`."""
+        prompt = [{"role": m.role, "content": m.content} for m in self.messages(goal)]
+        return {"model": self.model.name, "format": self.plan_format, "prompt": prompt, **self._trust()}
+
+    def _trust(self) -> dict[str, list[str]]:
+        tools = self.registry.tools
+        return {"trusted_tools": sorted(n for n, t in tools.items() if not t.untrusted_output),
+                "untrusted_tools": sorted(n for n, t in tools.items() if t.untrusted_output)}  # fmt: skip
 
     def request(self, messages: list[Message], *, grammar: str | None = None) -> ModelRequest:
         """One planning call: the conversation so far, the draft schema (for the compact form: its grammar, when the model

@@ -440,10 +440,7 @@ class Team:
             raise ValueError("a streamed plan starts running before it is complete, so the policies cannot review it: use mode 'plan'")
         engine = self.engine(**engine_overrides)
         stream = goal if isinstance(goal, PlanStream) else PlanStream(self.planner, goal)
-        setup = self.setup()
-        asked = stream.planner.messages(stream.goal)  # what the planner is asked, recorded for training data as a plan's
-        setup["planner"] = {"model": stream.planner.model.name, "format": stream.planner.plan_format,
-                            "prompt": [{"role": m.role, "content": m.content} for m in asked]}  # fmt: skip
+        setup = {**self.setup(), "planner": stream.planner.asked_for(stream.goal)}  # recorded for training data, as a plan's
         run = start_run(lambda: engine.start_streaming(stream, run_id=run_id, setup=setup), owner=self, goal=stream.goal)
         return hold_servers(self.registry, run)
 
