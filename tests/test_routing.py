@@ -406,3 +406,35 @@ def test_resuming_after_a_crash_at_any_event_never_runs_a_finished_attempt_again
         rec = result.steps["a"]
         assert [a.model for a in rec.model_attempts].count("test:small") == 1, cut
         assert rec.model_attempts[-1].model == "test:large" and rec.model_attempts[-1].error is None, cut
+
+
+# --- what a person sees ----------------------------------------------------------------------------------------
+
+
+def test_show_and_logs_say_which_model_each_attempt_ran_on_and_what_it_cost(tmp_path, capsys):
+    from planexec.cli.main import main
+
+    db = str(tmp_path / "runs.db")
+    store = open_store(db)
+    small, large = sized("test:small", ""), sized("test:large", "the answer")
+    p = plan(step(models=["test:small", "test:large"], success_criteria=["not_empty"]))
+
+    async def go() -> Any:
+        return await Engine(registry(small, large), store=store).start(p, run_id="r1").result()
+
+    result = asyncio.run(go())
+    store.close()
+    first, second = result.steps["a"].model_attempts
+    assert main(["show", "r1", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert "models: test:small → test:large" in out
+    assert (
+        f"attempt 1 on test:small: 1 model calls, {first.usage.total_tokens} tokens, {first.usage.describe_cost()}: check_failed → escalate"
+        in out
+    )
+    assert f"attempt 2 on test:large: 1 model calls, {second.usage.total_tokens} tokens, {second.usage.describe_cost()}: succeeded" in out
+    assert main(["logs", "r1", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert "a: starts on test:small of test:small → test:large (router difficulty" in out
+    assert "a: attempt 1 on test:small failed (check_failed): the next runs on test:large" in out
+    assert f"a: succeeded (attempt 2 on test:large, {second.usage.describe_cost()}" in out
