@@ -438,3 +438,62 @@ def test_show_and_logs_say_which_model_each_attempt_ran_on_and_what_it_cost(tmp_
     assert "a: starts on test:small of test:small → test:large (router difficulty" in out
     assert "a: attempt 1 on test:small failed (check_failed): the next runs on test:large" in out
     assert f"a: succeeded (attempt 2 on test:large, {second.usage.describe_cost()}" in out
+
+
+# --- the scripted models of two sizes -----------------------------------------------------------------------------
+
+
+def test_a_tier_model_works_the_step_it_is_given_with_its_odds_the_same_on_every_run():
+    from planexec.eval.oracle import TierModel
+
+    @tool(read_only=True, untrusted_output=False)
+    def population(city: str) -> int:
+        """People in a city."""
+        return {"Avalon": 84200}[city]
+
+    tasks = [f"task {i}" for i in range(200)]
+    level = {t: ("hard" if i % 2 else "easy") for i, t in enumerate(tasks)}
+
+    def tier(name: str, seed: int = 0, wrong: float = 0.0) -> TierModel:
+        return TierModel(
+            name=name, success={"easy": 0.9, "hard": 0.2}, difficulty=lambda task: level.get(task, "easy"), seed=seed, wrong=wrong
+        )
+
+    a, again, other = tier("test:a"), tier("test:a"), tier("test:a", seed=1)
+    first = [a.succeeds(t) for t in tasks]
+    assert first == [again.succeeds(t) for t in tasks] and first != [other.succeeds(t) for t in tasks]
+    easy = [ok for t, ok in zip(tasks, first) if level[t] == "easy"]
+    hard = [ok for t, ok in zip(tasks, first) if level[t] == "hard"]
+    assert 0.8 < sum(easy) / len(easy) <= 1 and 0.05 < sum(hard) / len(hard) < 0.35  # drawn near its odds
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        TierModel(name="test:x", success={"easy": 1.5})
+
+    reg = Registry.default()
+    sure = TierModel(name="test:sure", success={"easy": 1.0})
+    never = TierModel(name="test:never", success={"easy": 0.0})
+    liar = TierModel(name="test:liar", success={"easy": 0.0}, wrong=1.0)
+    reg.add_worker(
+        RoleWorker("analyst", model=sure, description="looks up", system_prompt="Look up.", tools=[population], tasks=("lookup",))
+    )
+    for m in (never, liar):
+        reg.add_model(m)
+    p = plan(
+        {"id": "s", "worker": "analyst", "action": "lookup", "parameters": {"tool": "population", "arguments": {"city": "Avalon"}}},
+        {
+            "id": "n",
+            "worker": "analyst",
+            "action": "lookup",
+            "models": ["test:never"],
+            "parameters": {"tool": "population", "arguments": {"city": "Avalon"}},
+        },
+        {
+            "id": "w",
+            "worker": "analyst",
+            "action": "lookup",
+            "models": ["test:liar"],
+            "parameters": {"tool": "population", "arguments": {"city": "Avalon"}},
+        },
+    )
+    result, _ = run(reg, p)
+    assert result.outputs() == {"s": "84200", "n": "", "w": "84201"}  # the tool's result, nothing, a wrong number
+    assert [r.tools for r in (result.steps["s"].output.provenance, result.steps["w"].output.provenance)] == [["population"]] * 2
