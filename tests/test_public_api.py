@@ -81,7 +81,7 @@ SUBMODULES = {
     },
     "eval": {
         "EvalOptions", "EvalRecord", "INJECTION_SCENARIOS", "InjectionMode", "InjectionReport", "LatencyModel", "MODES",
-        "SuiteError", "configured_models", "goals_table", "load_suite", "parse_modes", "ratio_notes", "run_injection_suite",
+        "SuiteError", "TierModel", "configured_models", "goals_table", "load_suite", "parse_modes", "ratio_notes", "run_injection_suite",
         "run_suite", "scripted_models", "summary_table", "write_report"
     },
     "testing": {

@@ -497,3 +497,27 @@ def test_a_tier_model_works_the_step_it_is_given_with_its_odds_the_same_on_every
     result, _ = run(reg, p)
     assert result.outputs() == {"s": "84200", "n": "", "w": "84201"}  # the tool's result, nothing, a wrong number
     assert [r.tools for r in (result.steps["s"].output.provenance, result.steps["w"].output.provenance)] == [["population"]] * 2
+
+
+def test_a_planners_compact_draft_that_names_models_or_a_difficulty_goes_back_for_repair():
+    from planexec import Planner
+
+    reg = registry()
+    bad = '1. writer.write: "a poem" models=["openai:a"] difficulty=hard answer\n'
+    good = '1. writer.write: "a poem" answer\n'
+    planning = asyncio.run(Planner(ScriptedModel([bad, good]), reg, plan_format="compact").draft("a poem"))
+    assert planning.repairs == 1 and planning.plan.steps[0].models is None
+    problems = " ".join(planning.drafts[0].problems)
+    assert "models is set by whoever reviews the plan" in problems and "difficulty is set by whoever reviews the plan" in problems
+
+
+def test_the_routing_example_runs_offline_and_the_hard_step_moves_or_starts_on_the_strong_model(capsys):
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "routing" / "cascade.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    first, difficulty = out.split("router difficulty:")
+    assert first.startswith("router first: succeeded, answer 518.3")
+    assert "density attempt 1 on test:cheap" in first and "check_failed → escalate" in first and "density attempt 2 on test:strong" in first
+    assert "density attempt 1 on test:strong" in difficulty and "succeeded, answer 518.3" in difficulty

@@ -49,6 +49,7 @@ from planexec.models.base import (
     ToolCall,
     stream_response,
 )
+from planexec.models.pricing import Price
 from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.plan.compact import print_compact
 from planexec.plan.model import Plan, resolve_references
@@ -293,7 +294,9 @@ class TierModel(FunctionModel):
     criterion rejects), or, for a `wrong` share of its failures, answers a
     wrong value with confidence (a number off by one, a name reversed),
     which nothing but the goal's own checker can tell. It finds nothing
-    hard: difficulty is only the probability it is given.
+    hard: difficulty is only the probability it is given. With a `price`
+    (US dollars per million tokens, ``{"input": ..., "output": ...}``) its
+    usage carries its cost.
     """
 
     def __init__(
@@ -304,6 +307,7 @@ class TierModel(FunctionModel):
         difficulty: Callable[[str], str] = lambda task: "easy",
         seed: int = 0,
         wrong: float = 0.0,
+        price: Price | Mapping[str, float] | None = None,
         profile: ModelProfile = CAPABLE,
     ) -> None:
         if not all(0 <= p <= 1 for p in success.values()) or not 0 <= wrong <= 1:
@@ -312,7 +316,17 @@ class TierModel(FunctionModel):
         self.difficulty = difficulty
         self.seed = seed
         self.wrong = wrong
-        super().__init__(self.answer, name=name, profile=profile)
+        self.price = price if price is None or isinstance(price, Price) else Price.model_validate(price)
+        super().__init__(
+            self.answer, name=name, profile=profile if self.price is None else profile.model_copy(update={"price": self.price})
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The answer, its usage priced at `price` when it has one (a `ManagedModel` with a price table does the same)."""
+        response = await super().complete(request)
+        if self.price is None:
+            return response
+        return response.model_copy(update={"usage": response.usage.model_copy(update={"cost": self.price.of_usage(response.usage)})})
 
     def succeeds(self, task: str) -> bool:
         """Whether this model works `task` (the worker's rendered task) right."""
