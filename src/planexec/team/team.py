@@ -791,5 +791,8 @@ class Team:
 
 
 def _traced(ref: Any) -> Any:
-    """A model given as an object, wrapped so its calls are traced; a name (resolved to a traced model) as it is."""
+    """A model given as an object, wrapped so its calls are traced; a name (resolved to a traced model) as it is; each of a
+    role's cascade."""
+    if isinstance(ref, (list, tuple)):
+        return [_traced(one) for one in ref]
     return traced(ref) if ref is not None and not isinstance(ref, str) else ref
