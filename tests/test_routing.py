@@ -423,8 +423,16 @@ def test_show_and_logs_say_which_model_each_attempt_ran_on_and_what_it_cost(tmp_
         return await Engine(registry(small, large), store=store).start(p, run_id="r1").result()
 
     result = asyncio.run(go())
-    store.close()
     first, second = result.steps["a"].model_attempts
+    from planexec.web.views import run_detail  # the console's step panel says the same
+
+    (panel,) = run_detail(store, "r1").steps
+    assert panel["models"] == [
+        f"attempt 1 on test:small: {first.usage.input_tokens} tokens in, 0 out, 1 model calls, {first.usage.describe_cost()}: check_failed → escalate",
+        f"attempt 2 on test:large: {second.usage.input_tokens} tokens in, {second.usage.output_tokens} out, 1 model calls, "
+        f"{second.usage.describe_cost()}: succeeded",
+    ]
+    store.close()
     assert main(["show", "r1", "--store", db]) == 0
     out = capsys.readouterr().out
     assert "models: test:small → test:large" in out
