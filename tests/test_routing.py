@@ -529,3 +529,23 @@ def test_the_routing_example_runs_offline_and_the_hard_step_moves_or_starts_on_t
     assert first.startswith("router first: succeeded, answer 518.3")
     assert "density attempt 1 on test:cheap" in first and "check_failed → escalate" in first and "density attempt 2 on test:strong" in first
     assert "density attempt 1 on test:strong" in difficulty and "succeeded, answer 518.3" in difficulty
+
+
+def test_planexec_run_of_a_plan_file_takes_the_model_router_of_planexec_toml(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from planexec.cli.main import main
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "routing"
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--plan", str(example / "plan.json"), "--tools", str(example / "tools.py"), "--no-store", "--json"]
+    (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_router = "first"\n')
+    assert main(args) == 0
+    density = __import__("json").loads(capsys.readouterr().out)["steps"]["density"]
+    assert [a["model"] for a in density["model_attempts"]] == ["test:cheap", "test:strong"]  # first: the cheap model, then on
+    (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_router = "learned"\n')
+    assert main(args) == 2
+    assert "model_router in planexec.toml: model router 'learned' reads the attempts of past runs" in capsys.readouterr().err
+    (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_router = "cheapest"\n')
+    assert main(["plan", "a goal", "--model", "openai:x"]) == 2
+    assert "known routers are first, difficulty, learned" in capsys.readouterr().err
