@@ -308,6 +308,10 @@ def test_bad_cascades_and_routers_in_settings_are_refused_by_name(tmp_path):
         EngineConfig(cascades={"writer": ["a:b", "a:b"]})
     with pytest.raises(ValueError, match="model_router must have a name"):
         EngineConfig(model_router=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"cascades\['tool'\]: worker 'tool' works with no model of its own"):
+        Engine(registry(), cascades={"tool": ["test:own"]})
+    with pytest.raises(ValueError, match=r"cascades\['writer'\]: model 'nope:x': unknown provider 'nope'"):
+        Engine(registry(), cascades={"writer": ["nope:x"]})
     with pytest.raises(ValueError, match=r"roles\['writer'\] is an empty cascade"):
         ModelOptions(roles={"writer": []})
     (tmp_path / "planexec.toml").write_text("[planexec.role_models]\nwriter = []\n")
