@@ -143,7 +143,7 @@ def test_a_record_built_without_validation_is_the_validated_record():
     assert first.model_dump_json() == validated.model_dump_json()
     assert StepRecord.model_validate_json(first.model_dump_json()) == first
     # the empty lists are shared and refuse to change; adding to one gives that record a list of its own
-    assert first.verdicts is second.verdicts and first.calls is second.calls
+    assert first.verdicts is second.verdicts and first.calls is second.calls and first.model_attempts is second.model_attempts
     with pytest.raises(TypeError, match="shared"):
         first.verdicts.append({"critic": "c"})
     append_to_record(first, "verdicts", {"critic": "c"})
@@ -152,7 +152,7 @@ def test_a_record_built_without_validation_is_the_validated_record():
     for copied in (copy.deepcopy(second), pickle.loads(pickle.dumps(second)), second.model_copy(deep=True)):
         assert copied == second and copied.model_dump_json() == second.model_dump_json()
     for name, value in first.__dict__.items():  # any other mutable default is each record's own
-        if isinstance(value, (list, dict, set)) and name not in ("verdicts", "calls"):
+        if isinstance(value, (list, dict, set)) and name not in ("verdicts", "calls", "model_attempts"):
             assert value is not second.__dict__[name], name
 
 

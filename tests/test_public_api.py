@@ -25,14 +25,15 @@ SUBMODULES = {
     "events": {
         "ApprovalDecided", "ApprovalRequested", "Event", "JoinerDecided", "PlanCompleted", "PlanDrafted", "PlanRevised",
         "PlanStepParsed", "ReplanStarted", "RollbackFinished", "RollbackStarted", "RunFinished", "RunResumed", "RunStarted",
-        "StepCancelled", "StepFailed", "StepJudged", "StepReady", "StepRerouted", "StepResolved", "StepRetried", "StepScheduled", "StepSkipped",
+        "StepCancelled", "StepEscalated", "StepFailed", "StepJudged", "StepReady", "StepRerouted", "StepResolved", "StepRetried", "StepRouted", "StepScheduled", "StepSkipped",
         "StepStarted", "StepSucceeded", "SubRunEvent", "ToolCallDecided", "parse_event"
     },
     "policies": {
-        "Approver", "CallRequest", "ForbidTools", "LimitGrants", "MaxEstimatedCost", "MaxSteps", "PlanApprover", "Policy",
-        "PolicyContext", "PolicySet", "PolicyVerdict", "RequireWindows", "RequiresOrder", "Review", "ReviewOutcome", "RiskEscalation",
-        "StoreApprover", "ToolsNeedPerson", "approve_calls", "decide_review", "load_policies", "narrow_plan", "person",
-        "policy", "review_plan"
+        "Approver", "ByDifficulty", "ByWorker", "CallRequest", "FirstModel", "FirstOf", "ForbidTools", "LearnedRouter",
+        "LimitGrants", "MaxEstimatedCost", "MaxSteps", "ModelRouter", "PlanApprover", "Policy", "PolicyContext", "PolicySet",
+        "PolicyVerdict", "RequireWindows", "RequiresOrder", "Review", "ReviewOutcome", "RiskEscalation", "RouteChoice",
+        "StoreApprover", "ToolsNeedPerson", "approve_calls", "decide_review", "load_policies", "load_router", "narrow_plan",
+        "person", "policy", "review_plan"
     },
     "store": {
         "Approval", "ApprovalError", "ApprovalState", "AuditProblem", "AuditReport", "DECISIONS", "DEFAULT_STORE",
@@ -45,7 +46,7 @@ SUBMODULES = {
         "EventSeen", "Finished", "HandedOff", "Planned", "Queued", "ROUTINGS", "Reviewed", "Route", "Routed", "Stage", "Started", "WaitingForPerson"
     },
     "runs": {
-        "Approval", "ApprovalState", "CallRecord", "ErrorInfo", "Lease", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun",
+        "Approval", "ApprovalState", "CallRecord", "ErrorInfo", "Lease", "ModelAttempt", "PlanEdit", "PlanVersion", "QueueState", "QueuedRun",
         "RunStatus", "RunSummary", "RunView", "StepRecord", "StepState", "describe_refused", "edit_plan", "find_edit",
         "in_thread", "pending_version", "redact", "replay", "run_setup", "run_to_end", "single_plan", "step_hash"
     },
@@ -81,7 +82,7 @@ SUBMODULES = {
     },
     "eval": {
         "Contender", "EvalOptions", "EvalRecord", "INJECTION_SCENARIOS", "InjectionMode", "InjectionReport", "LatencyModel", "MODES",
-        "PLANNER_VARIANTS", "PlannerSpec", "SuiteError", "configured_models", "goals_table", "load_suite", "parse_modes",
+        "PLANNER_VARIANTS", "PlannerSpec", "SuiteError", "TierModel", "configured_models", "goals_table", "load_suite", "parse_modes",
         "parse_planners", "ratio_notes", "run_injection_suite", "run_suite", "scripted_models", "summary_table", "write_report"
     },
     "testing": {

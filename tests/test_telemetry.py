@@ -589,3 +589,30 @@ def test_without_the_sdk_a_configured_command_says_what_to_install(tmp_path, mon
     assert main(["run", "--plan", "plan.json", "--yes", "--no-store"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'planexec[otel]'" in err and "Traceback" not in err and telemetry.active() is None
+
+
+def test_a_cascade_is_one_step_span_with_an_attempt_per_model_and_its_move_as_an_event():
+    exporter = capture()
+    small = ScriptedModel([ModelServerError("down", model="test:small")], name="test:small")
+    large = ScriptedModel(["done"], name="test:large")
+    reg = Registry.default()
+    reg.add_worker(RoleWorker("writer", model=small, description="writes", system_prompt="Write.", tasks=["write"]))
+    draft = json.dumps({"steps": [{"id": "s1", "worker": "writer", "action": "write", "instruction": "write"}]})
+    team = Team(
+        ScriptedModel([draft], name="test:planner"),
+        mode="plan",
+        toolbox=Toolbox(registry=reg),
+        models=ModelOptions(roles={"writer": [small, large]}),
+    )
+    result = team.run_sync("write")
+    assert result.status is RunStatus.SUCCEEDED and result.answer == "done"
+    tree = Tree(exporter.get_finished_spans())
+    step = tree.one("step s1")
+    first, second = tree.children(step)
+    assert (first.name, first.attributes[n.REQUEST_MODEL]) == ("attempt 1", "test:small") and first.status.status_code is StatusCode.ERROR
+    assert (second.name, second.attributes[n.REQUEST_MODEL]) == ("attempt 2", "test:large") and step.attributes[
+        n.STEP_STATUS
+    ] == "succeeded"
+    moved = [e for e in step.events if e.name == "step_escalated"]
+    assert [(e.attributes["planexec.from_model"], e.attributes["planexec.to_model"]) for e in moved] == [("test:small", "test:large")]
+    assert [c.name for c in tree.chats()] == ["chat planner", "chat small", "chat large"]  # each model's call traced

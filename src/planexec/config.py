@@ -26,8 +26,11 @@ only; must not import the engine, the registry or the CLI.
     plan_format = "compact"                # what the planner writes: "json" or "compact", one line a step (default: the model's profile)
     routing = "router"                     # auto mode: "planner" (default: no router call) or "router" (one call first)
 
+    model_router = "learned"               # a cascade's starting model: "first", "difficulty" (default), "learned", or a list
+
     [planexec.role_models]
     coder = "openai:gpt-4.1-mini"
+    researcher = ["openai:gpt-4.1-nano", "openai:gpt-4.1"]   # a cascade: the next model when a step's attempt fails
 
     [planexec.providers.openai]
     base_url = "http://127.0.0.1:8080/v1"
@@ -315,7 +318,14 @@ class Config(BaseModel):
     )
     planner_model: str | None = Field(None, description="'provider:model' that plans")
     worker_model: str | None = Field(None, description="'provider:model' for role workers")
-    role_models: dict[str, str] = Field(default_factory=dict, description="role -> 'provider:model'")
+    role_models: dict[str, str | list[str]] = Field(
+        default_factory=dict, description="role -> 'provider:model', or a list of them: a cascade its steps try in order"
+    )
+    model_router: str | list[str] | None = Field(
+        None,
+        description="which model a step with a cascade starts on: 'first', 'difficulty' (the default), 'learned' (from the "
+        "store's past runs), 'module:name' for one of your own, or a list of them asked in order",
+    )
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict, description="model -> {input, output} per 1M tokens")
     model_profiles: dict[str, dict[str, Any]] = Field(
@@ -348,6 +358,14 @@ class Config(BaseModel):
     serve: ServeConfig = Field(default_factory=ServeConfig, description="defaults of planexec serve, the web console")
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig, description="OpenTelemetry traces: off unless configured")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="where steps run: this process, or a Ray cluster")
+
+    @field_validator("role_models")
+    @classmethod
+    def _cascades(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        for role, models in value.items():
+            if isinstance(models, list) and (not models or len(set(models)) != len(models)):
+                raise ValueError(f"{role}: a cascade names at least one model, each once; got {models!r}")
+        return value
 
     @field_validator("policies", mode="before")
     @classmethod

@@ -21,7 +21,7 @@ daemon thread of its own, which never keeps the process alive at exit.
 from planexec.engine.approval import PlanEdit, find_edit, step_hash
 from planexec.engine.loop import run_to_end
 from planexec.engine.replay import RunView, replay
-from planexec.engine.results import ErrorInfo, PlanVersion, RunStatus, StepRecord, StepState, describe_refused
+from planexec.engine.results import ErrorInfo, ModelAttempt, PlanVersion, RunStatus, StepRecord, StepState, describe_refused
 from planexec.secrets import redact
 from planexec.store.approvals import edit_plan, pending_version, run_setup
 from planexec.store.base import Approval, ApprovalState, Lease, RunSummary
@@ -36,6 +36,7 @@ __all__ = [
     "CallRecord",
     "ErrorInfo",
     "Lease",
+    "ModelAttempt",
     "PlanEdit",
     "PlanVersion",
     "QueueState",

@@ -57,7 +57,17 @@ from planexec.config import Config, RunnerConfig, load_config
 from planexec.errors import ConfigError, PlanParseError, PlanValidationError, PolicyError, Problem, RegistryError, StoreError
 from planexec.fleet import recorded_runner
 from planexec.models import PriceTable
-from planexec.policies import Approver, CallRequest, PolicyContext, PolicySet, ReviewOutcome, approve_calls, load_policies, person
+from planexec.policies import (
+    Approver,
+    CallRequest,
+    PolicyContext,
+    PolicySet,
+    ReviewOutcome,
+    approve_calls,
+    load_policies,
+    load_router,
+    person,
+)
 from planexec.runs import in_thread, redact
 from planexec.scale import RayRunner, Runner, runner_for
 from planexec.store import RunStore, open_store, store_target
@@ -380,6 +390,17 @@ def engine_config(args: argparse.Namespace, config: Config, **given: Any) -> Eng
         default_timeout=getattr(args, "timeout", None) or None,
         **given,
     )
+
+
+def with_model_router(settings: EngineConfig, config: Config, store: Any) -> EngineConfig:
+    """`settings` with planexec.toml's ``model_router`` (the model a step with a cascade starts on), loaded with `store`
+    for ``learned``; a name that gives no router is a `UsageError` naming it."""
+    if config.model_router is None or settings.model_router is not None:
+        return settings
+    try:
+        return settings.replace(model_router=load_router(config.model_router, store=store))
+    except ConfigError as exc:
+        raise UsageError(f"model_router in planexec.toml: {exc}") from None
 
 
 def add_runner_options(p: argparse.ArgumentParser) -> None:

@@ -304,6 +304,14 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
         untrusted = [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
         if untrusted:
             lines.append(f"  inputs derive from untrusted data: {', '.join(untrusted)}")
+    if step is not None and step.models is not None:
+        lines.append(f"  models: {' → '.join(step.models)}" + (f" · difficulty {step.difficulty}" if step.difficulty else ""))
+    for tried in rec.model_attempts:  # each attempt on a model chosen for it: which, what it cost, how it ended
+        u = tried.usage
+        end = "succeeded" if tried.error is None else f"{tried.error.rule} → {tried.then}"
+        lines.append(
+            f"  attempt {tried.attempt} on {tried.model}: {u.model_calls} model calls, {u.total_tokens} tokens, {u.describe_cost()}: {end}"
+        )
     if rec.error is not None:
         lines.append(f"  error: {rec.error.render()}")
     if rec.reason and rec.state.value != "succeeded":
@@ -377,7 +385,7 @@ def _steps_table(view: Any, summary: RunSummary) -> Table:
             sid,
             _state(rec),
             str(rec.attempts),
-            rec.worker,
+            rec.worker + (f" on {rec.model}" if rec.model else ""),
             f"{rec.wall_time:.3f}s",
             f"{rec.usage.input_tokens}/{rec.usage.output_tokens}",
             rec.usage.describe_cost() if rec.usage.model_calls else "",

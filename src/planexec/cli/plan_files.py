@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     limit = getattr(args, "max_replans", None)
     if limit is not None and limit < 0:
         raise common.UsageError("--max-replans must be 0 or more")
-    settings = common.engine_config(args, config, max_replans=limit)
+    settings = common.with_model_router(common.engine_config(args, config, max_replans=limit), config, store)
     if settings.max_replans and any(s.failure_action.kind == "replan" for s in plan.steps):
         # the plan asks for a new version when a step fails: the goal mode's planner model writes it, over this plan's tools
         approvers["replanner"] = team_from_args(args, config).replanner_for(registry)

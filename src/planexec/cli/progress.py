@@ -41,12 +41,14 @@ from planexec.events import (
     RunResumed,
     RunStarted,
     StepCancelled,
+    StepEscalated,
     StepFailed,
     StepJudged,
     StepReady,
     StepRerouted,
     StepResolved,
     StepRetried,
+    StepRouted,
     StepScheduled,
     StepSkipped,
     StepStarted,
@@ -163,12 +165,14 @@ class StepBoard:
             line.state, line.due, line.detail = "scheduled", event.due, event.why
         elif isinstance(event, StepStarted):
             line.state, line.attempt, line.worker, line.detail = "running", event.attempt, event.worker, ""
+            if event.model is not None:
+                line.detail = f"on {event.model}"
             if line.started is None:
                 line.started = now
         elif isinstance(event, StepSucceeded):
             line.state, line.ended, line.detail = "succeeded", now, ""
         elif isinstance(event, StepFailed):
-            if event.then in ("retry", "fallback"):
+            if event.then in ("retry", "fallback", "escalate"):
                 line.state, line.detail = "retrying", f"{event.error.render()} → {event.then}"
             else:
                 line.state, line.ended, line.detail = "failed", now, f"{event.error.render()} → {event.then}"
@@ -176,6 +180,8 @@ class StepBoard:
             line.detail += f" in {event.delay:.1f}s"
         elif isinstance(event, StepRerouted):
             line.worker, line.detail = event.to_worker, f"rerouted from {event.from_worker}"
+        elif isinstance(event, StepEscalated):
+            line.detail = f"{event.from_model} failed ({event.reason}) → {event.to_model}"
         elif isinstance(event, (StepSkipped, StepCancelled)):
             line.state, line.detail = ("skipped" if isinstance(event, StepSkipped) else "cancelled"), event.reason
             if line.started is not None:
@@ -358,11 +364,18 @@ def describe_event(event: Any) -> str:
     if isinstance(event, StepScheduled):
         return f"{sid}: scheduled until {show_time(event.due)} ({event.why}; {countdown(event.due, event.at)})"
     if isinstance(event, StepStarted):
-        return f"{sid}: started (attempt {event.attempt}, worker {event.worker}, action {event.action})"
+        on = f", model {event.model}" if event.model is not None else ""
+        return f"{sid}: started (attempt {event.attempt}, worker {event.worker}, action {event.action}{on})"
     if isinstance(event, StepSucceeded):
-        return f"{sid}: succeeded (attempt {event.attempt}, {event.wall_time:.2f}s)"
+        on = f" on {event.model}, {event.usage.describe_cost()}" if event.model is not None else ""
+        return f"{sid}: succeeded (attempt {event.attempt}{on}, {event.wall_time:.2f}s)"
     if isinstance(event, StepFailed):
-        return f"{sid}: failed (attempt {event.attempt}): {event.error.render()} → {event.then}"
+        on = f" on {event.model}, {event.usage.describe_cost()}" if event.model is not None else ""
+        return f"{sid}: failed (attempt {event.attempt}{on}): {event.error.render()} → {event.then}"
+    if isinstance(event, StepRouted):
+        return f"{sid}: starts on {event.start} of {' → '.join(event.models)} (router {event.router}: {event.reason})"
+    if isinstance(event, StepEscalated):
+        return f"{sid}: attempt {event.attempt} on {event.from_model} failed ({event.reason}): the next runs on {event.to_model}"
     if isinstance(event, StepRetried):
         return f"{sid}: retrying (attempt {event.next_attempt} in {event.delay:.2f}s)"
     if isinstance(event, StepRerouted):

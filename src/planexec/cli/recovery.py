@@ -99,7 +99,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     approvers = resume_approvers(
         store, args.run_id, registry=registry, config=config, yes=args.yes, display=display, store_option=args.store
     )
-    engine = saved_plan_engine(registry, engine=common.engine_config(args, config), store=store, runner=runner, **approvers)
+    settings = common.with_model_router(common.engine_config(args, config), config, store)
+    engine = saved_plan_engine(registry, engine=settings, store=store, runner=runner, **approvers)
 
     async def go() -> RunResult:
         run = start_run(lambda: engine.resume(args.run_id))  # traced: linked to the trace of the run it continues

@@ -206,7 +206,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return common.plan_registry(plan, [str(t) for t in setup.get("tools", [])], config, workspace=args.workspace)
 
     worker = QueueWorker(
-        store, concurrency=args.concurrency, registry_for=registry_for, engine=common.engine_config(args, config), poll=args.poll,
+        store, concurrency=args.concurrency, registry_for=registry_for, poll=args.poll,
+        engine=common.with_model_router(common.engine_config(args, config), config, store),
         idle_exit=args.idle_exit, once=args.once, grace=args.grace, on_note=lambda line: common.say(f"planexec worker: {line}", stderr=True),
         runner=common.runner_settings(args, config), park_after=args.park_after,
     )  # fmt: skip

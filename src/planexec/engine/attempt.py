@@ -76,9 +76,9 @@ class Attempts:
             run, state, config.call_approver, enforce=config.enforce_contract, goal_trusted=config.goal_trusted, clock=config.clock
         )
 
-    def start_now(self, step: Step, worker: str, attempt: int) -> bool:
-        """Start `attempt` of `step` on `worker` here and now when its slots are free: take them, mark its
-        record running and emit its `StepStarted`; False (nothing done) when it has to wait for a slot.
+    def start_now(self, step: Step, worker: str, attempt: int, model: str | None = None) -> bool:
+        """Start `attempt` of `step` on `worker` (on `model`, a cascade's) here and now when its slots are free: take
+        them, mark its record running and emit its `StepStarted`; False (nothing done) when it has to wait for a slot.
 
         The run calls this as it makes a step ready, before the step's task
         exists, then passes ``started=True`` to `run`. So a step that need not
@@ -94,25 +94,33 @@ class Attempts:
             return False
         state.held[step.step_id] = slots
         state.starting.add(step.step_id)
-        self._begin(step, worker, attempt)
+        self._begin(step, worker, attempt, model)
         return True
 
-    def _begin(self, step: Step, worker: str, attempt: int) -> None:
+    def _begin(self, step: Step, worker: str, attempt: int, model: str | None) -> None:
         """The attempt holds its slots: its record is running and its `StepStarted` is emitted."""
         rec = self._state.records[step.step_id]
         now = utcnow()  # one time for the transition: the record's start (the first attempt's) and the event's
         if rec.started_at is None:
-            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now)
+            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, started_at=now, model=model)
         else:
-            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker)
-        self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt)
+            update_record(rec, state=StepState.RUNNING, attempts=attempt, worker=worker, model=model)
+        self._run._emit(StepStarted, at=now, step_id=step.step_id, worker=worker, action=step.action, attempt=attempt, model=model)
         self._state.attempt_t0[step.step_id] = time.perf_counter()  # the attempt's time runs from its start
 
     async def run(
-        self, step: Step, worker: str, attempt: int, *, started: bool = False, on_time: Callable[[], bool] | None = None
+        self,
+        step: Step,
+        worker: str,
+        attempt: int,
+        *,
+        model: str | None = None,
+        started: bool = False,
+        on_time: Callable[[], bool] | None = None,
     ) -> tuple[WorkResult | None, ErrorInfo | None, float, Usage]:
         """One attempt: (the worker's result or None, the error or None, wall seconds, usage). Raises only CancelledError.
 
+        `model`: the model it runs on (a cascade's; None: the worker's own).
         `started`: `start_now` took its slots and emitted its start already.
         `on_time`: asked once the attempt has its slots; False (its window
         closed while it waited for a slot) gives the slots back and returns
@@ -143,7 +151,7 @@ class Attempts:
                 slots.release()
                 state.held.pop(sid, None)
                 return None, None, 0.0, ZERO
-            self._begin(step, worker, attempt)
+            self._begin(step, worker, attempt, model)
         rec = state.records[sid]
         try:
             t0 = state.attempt_t0[sid]  # set by `_begin`
@@ -151,7 +159,7 @@ class Attempts:
             # every model call of this attempt reports here, so a timeout or cancel still counts what it used
             meter, token = start_meter()
             try:
-                call = self._call(step, worker, attempt)
+                call = self._call(step, worker, attempt, model)
                 # no deadline, never stuck (a partial, not a lambda: a lambda would make this function's locals cells)
                 stuck = partial(self.abandon, step, timeout) if timeout is not None else None
                 deadline = Deadline(timeout, self._clock, on_stuck=stuck, grace=self._grace)
@@ -266,7 +274,7 @@ class Attempts:
             )
         return ZERO if judgement.usage.is_zero() else judgement.usage
 
-    def _call(self, step: Step, worker: str, attempt: int) -> StepCall:
+    def _call(self, step: Step, worker: str, attempt: int, model: str | None) -> StepCall:
         state = self._state
         context = {}
         failed = {}
@@ -301,6 +309,7 @@ class Attempts:
             context=context,
             failed_inputs=failed,
             attempt=attempt,
+            model=model,
         )
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ implementation) and `RunHandle` (what a run started by a host offers back).
 Settings left None here are resolved by the `Engine` (a default registry, a
 local runner, the criteria checker), so `replace(registry=...)` never keeps
 a runner or checker built for another registry.
-Imports `engine.approval`, `engine.criteria`, `engine.join`,
+Imports `engine.approval`, `engine.cascade`, `engine.criteria`, `engine.join`,
 `engine.recording`, `engine.replan`, `engine.results`, `engine.runner`,
 `engine.synthesis`, `plan`, `usage` and `workers.registry`; never the run.
 """
@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from planexec.config import Config
 from planexec.engine.approval import Approver, PlanApprover
+from planexec.engine.cascade import ModelRouter
 from planexec.engine.clock import SYSTEM_CLOCK, Clock
 from planexec.engine.criteria import Checker, CriteriaChecker
 from planexec.engine.join import Joiner
@@ -63,6 +64,12 @@ class EngineConfig:
     ``scheduled`` (its `RunResult.due` says until when) instead of waiting
     in the process, for a queue's worker to take it when due; None (the
     default, a foreground run): it waits here.
+
+    `cascades` gives a worker (a role) the models its steps try in order,
+    ``{"researcher": ("openai:small", "openai:large")}``, where a step names
+    none of its own (`Step.models`; see `engine.cascade`); `model_router`
+    picks the model such a step starts on (None: `ByDifficulty`, then the
+    cascade's first model).
     """
 
     registry: Registry | None = None
@@ -89,6 +96,8 @@ class EngineConfig:
     max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES
     clock: Clock = SYSTEM_CLOCK
     park_after: float | None = None
+    cascades: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    model_router: ModelRouter | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -106,6 +115,9 @@ class EngineConfig:
             raise ValueError(f"max_output_bytes must be a whole number of bytes, 0 or None (no limit); got {size!r}")
         # frozen: the one way in is object.__setattr__; a copy, so the caller's dict cannot change it later
         object.__setattr__(self, "worker_limits", MappingProxyType(limits))
+        object.__setattr__(self, "cascades", MappingProxyType(_cascades(self.cascades)))
+        if self.model_router is not None and not isinstance(self.model_router, ModelRouter):
+            raise ValueError(f"model_router must have a name and a start(step, models) method; got {self.model_router!r}")
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated again (`TypeError` for a name that is not a setting)."""
@@ -114,18 +126,34 @@ class EngineConfig:
     @classmethod
     def from_config(cls, config: Config, base: EngineConfig | None = None, **given: Any) -> EngineConfig:
         """The settings planexec.toml gives: `base` (default: the defaults with planexec.toml's ``max_concurrency``,
-        ``default_timeout``, ``max_output_bytes`` (0: no limit) and ``max_replans`` laid over them), then `given`
+        ``default_timeout``, ``max_output_bytes`` (0: no limit), ``max_replans`` and the roles' cascades of
+        ``[planexec.role_models]`` laid over them), then `given`
         (a value that is None is left as it is: a flag not given)."""
         if base is None:
+            cascades = {role: tuple(models) for role, models in config.role_models.items() if isinstance(models, list)}
             toml = {
                 "max_concurrency": config.max_concurrency,
                 "default_timeout": config.default_timeout,
                 "max_output_bytes": config.max_output_bytes,
                 "max_replans": config.max_replans,
+                "cascades": cascades or None,
             }
             base = cls().replace(**{k: v for k, v in toml.items() if v is not None})
         changes = {k: v for k, v in given.items() if v is not None}
         return base.replace(**changes) if changes else base
+
+
+def _cascades(given: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    """Each worker's cascade as a tuple of model names; `ValueError` naming the worker for an empty or repeating one."""
+    out = {}
+    for worker, models in (given or {}).items():
+        names = (models,) if isinstance(models, str) else tuple(models)
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"cascades[{worker!r}] must name at least one model, as 'provider:model'; got {models!r}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"cascades[{worker!r}] names a model twice: {', '.join(names)}")
+        out[worker] = names
+    return out
 
 
 class RunHandle(Protocol):

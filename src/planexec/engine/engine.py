@@ -33,6 +33,7 @@ from planexec.plan.model import Plan, Step
 from planexec.plan.validation import check_plan
 from planexec.usage import Usage
 from planexec.workers.registry import Registry
+from planexec.workers.worker import ModelWorker
 
 __all__ = ["Approver", "Engine", "EngineConfig", "Run"]
 
@@ -75,6 +76,12 @@ class Engine:
     worker quarantined. `enforce_contract` False turns it off, to measure
     what it costs.
 
+    Models: a step that names `models` (or whose worker has a cascade in
+    `cascades`) starts on the model `model_router` picks and moves to the
+    next when an attempt fails (see `engine.cascade`); a cascade of a worker
+    that works with no model, or naming a model the registry cannot resolve,
+    is a `ValueError` here.
+
     Give the settings as keywords (`Engine(registry, max_concurrency=8)`) or
     as one `EngineConfig` (`Engine(config=...)`; keywords given as well
     replace its values); `engine.config` is what the engine runs with.
@@ -92,6 +99,7 @@ class Engine:
         if config.store is not None and not isinstance(self.runner, DurableRunner):
             self.runner = DurableRunner(self.runner)  # no step runs before its start is stored
         self.checker: Checker | CriteriaChecker = config.checker if config.checker is not None else CriteriaChecker(self.registry)
+        _check_cascades(config.cascades, self.registry)
         self.random = random.Random(config.seed)
         self.subscribers: list[Subscriber] = [config.on_event] if config.on_event else []
 
@@ -238,6 +246,19 @@ class Engine:
             return limits[worker]
         w = self.registry.workers.get(worker)
         return getattr(w, "max_concurrency", None) if w is not None else None
+
+
+def _check_cascades(cascades: Mapping[str, Any], registry: Registry) -> None:
+    """`ValueError` naming a cascade of a registered worker that works with no model, or a model its registry cannot
+    name (a worker not registered yet is left to whoever registers it: a role a team does not load)."""
+    for name, models in cascades.items():
+        worker = registry.workers.get(name)
+        if worker is not None and not isinstance(worker, ModelWorker):
+            raise ValueError(f"cascades[{name!r}]: worker {name!r} works with no model of its own, so it has no cascade")
+        for model in models:
+            problem = registry.model_problem(model)
+            if problem is not None:
+                raise ValueError(f"cascades[{name!r}]: {problem}")
 
 
 def new_run_id(prefix: str = "run") -> str:

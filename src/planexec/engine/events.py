@@ -39,12 +39,14 @@ __all__ = [
     "RunResumed",
     "RunStarted",
     "StepCancelled",
+    "StepEscalated",
     "StepFailed",
     "StepJudged",
     "StepReady",
     "StepRerouted",
     "StepResolved",
     "StepRetried",
+    "StepRouted",
     "StepScheduled",
     "StepSkipped",
     "StepStarted",
@@ -279,13 +281,14 @@ class StepScheduled(_Event):
 @quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(_Event):
-    """An attempt began on a worker."""
+    """An attempt began on a worker (on `model`, when the step's cascade or a model router chose one)."""
 
     type: Literal["step_started"] = "step_started"
     step_id: str
     worker: str
     action: str
     attempt: int
+    model: Annotated[str | None, OMIT_EMPTY] = None
 
 
 @quick_init
@@ -299,21 +302,50 @@ class StepSucceeded(_Event):
     wall_time: float
     usage: AttemptUsage = field(default_factory=Usage)
     output: Output
+    model: Annotated[str | None, OMIT_EMPTY] = None  # the model the attempt ran on, when one was chosen for it
 
 
 @quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepFailed(_Event):
-    """An attempt failed; `then` says what the failure action did next (usage: this attempt's)."""
+    """An attempt failed; `then` says what follows: the failure action's next move, or ``escalate`` (the step's
+    cascade moves to its next model, `StepEscalated`). Usage: this attempt's."""
 
     type: Literal["step_failed"] = "step_failed"
     step_id: str
     attempt: int
     worker: str
     error: ErrorInfo
-    then: Literal["retry", "fallback", "skip", "abort", "replan", "none"]
+    then: Literal["retry", "fallback", "skip", "abort", "replan", "escalate", "none"]
     wall_time: float
     usage: AttemptUsage = field(default_factory=Usage)
+    model: Annotated[str | None, OMIT_EMPTY] = None  # the model the attempt ran on, when one was chosen for it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRouted(_Event):
+    """A step with a cascade of models got its starting model: `router` picked `start` of `models`, for `reason`
+    (`difficulty`: the step's declared one, kept for routers that learn from past runs)."""
+
+    type: Literal["step_routed"] = "step_routed"
+    step_id: str
+    models: list[str]
+    start: str
+    router: str
+    reason: str
+    difficulty: Annotated[str | None, OMIT_EMPTY] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEscalated(_Event):
+    """Attempt `attempt` failed (rule `reason`) on `from_model`: the next attempt runs on `to_model`, the cascade's next."""
+
+    type: Literal["step_escalated"] = "step_escalated"
+    step_id: str
+    attempt: int
+    from_model: str
+    to_model: str
+    reason: str
 
 
 @quick_init
@@ -398,6 +430,8 @@ Event = Annotated[
     | StepSucceeded
     | StepFailed
     | StepRetried
+    | StepRouted
+    | StepEscalated
     | StepRerouted
     | StepSkipped
     | StepCancelled

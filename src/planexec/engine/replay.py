@@ -3,7 +3,7 @@
 Owns `RunView` and `replay`. Reading only the events (and, optionally, the
 plan, for the workers and actions of steps that never started), `replay`
 gives every step a `StepRecord` (state, attempts, timings, usage, output,
-error, critics' verdicts), keeps the records a plan revision dropped, and
+error, critics' verdicts, the model of each attempt that ran on a chosen one), keeps the records a plan revision dropped, and
 lists the steps that had started an attempt that never ended: after a
 crash, those are what resuming has to decide about. `worked` sums the time
 of every process that worked on the run (its start and each resume, each
@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from planexec.engine.results import ErrorInfo, RunStatus, StepRecord, StepState, describe_answer_origins, refused_by_rule
+from planexec.engine.results import (
+    ErrorInfo,
+    ModelAttempt,
+    RunStatus,
+    StepRecord,
+    StepState,
+    describe_answer_origins,
+    refused_by_rule,
+)
 from planexec.plan.model import Plan
 from planexec.records import Record
 from planexec.usage import Usage
@@ -162,18 +170,23 @@ def _step_event(rec: StepRecord, ev: Any) -> None:
         rec.state, rec.due = StepState.SCHEDULED, ev.due
     elif kind == "step_started":
         rec.state, rec.attempts, rec.worker, rec.action = StepState.RUNNING, ev.attempt, ev.worker, ev.action
+        rec.model = ev.model
         if rec.started_at is None:
             rec.started_at = ev.at
     elif kind == "step_succeeded":
         rec.state, rec.output, rec.error, rec.finished_at = StepState.SUCCEEDED, ev.output, None, ev.at
         rec.wall_time += ev.wall_time
         rec.usage = rec.usage + ev.usage
+        if ev.model is not None:
+            rec.model_attempts.append(ModelAttempt(attempt=ev.attempt, model=ev.model, usage=ev.usage))
     elif kind == "step_failed":
         rec.error, rec.worker = ev.error, ev.worker
         rec.wall_time += ev.wall_time
         rec.usage = rec.usage + ev.usage
-        rec.reason = f"failure action: {ev.then}"
-        if ev.then in ("retry", "fallback"):
+        rec.reason = f"failure action: {ev.then}" if ev.then != "escalate" else "its cascade moved on to its next model"
+        if ev.model is not None:
+            rec.model_attempts.append(ModelAttempt(attempt=ev.attempt, model=ev.model, usage=ev.usage, error=ev.error, then=ev.then))
+        if ev.then in ("retry", "fallback", "escalate"):
             rec.state = StepState.READY  # between attempts: nothing is running
         else:
             rec.state, rec.finished_at = StepState.FAILED, ev.at
@@ -192,6 +205,10 @@ def _step_event(rec: StepRecord, ev: Any) -> None:
         rec.calls.append(ev.call)
     elif kind == "step_rerouted":
         rec.worker = ev.to_worker
+    elif kind == "step_routed":
+        rec.model = ev.start
+    elif kind == "step_escalated":
+        rec.model = ev.to_model
     elif kind in ("step_skipped", "step_cancelled"):
         rec.state = StepState.SKIPPED if kind == "step_skipped" else StepState.CANCELLED
         rec.reason, rec.finished_at = ev.reason, ev.at

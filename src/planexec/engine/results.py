@@ -26,6 +26,7 @@ from planexec.workers.io import Output, Source, lineage
 __all__ = [
     "CONTRACT_STOPS",
     "ErrorInfo",
+    "ModelAttempt",
     "PlanVersion",
     "ReplanRequest",
     "RunResult",
@@ -97,6 +98,24 @@ def _none(value: Any) -> bool:
     return value is None
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
+class ModelAttempt(BaseModel):
+    """One attempt of a step that ran on a model chosen for it (its cascade's, a model router's): the model, what the
+    attempt used, and how it ended (`error` None: it succeeded; `then`: what followed a failure, ``escalate`` to the
+    cascade's next model or the failure action's move)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attempt: int
+    model: str
+    usage: Usage = Field(default_factory=Usage)
+    error: ErrorInfo | None = None
+    then: str | None = None
+
+
 class StepRecord(BaseModel):
     """One step's whole story: state, attempts, timings, usage, output or error."""
 
@@ -120,6 +139,14 @@ class StepRecord(BaseModel):
     verdicts: list[dict[str, Any]] = Field(default_factory=list, description="critics' verdicts on its attempts, with reasons")
     subrun: RunResult | None = Field(None, description="the run of the sub-team that did this step (the run tree)")
     calls: list[CallRecord] = Field(default_factory=list, description="every tool call its worker asked for: run, or refused with the rule")
+    model: str | None = Field(
+        None, exclude_if=_none, description="the model of its last attempt, or of its next one after an escalation (a cascade's)"
+    )
+    model_attempts: list[ModelAttempt] = Field(
+        default_factory=list,
+        exclude_if=_empty,
+        description="its attempts on models chosen for it (a cascade's): each one's model, usage and outcome",
+    )
 
     @property
     def refused(self) -> list[CallRecord]:

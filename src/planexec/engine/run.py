@@ -2,7 +2,9 @@
 
 Owns `Run`: a step starts the moment its last dependency ends (the pure
 `plan.scheduler.Scheduler` says which), within the global and per-worker
-limits; failure actions retry with exponential backoff and jitter, skip,
+limits; a step with a cascade of models moves to its next model after a
+failure a stronger model may not make (`engine.cascade`), and then failure
+actions retry with exponential backoff and jitter, skip,
 fall back to another worker, abort or request a replan; `cancel()` stops
 the run and every step still ends in a recorded state. Every transition
 becomes an event, kept and delivered by the run's `History`.
@@ -13,7 +15,7 @@ one step: inputs, deadline, worker, checks) and `Revisions` (replanning,
 joining, plan approval, rollback). The run sees its engine only as a
 `Host` (in `config`): settings, resolved collaborators and step rules.
 Where a step runs is the `Runner`'s business.
-Imports `engine.approval`, `engine.attempt`, `engine.config`,
+Imports `engine.approval`, `engine.attempt`, `engine.cascade`, `engine.config`,
 `engine.events`, `engine.history`, `engine.results`, `engine.resume`,
 `engine.revisions`, `engine.state`, `engine.synthesis`, `plan`, `usage`
 and `workers.io`; never `engine.engine`.
@@ -32,6 +34,7 @@ from typing import Any
 
 from planexec.engine.approval import ask_approval, step_hash
 from planexec.engine.attempt import CURRENT_STEP, Attempts
+from planexec.engine.cascade import ByDifficulty, Cascades, FirstOf
 from planexec.engine.config import Host, Subscriber
 from planexec.engine.events import (
     ApprovalDecided,
@@ -76,6 +79,8 @@ __all__ = ["Run", "Subscriber"]
 
 log = logging.getLogger("planexec.engine")
 
+_DEFAULT_ROUTER = FirstOf([ByDifficulty()])  # a step declared hard starts on its cascade's strongest model, any other on its first
+
 
 class Run:
     """One execution of a plan: its records, its events, and control over it.
@@ -112,6 +117,9 @@ class Run:
         self._attempts = Attempts(state, control, host)
         self._revisions = Revisions(state, control, host)
         self._timetable = Timetable(state, control, host)
+        config = host.config
+        router = config.model_router if config.model_router is not None else _DEFAULT_ROUTER
+        self._cascades = Cascades(state, control, cascades=config.cascades, router=router, workers=host.registry.workers)
         self._synth_task: asyncio.Task[Any] | None = None
         self._task: asyncio.Task[RunResult] | None = None
         self._started_at = utcnow()
@@ -412,16 +420,22 @@ class Run:
                 self._emit(StepSkipped, step_id=sid, because=because, reason=rec.reason)
             loop = asyncio.get_running_loop()
             attempts = self._attempts
+            cascades = self.engine.config.cascades
             for sid in batch.run:  # its StepReady only if it has to wait (`Attempts.run`, `_approved`); StepStarted says the rest
                 if state.status is not RunStatus.RUNNING or state.draining is not None:
                     break  # an event of this launch stopped the run (a subscriber, a failed store): the rest never start
                 rec = state.records[sid]
                 step = state.steps[sid]
-                worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker)
+                worker = rec.worker or step.worker  # a resumed step goes on where it was (attempts, fallback worker, model)
                 tried = rec.attempts
+                model = self._cascades.model_for(step, worker) if step.models is not None or cascades else None
                 # a step that needs no person and finds its slots free starts here: its StepStarted is emitted
                 # before its task exists, with the others of this launch (one commit for all, when recorded)
-                started = not self._needs_approval(step) and not self._timetable.holds(step) and attempts.start_now(step, worker, tried + 1)
+                started = (
+                    not self._needs_approval(step)
+                    and not self._timetable.holds(step)
+                    and attempts.start_now(step, worker, tried + 1, model)
+                )
                 if state.status is not RunStatus.RUNNING:
                     break  # its StepStarted stopped the run (a subscriber, a store that failed): no task, no tool
                 if not started:
@@ -459,8 +473,10 @@ class Run:
         try:
             if not started and self._needs_approval(step) and not await self._approved(step, worker):
                 return
-            # attempt the step until it succeeds or its failure action says what follows (retry, fallback, or the end)
+            # attempt the step until it succeeds, its cascade's last model failed, or its failure action says what follows
+            # (retry, fallback, or the end)
             config = self.engine.config
+            routed = step.models is not None or bool(config.cascades)
             fa = step.failure_action
             rerouted = worker != step.worker
             timed = self._timetable.holds(step)
@@ -470,7 +486,8 @@ class Run:
                 if not started and timed and not await self._timetable.wait(step):
                     return  # the run stopped while the step waited for its time (parked as scheduled, or cancelled)
                 attempt += 1
-                result, error, wall, usage = await self._attempts.run(step, worker, attempt, started=started, on_time=on_time)
+                model = self._cascades.model_for(step, worker) if routed else None
+                result, error, wall, usage = await self._attempts.run(step, worker, attempt, model=model, started=started, on_time=on_time)
                 started = False  # a retry or a fallback waits for its slots again
                 state.held.pop(sid, None)
                 if result is None and error is None:  # its window closed while it waited for a slot: it waits again
@@ -484,12 +501,29 @@ class Run:
                     return  # over budget: the run is stopping and records this step
                 if error is None:
                     assert result is not None
-                    self._succeed(step, worker, attempt, result, wall, usage)
+                    if model is not None:
+                        self._cascades.tried(rec, attempt, model, usage, None, None)
+                    self._succeed(step, worker, attempt, result, wall, usage, model)
                     return
-                then = fa.next_action(attempt, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
+                if model is not None and self._cascades.moved_on(step, attempt, model, error, wall, usage):
+                    continue  # the next model of its cascade, before any failure action (`engine.cascade`)
+                tries = self._cascades.on_model(step, attempt) if model is not None else attempt  # a retry counts the last model's
+                then = fa.next_action(tries, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
                 if then == "abort" and error.rule == "check_failed" and config.replan_failed_checks and config.replanner is not None:
                     then = "replan"  # the world differs from what the plan assumed: ask for a new plan, not the end
-                self._emit(StepFailed, step_id=sid, attempt=attempt, worker=worker, error=error, then=then, wall_time=wall, usage=usage)
+                if model is not None:
+                    self._cascades.tried(rec, attempt, model, usage, error, then)
+                self._emit(
+                    StepFailed,
+                    step_id=sid,
+                    attempt=attempt,
+                    worker=worker,
+                    error=error,
+                    then=then,
+                    wall_time=wall,
+                    usage=usage,
+                    model=model,
+                )
                 if then == "retry":
                     delay = fa.retry_delay(attempt, self.engine.random.random())
                     self._emit(StepRetried, step_id=sid, next_attempt=attempt + 1, delay=delay)
@@ -545,7 +579,7 @@ class Run:
         self._fail(step, refusal, then)
         return False
 
-    def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float, usage: Usage) -> None:
+    def _succeed(self, step: Step, worker: str, attempt: int, result: WorkResult, wall: float, usage: Usage, model: str | None) -> None:
         state = self.state
         sid = step.step_id
         plan = state.plan
@@ -573,7 +607,7 @@ class Run:
         now = utcnow()  # the record's end and the event's time are one
         update_record(state.records[sid], state=StepState.SUCCEEDED, output=out, error=None, finished_at=now, subrun=result.subrun)
         state.sched.succeeded(sid)
-        self._emit(StepSucceeded, at=now, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out)
+        self._emit(StepSucceeded, at=now, step_id=sid, attempt=attempt, wall_time=wall, usage=usage, output=out, model=model)
         self._launch_ready()
 
     def _fail(self, step: Step, error: ErrorInfo, then: str) -> None:

@@ -38,5 +38,9 @@ class LocalRunner:
         self.registry = registry
 
     def run(self, call: StepCall) -> Coroutine[Any, Any, WorkResult]:
-        """Look the worker up by name and let it perform the call (its `perform` coroutine itself: no layer between)."""
-        return self.registry.worker(call.worker).perform(call)
+        """Look the worker up by name and let it perform the call (its `perform` coroutine itself: no layer between),
+        on the model the call names when it names one (a cascade's)."""
+        worker = self.registry.worker(call.worker)
+        if call.model is not None:
+            worker = self.registry.on_model(worker, call.model)
+        return worker.perform(call)

@@ -3,7 +3,8 @@
 Public here, what ``planexec eval`` (or a face of your own) runs a suite
 with: `load_suite` (`SuiteError`), `run_suite` with `EvalOptions` (`MODES`,
 `parse_modes`, `configured_models`, `scripted_models`) giving
-`EvalRecord`s, `LatencyModel` (the oracle's timing), and the reports
+`EvalRecord`s, `LatencyModel` (the oracle's timing), `TierModel` (a
+scripted model of one size, for model cascades), and the reports
 (`summary_table`, `goals_table`, `ratio_notes`, `write_report`). Planners
 compared: `parse_planners` reads ``--planner`` values into `PlannerSpec`s,
 `PLANNER_VARIANTS` are the scripted planners, and `run_suite` takes each
@@ -17,7 +18,7 @@ from planexec.eval.injection import run_suite as run_injection_suite
 from planexec.eval.injection_report import InjectionReport
 from planexec.eval.injection_report import RunMode as InjectionMode
 from planexec.eval.injection_scenarios import SCENARIOS as INJECTION_SCENARIOS
-from planexec.eval.oracle import LatencyModel
+from planexec.eval.oracle import LatencyModel, TierModel
 from planexec.eval.planners import PLANNER_VARIANTS, PlannerSpec, parse_planners
 from planexec.eval.report import goals_table, ratio_notes, summary_table, write_report
 from planexec.eval.suite import SuiteError, load_suite
@@ -34,6 +35,7 @@ __all__ = [
     "LatencyModel",
     "PlannerSpec",
     "SuiteError",
+    "TierModel",
     "configured_models",
     "goals_table",
     "load_suite",

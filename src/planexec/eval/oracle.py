@@ -2,7 +2,9 @@
 
 Owns `OracleModel` (a `FunctionModel` that answers each request from a
 goal's reference solution, so evaluation numbers are exact and
-reproducible) and `LatencyModel` (any model, charged a stated latency per
+reproducible), `TierModel` (a model of one size for cascades: it works a
+role step that names its call, succeeding with a stated probability per
+difficulty, drawn deterministically from a seed) and `LatencyModel` (any model, charged a stated latency per
 call: ``overhead + input_tokens * per_input_token + output_tokens *
 per_output_token`` seconds). The oracle tells roles apart by the request:
 
@@ -31,9 +33,10 @@ Imports `testing`, `models.base`, `plan` (reference rules, the compact form),
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from planexec.eval.suite import SolutionCall, answer_text
@@ -46,13 +49,14 @@ from planexec.models.base import (
     ToolCall,
     stream_response,
 )
+from planexec.models.pricing import Price
 from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.plan.compact import print_compact
 from planexec.plan.model import Plan, resolve_references
 from planexec.planning.compact_form import is_compact_request
 from planexec.testing import FunctionModel
 
-__all__ = ["LatencyModel", "OracleModel"]
+__all__ = ["LatencyModel", "OracleModel", "TierModel"]
 
 _REF = re.compile(r"(?<!\$)\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}")
 _RESULT_LINE = re.compile(r"^- ([A-Za-z0-9_][A-Za-z0-9_\-]*): (.*)$")
@@ -267,6 +271,107 @@ class OracleModel(FunctionModel):
                 tail = m.content.rsplit("Result of ", 1)[1]
                 return answer_text(_decode(tail.split("\n", 1)[1].strip() if "\n" in tail else ""))
         return ""
+
+
+def _draw(*parts: object) -> float:
+    """A number in [0, 1) that depends only on `parts`: the same draw on every run and in any order of calls."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def _step_call(task: str) -> tuple[str, dict[str, Any]] | None:
+    """The call a role step names in its parameters, ``{"tool": ..., "arguments": {...}}``, read from the task the worker
+    rendered (``Parameters:`` then the JSON); None when it names none."""
+    at = task.find("Parameters:\n")
+    if at < 0:
+        return None
+    try:
+        params, _ = json.JSONDecoder().raw_decode(task[at + len("Parameters:\n") :])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(params, dict) or not isinstance(params.get("tool"), str):
+        return None
+    args = params.get("arguments")
+    return params["tool"], args if isinstance(args, dict) else {}
+
+
+class TierModel(FunctionModel):
+    """A scripted model of one size, for cascades and model routers: it works a role step whose parameters name one call
+    (``{"tool": "population", "arguments": {"city": "Avalon"}}``), calling that tool and answering with its result,
+    when it succeeds.
+
+    Whether it succeeds on a task is drawn once per (`seed`, its name, the
+    task's text) with the probability `success` gives the task's difficulty
+    (`difficulty(task)` reads it from the task's text; default ``easy``): the
+    same task on the same model fails or succeeds on every run, in every
+    order of calls, and a retry of it on this model gives the same outcome.
+    When it fails it gives up (an empty answer, which a ``not_empty``
+    criterion rejects), or, for a `wrong` share of its failures, answers a
+    wrong value with confidence (a number off by one, a name reversed),
+    which nothing but the goal's own checker can tell. It finds nothing
+    hard: difficulty is only the probability it is given. With a `price`
+    (US dollars per million tokens, ``{"input": ..., "output": ...}``) its
+    usage carries its cost.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        success: Mapping[str, float],
+        difficulty: Callable[[str], str] = lambda task: "easy",
+        seed: int = 0,
+        wrong: float = 0.0,
+        price: Price | Mapping[str, float] | None = None,
+        profile: ModelProfile = CAPABLE,
+    ) -> None:
+        if not all(0 <= p <= 1 for p in success.values()) or not 0 <= wrong <= 1:
+            raise ValueError("success probabilities and the wrong share lie between 0 and 1")
+        self.success = dict(success)
+        self.difficulty = difficulty
+        self.seed = seed
+        self.wrong = wrong
+        self.price = price if price is None or isinstance(price, Price) else Price.model_validate(price)
+        super().__init__(
+            self.answer, name=name, profile=profile if self.price is None else profile.model_copy(update={"price": self.price})
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The answer, its usage priced at `price` when it has one (a `ManagedModel` with a price table does the same)."""
+        response = await super().complete(request)
+        if self.price is None:
+            return response
+        return response.model_copy(update={"usage": response.usage.model_copy(update={"cost": self.price.of_usage(response.usage)})})
+
+    def succeeds(self, task: str) -> bool:
+        """Whether this model works `task` (the worker's rendered task) right."""
+        return _draw(self.seed, self.name, task) < self.success.get(self.difficulty(task), 0.0)
+
+    def answer(self, request: ModelRequest) -> Any:
+        """Call the step's tool, then answer with its result (or give up, or answer wrong, when this task fails)."""
+        task = next((m.content for m in request.messages if m.role == "user"), "")
+        call = _step_call(task)
+        ok = self.succeeds(task)
+        wrong = not ok and _draw(self.seed, self.name, task, "wrong") < self.wrong
+        if call is None or not (ok or wrong):
+            return json.dumps({"answer": ""}) if _is_json_tool_union(request.output_schema) else ""
+        results = OracleModel._tool_results(request.messages)
+        if not results:
+            tool, args = call
+            if request.tools:
+                return ToolCall(call_id="tier_1", name=tool, arguments=args)
+            return json.dumps({"tool": tool, "arguments": args})
+        text = answer_text(results[-1]) if ok else _wrong(results[-1])
+        return json.dumps({"answer": text}) if request.output_schema else text
+
+
+def _wrong(value: Any) -> str:
+    """A confident wrong answer: a number off by one, any other text reversed."""
+    text = answer_text(value)
+    try:
+        return answer_text(float(text) + 1)
+    except ValueError:
+        return text[::-1] if len(text) > 1 else text + "?"
 
 
 class LatencyModel:

@@ -5,7 +5,8 @@ Owns `ModelChoice` (a model name and the reason it was chosen) and
 resolved models (one instance per name). Precedence, strongest first: an
 explicit argument (the CLI's ``--model``), the environment
 (``PLANEXEC_PLANNER_MODEL``, ``PLANEXEC_WORKER_MODEL``,
-``PLANEXEC_MODEL_<ROLE>``), ``planexec.toml``, then the defaults: with
+``PLANEXEC_MODEL_<ROLE>``, which may list a cascade: ``a,b``),
+``planexec.toml`` (a role may take a list, its cascade), then the defaults: with
 ``OPENAI_API_KEY`` set, ``openai:gpt-4o-mini``; with nothing, the embedded
 ``local:smollm2``. Workers use the planner's model unless told otherwise.
 Every api key it resolves is registered as a secret (`secrets`), so no
@@ -35,10 +36,16 @@ OPENAI_DEFAULT_MODEL = "openai:gpt-4o-mini"
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """A model name and why it was chosen (shown to the user)."""
+    """A model name and why it was chosen (shown to the user); a role's `cascade` lists the models its steps try in
+    order (`name` is the first), empty for a single model."""
 
     name: str
     reason: str
+    cascade: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """``openai:a`` or ``openai:a → openai:b (a cascade)``."""
+        return " → ".join(self.cascade) + " (a cascade)" if len(self.cascade) > 1 else self.name
 
 
 class ModelSettings:
@@ -76,7 +83,8 @@ class ModelSettings:
             worker, "--worker-model", "PLANEXEC_WORKER_MODEL", self.config.worker_model, "worker_model"
         ) or ModelChoice(self.planner.name, "same as the planner")
         for choice in (self.planner, self.worker, *self._role_choices().values()):
-            parse_model_name(choice.name)  # a bad name fails now, naming itself, not at the first call
+            for name in choice.cascade or (choice.name,):
+                parse_model_name(name)  # a bad name fails now, naming itself, not at the first call
         self._models: dict[str, ManagedModel] = {}
 
     def _pick(self, given: str | None, flag: str, env_key: str, configured: str | None, key: str) -> ModelChoice | None:
@@ -89,17 +97,22 @@ class ModelSettings:
         return None
 
     def _role_choices(self) -> dict[str, ModelChoice]:
-        out = {role: ModelChoice(name, f"role_models.{role} in planexec.toml") for role, name in self.config.role_models.items()}
+        out = {role: _choice(names, f"role_models.{role} in planexec.toml") for role, names in self.config.role_models.items()}
         prefix = "PLANEXEC_MODEL_"
         for key, name in self.env.items():
-            if key.startswith(prefix) and name:
+            names = [n.strip() for n in name.split(",") if n.strip()]
+            if key.startswith(prefix) and names:
                 role = key[len(prefix) :].lower()
-                out[role] = ModelChoice(name, f"{key} is set")
+                out[role] = _choice(names if len(names) > 1 else names[0], f"{key} is set")
         return out
 
     def for_role(self, role: str) -> ModelChoice:
         """The model of one role: its own setting, else the workers' model."""
         return self._role_choices().get(role, self.worker)
+
+    def cascades(self) -> dict[str, tuple[str, ...]]:
+        """The roles configured with a cascade (a list of models): role -> its models, in order."""
+        return {role: c.cascade for role, c in self._role_choices().items() if c.cascade}
 
     def options(self, provider: str) -> ProviderOptions:
         """How to reach a provider: the CLI's URL and key, then planexec.toml, then the SDK's environment."""
@@ -129,5 +142,12 @@ class ModelSettings:
     def describe(self) -> list[str]:
         """One line per choice, for the CLI: ``planner: local:smollm2 (nothing configured: ...)``."""
         lines = [f"planner: {self.planner.name} ({self.planner.reason})", f"workers: {self.worker.name} ({self.worker.reason})"]
-        lines += [f"role {role}: {c.name} ({c.reason})" for role, c in sorted(self._role_choices().items())]
+        lines += [f"role {role}: {c.describe()} ({c.reason})" for role, c in sorted(self._role_choices().items())]
         return lines
+
+
+def _choice(names: str | list[str], reason: str) -> ModelChoice:
+    """A role's choice: one model, or a cascade (its first model is the role's model)."""
+    if isinstance(names, str):
+        return ModelChoice(names, reason)
+    return ModelChoice(names[0], reason, cascade=tuple(names))

@@ -42,7 +42,8 @@ A line is ``label. call [annotations] [# instruction]``:
   JSON failure action), ``timeout=30``, ``criteria=[...]``, ``grants=[...]``
   (capabilities), ``schema={...}`` (output schema), ``resources={...}`` (what
   the step needs of a machine, for a cluster), ``not_before="2026-12-05T02:00-05:00"``
-  (the earliest time it may start, with its zone), ``tolerant`` (runs when
+  (the earliest time it may start, with its zone), ``models=["openai:a", "openai:b"]``
+  (the models its worker tries, in order), ``difficulty=hard``, ``tolerant`` (runs when
   an input failed), ``approve``, ``answer`` (this step's output is the
   run's answer, so no joiner call is needed to assemble it) and
   ``instruction="..."`` (for an instruction a comment cannot hold).
@@ -107,6 +108,8 @@ _KEYS = {
     "schema": "output_schema",
     "resources": "resources",
     "not_before": "not_before",
+    "models": "models",
+    "difficulty": "difficulty",
     "instruction": "instruction",
 }
 _END_KEYS = {"risk": "risk_level", "duration": "estimated_duration", "rollback": "rollback_plan", "windows": "windows"}
@@ -599,6 +602,10 @@ class _Printer:
             out.append("resources=" + _json(s.resources.model_dump(mode="json", exclude_defaults=True)))
         if s.not_before is not None:
             out.append("not_before=" + _json(s.not_before.isoformat()))
+        if s.models is not None:
+            out.append("models=" + _json(s.models))
+        if s.difficulty is not None:
+            out.append(f"difficulty={s.difficulty}")
         out += ["tolerant"] * s.accepts_failed_inputs + ["approve"] * s.requires_approval
         out += ["answer"] * (self.plan.answer_step == s.step_id)
         return out

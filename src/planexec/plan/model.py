@@ -1,6 +1,7 @@
 """The plan: `Plan`, `Step`, failure actions, success criteria and references.
 
-Owns the typed plan and its stable JSON form, the JSON Schema export, the
+Owns the typed plan and its stable JSON form (a step may name the models its
+worker tries, in order, and how hard it is), the JSON Schema export, the
 content hash, and references from a step's parameters to earlier outputs
 (``${step_id}`` or ``${step_id.items.0.name}``, whole or inside a string).
 Structural checks that need no registry live in `validation`. Imports only
@@ -52,6 +53,9 @@ _REF_OR_ESCAPE = re.compile(r"\$\$\{|\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}
 _WHOLE_REF = re.compile(r"^\$\{([A-Za-z0-9_][A-Za-z0-9_\-]*)((?:\.[^.}\s]+)*)\}$")
 
 RiskLevel = Literal["low", "medium", "high", "critical"]
+Difficulty = Literal["easy", "hard"]
+# the shape of a model name, 'provider:model' (whether the provider exists is the registry's to say, at validation)
+_MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S.*$")
 FailureKind = Literal["abort", "retry", "skip", "fallback", "replan"]
 
 
@@ -284,11 +288,37 @@ class Step(_Record):
         description="set by the engine on a step a replanner wrote with words copied from untrusted output (these origins): "
         "its worker starts quarantined and its literals are not trusted values",
     )
+    models: list[str] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,  # absent unless set: plans without it keep their hashes
+        description="the models its worker tries in order, 'provider:model' each (a cascade): the next when an attempt fails, "
+        "before the failure action; absent: the worker's own model, or its role's cascade",
+    )
+    difficulty: Difficulty | None = Field(
+        None,
+        exclude_if=lambda value: value is None,  # absent unless set: plans without it keep their hashes
+        description="how hard its author judges the step: a model router may start a hard step on a stronger model",
+    )
 
     @field_validator("success_criteria", mode="before")
     @classmethod
     def _criteria(cls, value: Any) -> Any:
         return _criteria_shorthand(value)
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("an empty list names no model: leave models out for the worker's own model")
+        for name in value:
+            if not _MODEL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a model name: write 'provider:model', as 'openai:gpt-4o-mini'")
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(map(repr, twice))} named twice: a cascade tries each model once, then the next")
+        return value
 
     @field_validator("failure_action", mode="before")
     @classmethod

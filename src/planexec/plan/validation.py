@@ -4,7 +4,8 @@ Owns the rules a plan must keep: unique step ids, known dependencies, no
 cycles (the cycle is reported), references only to upstream steps, known
 workers and actions, parameters that fit the tool's input schema (missing,
 extra, wrong type; values that are references are checked when they
-resolve), usable failure actions and success criteria, and maintenance
+resolve), usable failure actions and success criteria, the models a step names
+(known providers, on a worker whose model works the step), and maintenance
 windows only for tools a worker offers, never apart for one step's tools
 (`plan.schedule`). All problems are collected and raised together as one
 `PlanValidationError`.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import graphlib
 import re
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jsonschema
 from pydantic import ValidationError
@@ -37,7 +38,7 @@ from planexec.plan.model import (
 from planexec.plan.schedule import never_together
 from planexec.plan.scheduler import find_cycle, upstream
 
-__all__ = ["Catalog", "check_plan", "input_problems", "validate_plan"]
+__all__ = ["Catalog", "ModelCatalog", "check_plan", "input_problems", "validate_plan"]
 
 
 class CatalogWorker(Protocol):
@@ -64,6 +65,13 @@ class Catalog(Protocol):
 
     @property
     def predicates(self) -> Mapping[str, CatalogPredicate]: ...
+
+
+@runtime_checkable
+class ModelCatalog(Protocol):
+    """A catalog that also says which models a step may name (`Step.models`); `workers.Registry` is one."""
+
+    def model_problem(self, name: str) -> str | None: ...
 
 
 def input_problems(exc: ValidationError, *, step_id: str | None = None, prefix: str = "parameters") -> list[Problem]:
@@ -337,6 +345,8 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
         if model is not None:
             problems += parameter_problems(step, model)
 
+    if step.models is not None:
+        problems += _model_problems(step, worker, registry)
     fa = step.failure_action
     if fa.kind == "fallback" or (fa.kind == "retry" and fa.then == "fallback"):
         if fa.worker is None:
@@ -384,6 +394,28 @@ def _registry_problems(step: Step, registry: Catalog) -> list[Problem]:
                 "unknown_worker", f"failure_action names unknown worker {fa.worker!r}", step_id=step.step_id, field="failure_action.worker"
             )
         )
+    return problems
+
+
+def _model_problems(step: Step, worker: CatalogWorker | None, registry: Catalog) -> list[Problem]:
+    """A step's `models`: each one a model the catalog knows or can resolve, on a worker whose model works the action."""
+    problems = []
+    uses_model = getattr(worker, "uses_model", None)
+    if worker is not None and step.action in worker.actions and (uses_model is None or not uses_model(step.action)):
+        how = "calls its tool directly" if uses_model is not None else "works with no model"
+        problems.append(
+            Problem(
+                "models_without_model",
+                f"worker {step.worker!r} {how} for {step.action!r}, so no model can be chosen for it; leave models out",
+                step_id=step.step_id,
+                field="models",
+            )
+        )
+    if isinstance(registry, ModelCatalog):
+        for i, name in enumerate(step.models or ()):
+            problem = registry.model_problem(name)
+            if problem is not None:
+                problems.append(Problem("unknown_model", problem, step_id=step.step_id, field=f"models.{i}"))
     return problems
 
 

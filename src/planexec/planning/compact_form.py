@@ -59,8 +59,24 @@ def check_compact(
         plan = compact_plan(draft, goal, plan_id, free)
     except PlanParseError as exc:
         return None, with_lines(exc.problems, draft.lines)
-    problems = validate_plan(plan, registry)
+    problems = [*_reviewers_fields(plan), *validate_plan(plan, registry)]
     return (None, with_lines(problems, draft.lines)) if problems else (plan, [])
+
+
+def _reviewers_fields(plan: Plan) -> list[Problem]:
+    """A planner's draft names no models and judges no difficulty: which models a step may use is a decision about cost
+    and trust for whoever sets up the team or reviews the plan (the JSON draft schema offers neither)."""
+    return [
+        Problem(
+            "not_for_the_planner",
+            f"{name} is set by whoever reviews the plan, not by its planner: leave it out",
+            step_id=s.step_id,
+            field=name,
+        )
+        for s in plan.steps
+        for name in ("models", "difficulty")
+        if getattr(s, name) is not None
+    ]
 
 
 def is_compact_request(request: ModelRequest) -> bool:

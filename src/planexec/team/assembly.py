@@ -1,24 +1,29 @@
 """What a `Team` is made of: its models and its registry, from names, objects and settings.
 
 Owns `TeamModels` (the planner's model, the workers' model and each role's,
-as objects, with the lines that say which was chosen and why), the one set
+as objects, with the lines that say which was chosen and why, and each
+role's cascade of models, which the registry can resolve), the one set
 of planner and agent bounds every front end shares (`PlannerBounds`,
 `bounds_for`: a model whose profile says it is small gets shorter plans
 and fewer agent turns), and `build_registry` (the entry-point built-ins, the
 caller's tools and tools modules, the tools of MCP servers, the toolkit and
-the built-in roles on request). Imports `models`, `workers`, `mcp`, `config`
-and `errors`.
+the built-in roles on request), and `with_cascades` (the engine's settings
+with the roles' cascades and the model router). Imports `models`, `workers`,
+`mcp`, `config`, `engine.config`, `engine.cascade`, `governance.routing` and `errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from planexec.a2a.agents import load as load_a2a
 from planexec.config import A2aAgentConfig, Config, McpServerConfig
+from planexec.engine.cascade import ModelRouter
+from planexec.engine.config import EngineConfig
+from planexec.governance.routing import load_router
 from planexec.mcp.tools import load as load_mcp
 from planexec.models.base import Model
 from planexec.models.managed import ManagedModel
@@ -29,7 +34,7 @@ from planexec.workers.roles import ROLES, builtin_roles
 from planexec.workers.toolkit import check_tools, default_toolkit
 from planexec.workers.tools import Tool
 
-__all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry"]
+__all__ = ["PlannerBounds", "TeamModels", "bounds_for", "build_registry", "with_cascades"]
 
 ModelRef = str | Model
 
@@ -63,6 +68,8 @@ class TeamModels:
     worker: Model
     roles: dict[str, Model] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cascades: dict[str, tuple[str, ...]] = field(default_factory=dict)  # role -> the models its steps try, in order
+    cascade_models: dict[str, Model] = field(default_factory=dict)  # the models of the cascades given as objects, by name
 
     @classmethod
     def resolve(
@@ -71,7 +78,7 @@ class TeamModels:
         *,
         model: ModelRef | None = None,
         worker_model: ModelRef | None = None,
-        role_models: Mapping[str, ModelRef] | None = None,
+        role_models: Mapping[str, ModelRef | Sequence[ModelRef]] | None = None,
         base_url: str | None = None,
         seed: int | None = 0,
         env: Mapping[str, str] | None = None,
@@ -103,10 +110,21 @@ class TeamModels:
             choice = settings.for_role(spec.name)
             if choice is not settings.worker:
                 roles[spec.name] = settings.model(choice.name)
+        cascades = settings.cascades()
+        given: dict[str, Model] = {}
         for role, ref in (role_models or {}).items():
-            roles[role] = ref if not isinstance(ref, str) else settings.model(ref)
-            notes.append(f"role {role}: {roles[role].name} (given)")
-        return cls(settings=settings, planner=planner, worker=worker, roles=roles, notes=notes)
+            if isinstance(ref, str) or not isinstance(ref, Sequence):
+                roles[role] = ref if not isinstance(ref, str) else settings.model(ref)
+                cascades.pop(role, None)
+                notes.append(f"role {role}: {roles[role].name} (given)")
+                continue
+            chain = [m if not isinstance(m, str) else settings.model(m) for m in ref]
+            if not chain:
+                raise ValueError(f"role_models[{role!r}] is an empty cascade: name at least one model")
+            given.update((m.name, m) for m in ref if not isinstance(m, str))  # a name resolves through the settings
+            roles[role], cascades[role] = chain[0], tuple(m.name for m in chain)
+            notes.append(f"role {role}: {' → '.join(cascades[role])} (a cascade, given)")
+        return cls(settings=settings, planner=planner, worker=worker, roles=roles, notes=notes, cascades=cascades, cascade_models=given)
 
     def for_role(self, role: str) -> Model:
         """A role's model: its own, else the workers'."""
@@ -152,6 +170,9 @@ def build_registry(
         for t in default_toolkit(folder):
             if t.name not in registry.tools:
                 registry.add_tool(t)
+    registry.model_source = models.settings.model  # a model a step names resolves with the team's keys, prices and URLs
+    for cascade_model in models.cascade_models.values():
+        registry.add_model(cascade_model)
     if roles:
         names = [spec.name for spec in ROLES] if roles is True else list(roles)
         chosen = {name: models.for_role(name) for name in names}
@@ -159,3 +180,19 @@ def build_registry(
         for worker in builtin_roles(models.worker, models=chosen, tools=registry.tools, roles=names, checks=checks):
             registry.add_worker(worker)
     return registry
+
+
+def with_cascades(
+    engine: EngineConfig, models: TeamModels, router: ModelRouter | str | Sequence[str] | None, store: Any, *, given: bool
+) -> EngineConfig:
+    """`engine` with the roles' cascades (`models.cascades`; when the engine's settings were `given`, a cascade they name
+    for a worker wins) and the router a step with a cascade starts by (`router`, loaded with `store` for ``learned``;
+    one the settings name wins)."""
+    changes: dict[str, Any] = {}
+    # not given: planexec.toml's cascades are in `models.cascades` already, less the roles given a model of their own
+    cascades = {**models.cascades, **engine.cascades} if given else dict(models.cascades)
+    if cascades != dict(engine.cascades):
+        changes["cascades"] = cascades
+    if router is not None and engine.model_router is None:
+        changes["model_router"] = load_router(router, store=store)
+    return engine.replace(**changes) if changes else engine

@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from planexec.engine.approval import Approver, PlanApprover, StoreApprover
+from planexec.engine.cascade import ModelRouter
 from planexec.engine.join import Joiner
 from planexec.governance.policies import Policy
 from planexec.governance.review import ReviewOutcome
@@ -60,16 +61,26 @@ def _frozen(obj: object, name: str, value: Any) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelOptions:
-    """The models besides the planner's: `worker` (default: the planner's), `roles` (role -> model), a `base_url` for
-    ``openai:`` names, and `env`, the environment model names and keys are read from (default: the process's)."""
+    """The models besides the planner's: `worker` (default: the planner's), `roles` (role -> model, or a list of
+    models: a cascade its steps try in order, the next when an attempt fails), `router` (which model of a cascade a step
+    starts on: a `ModelRouter`, or a name as in planexec.toml's ``model_router``: ``first``, ``difficulty`` (the default),
+    ``learned``, or a list of them), a `base_url` for ``openai:`` names, and `env`, the environment model names and keys
+    are read from (default: the process's)."""
 
     worker: ModelRef | None = None
-    roles: Mapping[str, ModelRef] = field(default_factory=dict)
+    roles: Mapping[str, ModelRef | Sequence[ModelRef]] = field(default_factory=dict)
+    router: ModelRouter | str | Sequence[str] | None = None
     base_url: str | None = None
     env: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
-        _frozen(self, "roles", MappingProxyType(dict(self.roles)))
+        roles = {role: ref if isinstance(ref, str) or not isinstance(ref, Sequence) else tuple(ref) for role, ref in self.roles.items()}
+        empty = [role for role, ref in roles.items() if isinstance(ref, tuple) and not ref]
+        if empty:
+            raise ValueError(f"roles[{empty[0]!r}] is an empty cascade: name at least one model")
+        _frozen(self, "roles", MappingProxyType(roles))
+        if self.router is not None and not isinstance(self.router, (str, ModelRouter)):
+            _frozen(self, "router", tuple(self.router))
 
 
 @dataclass(frozen=True, kw_only=True)

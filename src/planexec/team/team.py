@@ -56,7 +56,7 @@ from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team import queueing
 from planexec.team.agent import handoff_note, single_plan, single_registry, start_single
-from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry
+from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry, with_cascades
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox
 from planexec.team.stages import EventSeen, Finished, HandedOff, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
 from planexec.telemetry.scopes import goal_scope, run_scope, start_run
@@ -193,6 +193,9 @@ class Team:
         self.handoff = planning.handoff
         self.reuse = matchers_of(planning.reuse if planning.reuse is not None else self.config.reuse)  # () is off
         self.store: RunLog | None = open_store(store) if isinstance(store, str) else store
+        # the roles' cascades of models, and the router that picks the model a step with one starts on (`engine.cascade`)
+        router = chosen.router or self.config.model_router
+        self.engine_config = with_cascades(self.engine_config, self.models, router, self.store, given=engine is not None)
         self.runner: RunnerConfig = runner if runner is not None else self.config.runner
         self._runners: dict[Registry, Runner | None] = {}  # one per registry: a Ray runner's actors serve every run
 
@@ -793,5 +796,8 @@ class Team:
 
 
 def _traced(ref: Any) -> Any:
-    """A model given as an object, wrapped so its calls are traced; a name (resolved to a traced model) as it is."""
+    """A model given as an object, wrapped so its calls are traced; a name (resolved to a traced model) as it is; each of a
+    role's cascade."""
+    if isinstance(ref, (list, tuple)):
+        return [_traced(one) for one in ref]
     return traced(ref) if ref is not None and not isinstance(ref, str) else ref

@@ -88,6 +88,8 @@ class RunTracer:
             "rollback_finished": self._note,
             "step_retried": self._step_note,
             "step_rerouted": self._step_note,
+            "step_routed": self._step_note,
+            "step_escalated": self._step_note,
             "step_resolved": self._step_note,
             "step_judged": self._step_note,
             "approval_requested": self._approval,
@@ -255,6 +257,8 @@ class RunTracer:
         name = f"attempt {event.attempt}"
         if not self._is_tool_step(event.worker, event.action):
             attrs.update({n.OPERATION: "invoke_agent", n.AGENT_NAME: event.worker})
+        if getattr(event, "model", None) is not None:  # the model a cascade or a router chose for this attempt
+            attrs[n.REQUEST_MODEL] = event.model
         span = self.kit.tracer.start_span(name, context=self.kit.in_context(step), start_time=at, attributes=attrs)
         tool = event.action if n.OPERATION not in attrs else None
         found = self.attempts[sid] = Open(span, self.run_id, sid, event.attempt, start_ns=at, mark_ns=at, tool=tool)
@@ -327,7 +331,7 @@ class RunTracer:
             self._end_attempt(event.step_id, at, event)
         step = self._step_span(event.step_id, at)
         step.add_event("step_failed", {n.ATTEMPT: event.attempt, "planexec.then": event.then, n.ERROR_RULE: error.rule}, timestamp=at)
-        if event.then not in ("retry", "fallback"):  # the step has ended; a retry or the fallback worker goes on in it
+        if event.then not in ("retry", "fallback", "escalate"):  # the step has ended; a retry, the fallback or the next model goes on
             self._end_step(event.step_id, at, "failed", error=error)
 
     def _step_skipped(self, event: Any) -> None:
@@ -347,7 +351,8 @@ class RunTracer:
         found = self.attempts.get(event.step_id)
         target = found.span if found is not None and event.type == "step_judged" else self._step_span(event.step_id, at)
         attrs: dict[str, Any] = {}
-        for key in ("next_attempt", "delay", "from_worker", "to_worker", "decision", "by", "critic", "approved", "attempt"):
+        keys = ("next_attempt", "delay", "from_worker", "to_worker", "decision", "by", "critic", "approved", "attempt")
+        for key in (*keys, "start", "router", "from_model", "to_model", "reason"):  # the last five: a cascade's start and moves
             value = getattr(event, key, None)
             if value is not None:
                 attrs[f"planexec.{key}"] = value

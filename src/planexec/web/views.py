@@ -196,6 +196,11 @@ def _step(
         "when": when_text(view_plan, step) if step is not None and view_plan is not None else "",
         "due": f"{rec.due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if rec.state.value == "scheduled" and rec.due else None,
         "attempts": rec.attempts,
+        "models": [  # each attempt on a model its cascade or a router chose: which, what it cost, how it ended
+            f"attempt {a.attempt} on {a.model}: {describe_usage(a.usage)}: "
+            + ("succeeded" if a.error is None else f"{a.error.rule} → {a.then}")
+            for a in rec.model_attempts
+        ],
         "started": offset(rec.started_at),
         "finished": offset(rec.finished_at),
         "wall": f"{rec.wall_time:.3f}s",

@@ -215,7 +215,9 @@ class StepCall(Record):
     `parameters` and `instruction` are resolved (references replaced by
     upstream outputs); `context` holds the outputs of the step's dependencies,
     keyed by step id; `failed_inputs` names dependencies that did not succeed
-    (with their error), for steps that accept failed inputs.
+    (with their error), for steps that accept failed inputs; `model` names
+    the model the attempt runs on when the step's cascade or a model router
+    chose one (the runner hands the call to the worker on that model).
     """
 
     run_id: str
@@ -229,6 +231,7 @@ class StepCall(Record):
     context: dict[str, Output] = field(default_factory=dict)
     failed_inputs: dict[str, str] = field(default_factory=dict)
     attempt: int = 1
+    model: Annotated[str | None, OMIT_EMPTY] = None  # the model this attempt runs on (a cascade's); None: the worker's own
 
     @property
     def step_id(self) -> str:

@@ -7,8 +7,10 @@ in code (`Registry.tool`, `add_worker`, `predicate`), from Python modules
 error, since plain functions are not tools), and from the ``planexec.plugins``
 entry-point group, through which planexec's own built-ins register too.
 Every tool is reachable through the catch-all worker ``tool``; a tool
-registered with ``worker="name"`` also belongs to that role.
-Imports `tools`, `workers` and `errors`.
+registered with ``worker="name"`` also belongs to that role. The models a
+step may name (`Step.models`, a cascade) are looked up here too: objects
+given with `add_model`, else resolved from their ``provider:model`` name.
+Imports `tools`, `workers`, `models` and `errors`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Unpack
 
-from planexec.errors import RegistryError
+from planexec.errors import ConfigError, RegistryError
+from planexec.models.base import Model
+from planexec.models.providers import parse_model_name, resolve_model
 from planexec.workers.tools import Predicate, Tool, ToolOptions
 from planexec.workers.tools import tool as make_tool
-from planexec.workers.worker import ToolWorker, Worker
+from planexec.workers.worker import ModelWorker, ToolWorker, Worker
 
 __all__ = ["ENTRY_POINT_GROUP", "Registry", "import_spec"]
 
@@ -42,6 +46,9 @@ class Registry:
         self.workers: dict[str, Worker] = {
             TOOL_WORKER: ToolWorker(TOOL_WORKER, self.tools, description="calls any registered tool directly")
         }
+        self.models: dict[str, Model] = {}  # the models a step may name (its cascade), by name: given, or resolved once
+        # how a name no model was given for becomes one (a `Team` sets its settings' resolver: keys, prices, base URLs)
+        self.model_source: Callable[[str], Model] = resolve_model
         self.loaded: list[str] = []
         self._registrations = 0  # calls that registered something (again, too): how load_module tells a module added nothing
 
@@ -108,7 +115,40 @@ class Registry:
 
         return wrap(fn) if fn is not None else wrap
 
+    def add_model(self, model: Model) -> Model:
+        """Make a model object one a step may name (``Step.models``, a role's cascade) under its `name`."""
+        if not isinstance(model, Model):
+            raise RegistryError(f"{model!r} does not implement the Model protocol", name=getattr(model, "name", None))
+        known = self.models.get(model.name)
+        if known is not None and known is not model:
+            raise RegistryError(f"another model named {model.name!r} is already registered", name=model.name)
+        self.models[model.name] = model
+        return model
+
     # --- lookup ----------------------------------------------------------
+
+    def model(self, name: str) -> Model:
+        """The model a step names: one given (`add_model`), else resolved from its name once (`model_source`)."""
+        found = self.models.get(name)
+        if found is None:
+            found = self.models[name] = self.model_source(name)
+        return found
+
+    def model_problem(self, name: str) -> str | None:
+        """Why a step may not name the model `name` (its provider is unknown, or it is not ``provider:model``); None when it may."""
+        if name in self.models:
+            return None
+        try:
+            parse_model_name(name)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    def on_model(self, worker: Worker, model: str) -> Worker:
+        """`worker` working on the model named `model` (a step's cascade, a model router's choice)."""
+        if not isinstance(worker, ModelWorker):
+            raise RegistryError(f"worker {worker.name!r} works with no model of its own, so it cannot run on {model!r}", name=worker.name)
+        return worker.with_model(self.model(model))
 
     def worker(self, name: str) -> Worker:
         """The worker with this name; `RegistryError` listing the known ones otherwise."""

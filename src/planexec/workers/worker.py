@@ -1,6 +1,7 @@
 """Workers: the roles that perform steps.
 
-Owns the `Worker` protocol and its kinds: `ToolWorker` (performs an action
+Owns the `Worker` protocol (and `ModelWorker`, one whose steps can run on
+another model) and its kinds: `ToolWorker` (performs an action
 by calling one of its tools with the step's parameters), `RoleWorker` (a
 role with a description the planner reads, a system prompt, a set of tools
 and a model; it works the step in a bounded tool-calling loop, natively or
@@ -12,6 +13,7 @@ model as text when it is a string, as JSON otherwise. Imports `workers`
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import zlib
@@ -44,6 +46,7 @@ __all__ = [
     "MAX_RESULT_CHARS",
     "CriticWorker",
     "IncompleteError",
+    "ModelWorker",
     "RoleWorker",
     "ToolWorker",
     "Verdict",
@@ -72,6 +75,19 @@ class WorkerError(PlanexecError):
 class IncompleteError(WorkerError):
     """A worker's work is incomplete, never a success (rule ``incomplete``): it ran out of turns while it still wanted
     to call tools, its answer was cut off by its token limit, or its answer degenerated into repetition."""
+
+
+@runtime_checkable
+class ModelWorker(Protocol):
+    """A worker whose steps a model works, and which can work them on another model (a cascade's, a router's choice).
+
+    `uses_model(action)` is False for an action it performs without a model
+    (a tool called directly); `with_model(model)` is the worker on `model`.
+    """
+
+    def uses_model(self, action: str) -> bool: ...
+
+    def with_model(self, model: Model) -> Worker: ...
 
 
 @runtime_checkable
@@ -231,6 +247,20 @@ class RoleWorker:
     def actions(self) -> set[str]:
         """Its free-form tasks and its tools' names."""
         return self.tasks | set(self.tools)
+
+    def uses_model(self, action: str) -> bool:
+        """True when its model works `action` (a task); False for one of its tools, called directly."""
+        return action in self.tasks or action not in self.tools
+
+    def with_model(self, model: Model) -> RoleWorker:
+        """This role on another model (a step's cascade, a model router's choice): the same prompt, tools and bounds."""
+        if model is self.model:
+            return self
+        if not isinstance(model, Model):
+            raise RegistryError(f"role worker {self.name!r}: model must implement planexec.models.Model", name=self.name)
+        twin = copy.copy(self)
+        twin.model = model
+        return twin
 
     @property
     def json_mode(self) -> bool:
