@@ -3,7 +3,8 @@
 Owns `AGENT_WORKER`, `agent_worker` (a `RoleWorker` whose system prompt is
 ``prompts/agent/system.md``: think, call tools, observe, answer),
 `single_plan` (the one-step plan that hands the whole goal to it),
-`single_registry` (the agent over a registry's tools), and
+`single_registry` (the agent over a registry's tools), `role_tools` (the
+tools of one role, for an agent working a goal in its place), and
 `start_single`/`run_single`, which run that plan through the `Engine`, so a
 single-agent run has the same events, usage accounting and `RunResult` as a
 team run and the two can be compared on equal terms; and `handoff_note`,
@@ -34,7 +35,7 @@ from planexec.workers.tool_calls import prompt_file
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
-__all__ = ["AGENT_WORKER", "agent_worker", "handoff_note", "run_single", "single_plan", "single_registry", "start_single"]
+__all__ = ["AGENT_WORKER", "agent_worker", "handoff_note", "role_tools", "run_single", "single_plan", "single_registry", "start_single"]
 
 AGENT_WORKER = "agent"
 AGENT_STEP = "agent"
@@ -194,3 +195,13 @@ def handoff_note(result: RunResult, registry: Registry | None = None) -> str | N
     if done:
         lines.append("These calls already ran before it read anything; do not plan them again:\n" + "\n".join(done))
     return "\n\n".join(lines)
+
+
+def role_tools(registry: Registry, role: str) -> Registry:
+    """A registry of the tools of `role` in `registry` alone (none for an unknown role, or one without tools): what one agent
+    working a goal in that role's place may call."""
+    worker = registry.workers.get(role)
+    own = Registry()
+    for t in worker.tools.values() if isinstance(worker, RoleWorker) else ():
+        own.add_tool(t, worker=TOOL_WORKER)
+    return own

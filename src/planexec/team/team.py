@@ -55,7 +55,7 @@ from planexec.planning.stream import PlanStream
 from planexec.scale import runner_for
 from planexec.store.location import open_store
 from planexec.team import queueing
-from planexec.team.agent import handoff_note, single_plan, single_registry, start_single
+from planexec.team.agent import handoff_note, role_tools, single_plan, single_registry, start_single
 from planexec.team.assembly import ModelRef, PlannerBounds, TeamModels, bounds_for, build_registry, with_cascades
 from planexec.team.settings import ModelOptions, PlanningOptions, Reviewer, ReviewOptions, Submission, Toolbox
 from planexec.team.stages import EventSeen, Finished, HandedOff, Planned, Queued, Reviewed, Routed, Stage, Started, WaitingForPerson
@@ -64,7 +64,7 @@ from planexec.telemetry.setup import active, configure, traced
 from planexec.usage import Usage
 from planexec.workers.context import run_dependencies
 from planexec.workers.gate import CallApprover
-from planexec.workers.registry import TOOL_WORKER, Registry
+from planexec.workers.registry import Registry
 from planexec.workers.tools import Tool
 from planexec.workers.worker import RoleWorker
 
@@ -467,15 +467,7 @@ class Team:
         worker = self.registry.workers.get(step.worker)
         if not isinstance(worker, RoleWorker) or step.action not in worker.tasks:
             return None
-        return self._role_tools(worker.name)
-
-    def _role_tools(self, role: str) -> Registry:
-        """A registry of the tools of `role` alone (none for an unknown role, or one without tools)."""
-        worker = self.registry.workers.get(role)
-        own = Registry()
-        for t in worker.tools.values() if isinstance(worker, RoleWorker) else ():
-            own.add_tool(t, worker=TOOL_WORKER)
-        return own
+        return role_tools(self.registry, worker.name)
 
     # --- runs handed to the store's queue ------------------------------------------------------
 
@@ -518,7 +510,7 @@ class Team:
         )
         single = setup.get("single")
         if isinstance(single, str):
-            tools = team.registry if single == "*" else team._role_tools(single)
+            tools = team.registry if single == "*" else role_tools(team.registry, single)
             agent = single_registry(tools, model=team.models.for_role("agent"), max_turns=team.bounds.agent_turns)
             return team.engine_settings(monitored=False, registry=agent)
         return team.engine_settings()
