@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the draws of which steps each model fails (default 0)")
     parser.add_argument("--goals", type=int, default=None, metavar="N", help="only the first N goals of each suite")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when the cascade misses the target (CI: cost and success are seeded, not timed)"
+    )
     args = parser.parse_args(argv)
     os.environ["PLANEXEC_EVAL_LATENCY"] = "0"  # the lookups' sleeps measure nothing here
 
@@ -257,13 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         "steps": steps,
         "hard_steps": args.hard_steps,
         "hard_share": hard_share,
-        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "check")},
         "strategies": rows,
         "target": {"cost_ratio": ratio, "success_gap_points": gap, "met": met},
     }
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
+        return 1 if args.check and not met else 0
     names = ", ".join(s.name for s, _ in suites)
     print(
         f"# Worker models routed by difficulty: {result['goals']} goals ({names}), {steps} steps, {hard_share:.0%} hard ({args.hard_steps})"
@@ -286,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\ncascade: {ratio:.2f}x lower cost than always-strong, success {cascade['success_rate']:.1%} against "
         f"{base['success_rate']:.1%} (target: at least 2x, within 1 point): {'met' if met else 'NOT met'}"
     )
-    return 0
+    return 1 if args.check and not met else 0
 
 
 if __name__ == "__main__":
