@@ -299,9 +299,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         9,
-        "the planner's drafts keep what the model wrote, and a run what the planner was asked (for training data)",
-        # no table changes: a plan_drafted event may carry `text` and `content_hash`, which a planexec of version 8
-        # would refuse to read (its events forbid unknown fields); RunStarted.setup["planner"] is plain JSON
+        "the planner's drafts keep what the model wrote, a run what the planner was asked, and a step the model of each attempt",
+        # no table changes: a plan_drafted event may carry `text` and `content_hash`, a step's events its `model`, and
+        # step_routed / step_escalated events are new (a cascade of models), which a planexec of version 8 would refuse
+        # to read (its events forbid unknown fields and types); RunStarted.setup["planner"] is plain JSON
         ddl=(),
     ),
 )
