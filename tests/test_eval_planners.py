@@ -265,3 +265,27 @@ def test_planner_values_parse_with_labels_urls_and_at_signs_in_names():
     assert (scripted.label, scripted.variant) == ("A", "repair")
     with pytest.raises(ValueError, match=re.escape("oracle (the reference solution")):
         parse_planners(["B"], scripted=True)  # the refusal lists every scripted planner
+
+
+def test_a_local_gguf_planner_is_compared_with_the_oracle_on_the_real_model(tmp_path, capsys):
+    """The embedded SmolLM2 file named as a planner (``local:/path/x.gguf``), run in-process, against the scripted oracle:
+    its drafts are really made and counted, whatever it plans (it plans weakly)."""
+    pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (pip install 'planexec[local]')")
+    from planexec.errors import ModelError
+    from planexec.models.local import default_model_path
+
+    try:
+        gguf = default_model_path()
+    except ModelError as exc:
+        pytest.skip(str(exc))
+    out = tmp_path / "results"
+    code = _eval("--scripted", "--planner", "oracle", "--planner", f"smol=local:{gguf}", "--modes", "plan", "--goal", "pop-sum",
+                 "-o", str(out))  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0 and "Traceback" not in captured.err
+    rows = _rows(captured.out)
+    assert set(rows) == {("oracle", "plan"), ("smol", "plan")}
+    data = json.loads((out / "eval-parallel.json").read_text(encoding="utf-8"))
+    (smol,) = [r for r in data["records"] if r["planner"] == "smol"]
+    assert smol["drafts"] >= 1 and smol["drafts"] == 1 + smol["repairs"]  # what the GGUF model wrote, drafted and counted
+    assert smol["usage"]["model_calls"] >= smol["drafts"] and smol["usage"]["input_tokens"] > 0
