@@ -197,6 +197,14 @@ def test_a_secret_inside_another_is_hidden_whole():
     assert found.redact("abcdefgh-longer, abcdefgh") == "[redacted:B_KEY], [redacted:A_KEY]"
 
 
+def test_a_secret_with_a_quote_or_backslash_is_hidden_where_json_text_in_a_string_escapes_it(tmp_path):
+    secret = 'Tr0ub"4d\\r&3x-long'  # a quote and a backslash: JSON writes them \" and \\
+    found = Secrets({"DB_PASSWORD": secret})
+    draft = json.dumps({"steps": [{"id": "s1", "parameters": {"password": secret}}]})  # a planner's draft, as text
+    assert secret not in draft and found.redact(draft) == draft.replace(json.dumps(secret)[1:-1], "[redacted:DB_PASSWORD]")
+    assert found.redact(f"plain {secret}") == "plain [redacted:DB_PASSWORD]"
+
+
 def test_a_secret_written_another_way_is_hidden_too(key):
     raw = key.encode()
     written = {

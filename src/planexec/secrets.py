@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -273,6 +274,10 @@ class Secrets:
     def _rebuild(self) -> None:
         names = {**self._from_env, **self._registered}
         self._escapable = any(_JSON_ESCAPED.search(v) for v in names)
+        # a secret with a quote or a backslash is written escaped in JSON text held in a string (a planner's draft, a
+        # tool's JSON answer): that form is hidden too, under the same name
+        escaped = {json.dumps(v, ensure_ascii=False)[1:-1]: n for v, n in names.items() if _JSON_ESCAPED.search(v)}
+        names.update({v: n for v, n in escaped.items() if v not in names})
         if not names:
             self._matcher = None
             return
