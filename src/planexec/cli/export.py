@@ -33,8 +33,8 @@ Write the planner's recorded conversations as JSONL a fine-tuning tool reads:
   manifest.json                           counts, the filters, and the runs left out by reason
 
 Each record has a "metadata" object (run, goal, planner model, format, plan hash, why).
-Runs are read from the store: only runs that recorded what the planner was asked (planexec
-0.1 with store schema 9 and later). Text derived from untrusted tool output is left out unless
+Runs are read from the store: only runs that recorded what the planner was asked (stores of
+schema 9 and later; older runs are counted as left out, with the reason). Text derived from untrusted tool output is left out unless
 --include-untrusted; secrets are redacted; a goal's records all go to the same split.
 """
 
