@@ -553,3 +553,37 @@ def test_planexec_run_of_a_plan_file_takes_the_model_router_of_planexec_toml(tmp
     (tmp_path / "planexec.toml").write_text('[planexec]\nmodel_router = "cheapest"\n')
     assert main(["plan", "a goal", "--model", "openai:x"]) == 2
     assert "known routers are first, difficulty, learned" in capsys.readouterr().err
+
+
+def test_a_planners_json_draft_or_any_revision_that_names_models_goes_back_for_repair():
+    """A model that does not decode under the JSON draft schema may still write `models` or `difficulty`: the JSON draft
+    and a revision (in either form) are repaired as the compact draft is, so a replan cannot widen a step's cost."""
+    import json
+
+    from planexec import Planner
+    from planexec.engine.replan import ReplanContext
+    from planexec.engine.results import ReplanRequest
+    from planexec.planning.replanner import PlannerReplanner
+
+    reg = registry()
+    core = {"id": "s1", "worker": "writer", "action": "write", "instruction": "a poem", "parameters": {}, "depends_on": []}
+    bad = json.dumps({"steps": [{**core, "models": ["openai:gpt-4.1"], "difficulty": "hard"}]})
+    good = json.dumps({"steps": [core]})
+    planning = asyncio.run(Planner(ScriptedModel([bad, good]), reg).draft("a poem"))
+    assert planning.repairs == 1 and planning.plan.steps[0].models is None and planning.plan.steps[0].difficulty is None
+    assert "models is set by whoever reviews the plan" in " ".join(planning.drafts[0].problems)
+
+    old = plan(step("s1", failure_action="replan"))
+    context = ReplanContext(goal="g", plan=old, done={}, failures={}, request=ReplanRequest(reason="r"))
+    for form, bad_revision, good_revision in (
+        (
+            "json",
+            json.dumps({"steps": [{**core, "id": "s2", "models": ["openai:gpt-4.1"]}]}),
+            json.dumps({"steps": [{**core, "id": "s2"}]}),
+        ),
+        ("compact", '2. writer.write: "a poem" models=["openai:gpt-4.1"] answer\n', '2. writer.write: "a poem" answer\n'),
+    ):
+        model = ScriptedModel([bad_revision, good_revision])
+        revision = asyncio.run(PlannerReplanner(Planner(model, reg, plan_format=form)).replan(context))
+        assert [s.models for s in revision.steps] == [None], form
+        assert "models is set by whoever reviews the plan" in model.requests[1].messages[-1].content, form

@@ -12,17 +12,18 @@ The replanner's side is in `replanner`; the prompts are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from planexec.errors import PlanParseError, Problem
 from planexec.models.base import ModelRequest
 from planexec.plan.compact import CompactDraft, print_compact, read_compact, with_lines
-from planexec.plan.model import Plan
+from planexec.plan.model import Plan, Step
 from planexec.plan.validation import Catalog, validate_plan
 from planexec.planning.draft_schema import draft_to_plan_data, feed_dependencies
 from planexec.workers.tool_calls import prompt_file
 
-__all__ = ["check_compact", "compact_example", "compact_plan", "is_compact_request"]
+__all__ = ["check_compact", "compact_example", "compact_plan", "is_compact_request", "reviewers_fields"]
 
 
 def compact_example(draft: dict[str, Any], goal: str) -> str:
@@ -59,13 +60,14 @@ def check_compact(
         plan = compact_plan(draft, goal, plan_id, free)
     except PlanParseError as exc:
         return None, with_lines(exc.problems, draft.lines)
-    problems = [*_reviewers_fields(plan), *validate_plan(plan, registry)]
+    problems = [*reviewers_fields(plan.steps), *validate_plan(plan, registry)]
     return (None, with_lines(problems, draft.lines)) if problems else (plan, [])
 
 
-def _reviewers_fields(plan: Plan) -> list[Problem]:
-    """A planner's draft names no models and judges no difficulty: which models a step may use is a decision about cost
-    and trust for whoever sets up the team or reviews the plan (the JSON draft schema offers neither)."""
+def reviewers_fields(steps: Sequence[Step]) -> list[Problem]:
+    """A planner's draft (or revision, in either form) names no models and judges no difficulty: which models a step may
+    use is a decision about cost and trust for whoever sets up the team or reviews the plan. The JSON draft schema offers
+    neither, but a model that does not decode under it may still write them: each is a problem the planner repairs."""
     return [
         Problem(
             "not_for_the_planner",
@@ -73,7 +75,7 @@ def _reviewers_fields(plan: Plan) -> list[Problem]:
             step_id=s.step_id,
             field=name,
         )
-        for s in plan.steps
+        for s in steps
         for name in ("models", "difficulty")
         if getattr(s, name) is not None
     ]

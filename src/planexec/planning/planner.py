@@ -34,7 +34,7 @@ from planexec.models.profile import profile_of
 from planexec.plan.drafts import PlanDraft, Planning
 from planexec.plan.model import Plan
 from planexec.plan.validation import validate_plan
-from planexec.planning.compact_form import check_compact, compact_example
+from planexec.planning.compact_form import check_compact, compact_example, reviewers_fields
 from planexec.planning.draft_schema import (
     draft_grammar,
     draft_schema,
@@ -315,7 +315,7 @@ class Planner:
             plan = Plan.from_data(draft_to_plan_data(draft, goal, plan_id=plan_id, free=free_tasks(self.registry)))
         except PlanParseError as exc:
             return None, exc.problems
-        problems = validate_plan(plan, self.registry)
+        problems = [*reviewers_fields(plan.steps), *validate_plan(plan, self.registry)]
         return (None, problems) if problems else (plan, [])
 
     async def draft(self, goal: str, *, plan_id: str | None = None, note: str | None = None) -> Planning:

@@ -23,7 +23,7 @@ from planexec.models.base import Message
 from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.model import Plan, Step
 from planexec.plan.validation import validate_plan
-from planexec.planning.compact_form import compact_plan
+from planexec.planning.compact_form import compact_plan, reviewers_fields
 from planexec.planning.draft_schema import draft_grammar, draft_schema, draft_to_plan_data, free_tasks
 from planexec.planning.planner import Planner
 from planexec.workers.tool_calls import prompt_file
@@ -148,7 +148,7 @@ class PlannerReplanner:
                 return None, [Problem("malformed_json", f"the plan is not JSON: {exc.msg} at column {exc.colno}")]
             except PlanParseError as exc:
                 return None, exc.problems
-            problems = validate_plan(plan, self.planner.registry)
+            problems = [*reviewers_fields(steps), *validate_plan(plan, self.planner.registry)]
             if problems:
                 return None, problems
             found["steps"] = steps
