@@ -587,3 +587,43 @@ def test_a_planners_json_draft_or_any_revision_that_names_models_goes_back_for_r
         revision = asyncio.run(PlannerReplanner(Planner(model, reg, plan_format=form)).replan(context))
         assert [s.models for s in revision.steps] == [None], form
         assert "models is set by whoever reviews the plan" in model.requests[1].messages[-1].content, form
+
+
+def test_the_learned_router_skips_a_tampered_run_and_a_failing_store_is_not_read_on_every_step(tmp_path):
+    from planexec.errors import StoreError
+
+    store = open_store(str(tmp_path / "runs.db"))
+    reg = registry(sized("test:small", ""), sized("test:large", "strong"))
+    cascade = ["test:small", "test:large"]
+    past = plan(step("h", models=cascade, difficulty="hard", success_criteria=["not_empty"]))
+    _fill(store, reg, past, 4)
+    bad = store.runs(limit=None)[0].run_id
+
+    class Tampered:  # one run's events no longer read (a tampered row, an event of a schema it cannot parse)
+        reads = 0
+        down = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def runs(self, **kw: Any) -> Any:
+            Tampered.reads += 1
+            if Tampered.down:
+                raise StoreError("the store is down")
+            return store.runs(**kw)
+
+        def events(self, run_id: str, *args: Any, **kw: Any) -> Any:
+            if run_id == bad:
+                raise StoreError(f"run {run_id}: event 3 is not an event")
+            return store.events(run_id, *args, **kw)
+
+    router = LearnedRouter(Tampered(), threshold=0.5, min_attempts=3)
+    records = router.refresh()  # the other three runs still count
+    assert records[("writer", "hard", "test:small")].attempts == 3
+    assert router.start(past.steps[0], cascade).model == "test:large"
+
+    Tampered.down, Tampered.reads = True, 0
+    blind = LearnedRouter(Tampered(), max_age=60)
+    for _ in range(5):  # no opinion, and the store is asked once, not once per step
+        assert route_step(blind, past.steps[0], cascade) == (0, "no rule applies: the cascade starts on its first model")
+    assert Tampered.reads == 1

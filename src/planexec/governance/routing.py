@@ -12,7 +12,8 @@ is passed over, the step starts on the last. It reads the store only
 through the public `RunRecords` protocol (its runs and their events), from
 the newest `runs` runs, once and then again when its figures are older
 than `max_age` seconds (`refresh` reads them now); events written before
-attempts named their model are skipped. Once a model is passed over it gets
+attempts named their model are skipped, as is a run whose events cannot be
+read, and a store that fails keeps its old figures until the next read. Once a model is passed over it gets
 no new attempts, so its old figures age out as `runs` newer runs are
 recorded, and it is tried again.
 
@@ -28,6 +29,7 @@ Imports `engine.cascade`, `store.base` (the store's public protocol),
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ from planexec.workers.registry import import_spec
 __all__ = ["ROUTERS", "LearnedRouter", "ModelRecord", "load_router", "model_records"]
 
 ROUTERS = ("first", "difficulty", "learned")
+
+log = logging.getLogger(__name__)
 
 # (worker, declared difficulty or None, model)
 _Key = tuple[str, str | None, str]
@@ -108,11 +112,30 @@ class LearnedRouter:
         self._read_at = 0.0
 
     def refresh(self) -> dict[_Key, ModelRecord]:
-        """Read the newest `runs` runs' attempts from the store now; returns the records."""
-        summaries = self.store.runs(limit=self.runs)
-        self._records = model_records(self.store.events(s.run_id) for s in summaries)
+        """Read the newest `runs` runs' attempts from the store now; returns the records.
+
+        A run whose events cannot be read (tampered, malformed, gone meanwhile)
+        is skipped, and a store that cannot list its runs keeps the figures it
+        had (none at first): either way they are not read again before
+        `max_age`, so a broken store never costs every step a full read."""
         self._read_at = time.monotonic()
+        try:
+            summaries = self.store.runs(limit=self.runs)
+        except Exception:  # the store is down: the old figures (or none) until the next read is due
+            log.warning("model router 'learned' could not list the store's runs", exc_info=True)
+            if self._records is None:
+                self._records = {}
+            return self._records
+        self._records = model_records(self._readable(s.run_id) for s in summaries)
         return self._records
+
+    def _readable(self, run_id: str) -> list[Any]:
+        """The run's events, or none when they cannot be read."""
+        try:
+            return self.store.events(run_id)
+        except Exception:  # one bad run must not blind the router to the others
+            log.warning("model router 'learned' skipped run %s: its events could not be read", run_id, exc_info=True)
+            return []
 
     def records(self) -> dict[_Key, ModelRecord]:
         """The records, read again when older than `max_age` seconds."""
