@@ -627,3 +627,34 @@ def test_the_learned_router_skips_a_tampered_run_and_a_failing_store_is_not_read
     for _ in range(5):  # no opinion, and the store is asked once, not once per step
         assert route_step(blind, past.steps[0], cascade) == (0, "no rule applies: the cascade starts on its first model")
     assert Tampered.reads == 1
+
+
+def test_an_attempt_abandoned_after_its_timeout_names_its_model_on_the_event_and_the_record():
+    """A model call that ignores its step's timeout is abandoned (the failure action applies, no next model: it may
+    still be running); its `StepFailed` and the step's record still say which model of the cascade it ran on."""
+    stop = {"flag": False}
+
+    async def stubborn(request: Any) -> str:
+        while not stop["flag"]:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                continue  # swallows every cancellation
+        return "late"
+
+    reg = registry(FunctionModel(stubborn, name="test:hang"), FunctionModel(lambda request: "fine", name="test:large"))
+    p = plan(step(models=["test:hang", "test:large"], timeout=0.05, failure_action="skip"))
+
+    async def go() -> Any:
+        events: list[Any] = []
+        result = await asyncio.wait_for(Engine(reg, cancel_grace=0.1, on_event=events.append).run(p), 5)
+        stop["flag"] = True
+        return result, events
+
+    result, events = asyncio.run(go())
+    rec = result.steps["a"]
+    assert rec.error.rule == "timeout" and "abandoned" in rec.error.message
+    failed = kinds(events, "step_failed")[-1]
+    assert failed.model == "test:hang" and failed.then == "skip"
+    assert [(a.model, a.error.rule, a.then) for a in rec.model_attempts] == [("test:hang", "timeout", "skip")]
+    assert [(a.model, a.then) for a in replay(events).steps["a"].model_attempts] == [("test:hang", "skip")]

@@ -33,7 +33,7 @@ from planexec.engine.criteria import CriteriaChecker, Judgement
 from planexec.engine.deadline import CURRENT_DEADLINE, Deadline, DeadlineClock
 from planexec.engine.events import StepFailed, StepJudged, StepReady, StepStarted, utcnow
 from planexec.engine.limits import Limits
-from planexec.engine.results import ErrorInfo, RunStatus, StepState
+from planexec.engine.results import ErrorInfo, ModelAttempt, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, append_to_record, final_action, update_record
 from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
 from planexec.plan.model import Step, resolve_references
@@ -337,9 +337,20 @@ class Attempts:
             type="StepTimeoutError",
             message=f"step {sid!r} timed out after {timeout:g}s and did not stop within {grace:g}s; abandoned",
         )
-        then = final_action(step.failure_action)  # an uncooperative tool is not tried again
+        then = final_action(step.failure_action)  # an uncooperative tool is not tried again (nor on a cascade's next model)
+        model = rec.model  # the cascade's model it ran on (`_begin`), kept on the record and the event as any attempt's
+        if model is not None:
+            append_to_record(rec, "model_attempts", ModelAttempt(attempt=rec.attempts, model=model, usage=ZERO, error=error, then=then))
         self._run._emit(
-            StepFailed, step_id=sid, attempt=rec.attempts, worker=rec.worker, error=error, then=then, wall_time=wall, usage=ZERO
+            StepFailed,
+            step_id=sid,
+            attempt=rec.attempts,
+            worker=rec.worker,
+            error=error,
+            then=then,
+            wall_time=wall,
+            usage=ZERO,
+            model=model,
         )
         self._run._fail(step, error, then)
 
