@@ -658,3 +658,32 @@ def test_an_attempt_abandoned_after_its_timeout_names_its_model_on_the_event_and
     assert failed.model == "test:hang" and failed.then == "skip"
     assert [(a.model, a.error.rule, a.then) for a in rec.model_attempts] == [("test:hang", "timeout", "skip")]
     assert [(a.model, a.then) for a in replay(events).steps["a"].model_attempts] == [("test:hang", "skip")]
+
+
+def test_an_async_router_is_refused_by_name_and_never_leaves_a_coroutine_unawaited(tmp_path):
+    import gc
+    import warnings
+
+    (tmp_path / "myrouter.py").write_text(
+        "from planexec.policies import RouteChoice\n\n"
+        "class Slow:\n"
+        "    name = 'slow'\n\n"
+        "    async def start(self, step, models):\n"
+        "        return RouteChoice(models[-1], 'asked a service')\n"
+    )
+    with pytest.raises(ConfigError, match=r"model router '.*myrouter.py:Slow': its start\(step, models\) is async"):
+        load_router(f"{tmp_path / 'myrouter.py'}:Slow")
+
+    class Slow:  # given as an object (`EngineConfig.model_router`): the step starts on its first model, and says why
+        name = "slow"
+
+        async def start(self, step: Any, models: Any) -> RouteChoice:
+            return RouteChoice(models[-1], "asked a service")
+
+    s = plan(step(models=["test:small", "test:large"])).steps[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        at, reason = route_step(Slow(), s, s.models)
+        gc.collect()
+    assert at == 0 and reason.startswith("router 'slow' is async: start must return a RouteChoice") and "coroutine object" not in reason
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -29,6 +29,7 @@ Imports `engine.events`, `engine.results`, `engine.state`, `plan` and `usage`; n
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -176,6 +177,10 @@ def route_step(router: ModelRouter, step: Step, models: Sequence[str]) -> tuple[
         return 0, f"router {name!r} failed ({type(exc).__name__}: {exc}): the cascade starts on its first model"
     if choice is None:
         return 0, "no rule applies: the cascade starts on its first model"
+    if inspect.isawaitable(choice):  # an async start: its coroutine is never run (the router is asked in the event loop)
+        if inspect.iscoroutine(choice):
+            choice.close()
+        return 0, f"router {name!r} is async: start must return a RouteChoice, not an awaitable; the cascade starts on its first model"
     if not isinstance(choice, RouteChoice) or choice.model not in models:
         picked = choice.model if isinstance(choice, RouteChoice) else repr(choice)
         return 0, f"router {name!r} picked {picked}, which is not in the cascade: it starts on its first model"

@@ -29,6 +29,7 @@ Imports `engine.cascade`, `store.base` (the store's public protocol),
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -189,6 +190,8 @@ def load_router(spec: str | Sequence[str] | ModelRouter, *, store: Any = None) -
     router = found if isinstance(found, ModelRouter) else _made(spec, found)
     if not isinstance(router, ModelRouter):
         raise ConfigError(f"model router {spec!r} is not a router: it needs a name and a start(step, models) method")
+    if inspect.iscoroutinefunction(router.start):
+        raise ConfigError(f"model router {spec!r}: its start(step, models) is async; it must return a RouteChoice (or None) at once")
     return router
 
 
