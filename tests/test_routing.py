@@ -687,3 +687,28 @@ def test_an_async_router_is_refused_by_name_and_never_leaves_a_coroutine_unawait
         gc.collect()
     assert at == 0 and reason.startswith("router 'slow' is async: start must return a RouteChoice") and "coroutine object" not in reason
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_a_run_stopped_by_the_events_of_an_escalation_starts_no_attempt_on_the_next_model(tmp_path):
+    from planexec.errors import StoreError
+    from planexec.store import open_store as opened
+
+    real = opened(str(tmp_path / "runs.db"))
+
+    class Full:  # the store fails as the escalating StepFailed is written: the run is cancelled
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def append(self, events: Any, *args: Any, **kw: Any) -> Any:
+            if any(e.type == "step_failed" and e.then == "escalate" for e in events):
+                raise StoreError("disk full")
+            return real.append(events, *args, **kw)
+
+    small, large = sized("test:small", ""), sized("test:large", "the poem")
+    result, events = run(
+        registry(small, large), plan(step(models=["test:small", "test:large"], success_criteria=["not_empty"])), store=Full()
+    )
+    assert result.status.value == "cancelled" and "disk full" in result.reason
+    assert [e.model for e in kinds(events, "step_started")] == ["test:small"] and calls(large) == 0
+    rec = result.steps["a"]
+    assert rec.state.value == "cancelled" and rec.attempts == 1

@@ -506,6 +506,10 @@ class Run:
                     self._succeed(step, worker, attempt, result, wall, usage, model)
                     return
                 if model is not None and self._cascades.moved_on(step, attempt, model, error, wall, usage):
+                    if state.status is not RunStatus.RUNNING:
+                        await asyncio.sleep(
+                            0
+                        )  # its events stopped the run (a store that failed): its cancel lands here, not on the next model
                     continue  # the next model of its cascade, before any failure action (`engine.cascade`)
                 tries = self._cascades.on_model(step, attempt) if model is not None else attempt  # a retry counts the last model's
                 then = fa.next_action(tries, retryable=error.rule not in ("tool_input", "reference"), rerouted=rerouted)
