@@ -5,6 +5,9 @@ layer, default 20; each step after the first layer depends on 1-3 random
 steps of the layer before), and every step passes the outputs of all its
 dependencies to its tool as references (``{"inputs": ["${s000_003}",
 "${s000_017}"]}``); the tool returns a short string, so each value flows on.
+The tool is a pure function, declared idempotent (so a recorded step need
+not wait for its start to be stored: `engine.recording`); ``--side-effects``
+declares it as a tool with side effects is.
 This is the shape where a cost that grows with a step's ancestry (its
 provenance, its events, its stored rows) shows: a plan of no-op steps that
 pass nothing never sees it.
@@ -62,11 +65,12 @@ TARGET_SQLITE_RATIO = 2.0
 TARGET_STORE_BYTES = 2048
 
 
-def make_registry() -> Registry:
-    """A registry with one tool that takes its inputs and returns a short string."""
+def make_registry(*, idempotent: bool = True) -> Registry:
+    """A registry with one tool that takes its inputs and returns a short string: a pure function, declared
+    idempotent and read-only as such a tool is (`idempotent=False`: as a tool with side effects is)."""
     registry = Registry()
 
-    @registry.tool
+    @registry.tool(idempotent=idempotent, read_only=idempotent)
     async def relay(inputs: list[Any] | None = None) -> str:
         """Take the parents' outputs; return a short value of its own."""
         return f"from {len(inputs or ())}"
@@ -160,9 +164,9 @@ def _sqlite(registry: Registry, plan: Plan, width: int, folder: Path) -> tuple[f
     return wall, size
 
 
-def child(steps: int, width: int, repeats: int, sqlite: bool, langgraph: bool = False) -> dict[str, Any]:
+def child(steps: int, width: int, repeats: int, sqlite: bool, langgraph: bool = False, side_effects: bool = False) -> dict[str, Any]:
     """Every figure of one size, measured in this process."""
-    registry = make_registry()
+    registry = make_registry(idempotent=not side_effects)
     dag, plan = referencing_plan(steps, width)
     n = len(plan.steps)
     graph = {s.step_id: s.depends_on for row in dag for s in row}
@@ -259,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each figure; the median is reported (default 3)")
     parser.add_argument("--no-sqlite", action="store_true", help="in memory only")
     parser.add_argument("--langgraph", action="store_true", help="also the same DAG on LangGraph (when it is installed)")
+    parser.add_argument("--side-effects", action="store_true", help="the tool declared as one with side effects (not idempotent)")
     parser.add_argument("--check", type=float, help="exit 1 when the largest size's us/step exceeds this many times the smallest's")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -266,15 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     sqlite = not args.no_sqlite
     sizes = [int(s) for s in args.steps.split(",") if s]
     if args.child:
-        print(json.dumps(child(args.child, args.width, args.repeats, sqlite, args.langgraph)))
+        print(json.dumps(child(args.child, args.width, args.repeats, sqlite, args.langgraph, args.side_effects)))
         return 0
     rows = []
     for steps in sizes:
         if args.check is not None:  # one process: both sizes on the same machine state
-            rows.append(child(steps, args.width, args.repeats, sqlite, args.langgraph))
+            rows.append(child(steps, args.width, args.repeats, sqlite, args.langgraph, args.side_effects))
             continue
         argv_child = [sys.executable, __file__, "--child", str(steps), "--width", str(args.width), "--repeats", str(args.repeats)]
         argv_child += (["--no-sqlite"] if not sqlite else []) + (["--langgraph"] if args.langgraph else [])
+        argv_child += ["--side-effects"] if args.side_effects else []
         out = subprocess.run(argv_child, capture_output=True, text=True, check=False, env=os.environ)
         if out.returncode != 0:
             print(out.stderr[-2000:], file=sys.stderr)

@@ -20,11 +20,16 @@ With ``--chained`` the plan is one chain instead, each step taking its
 parent's output as a reference (``{"inputs": ["${parent}"]}``, the tool of
 `dataflow.py`, whose output is untrusted text): the shape where a value's
 provenance would grow with its depth. Issue 24's targets: 100,000 chained
-steps on SQLite in at most 500 MB and 30 s.
+steps on SQLite in at most 500 MB and 30 s. The tool is a pure function,
+declared idempotent as such a tool is, so each step's events may share a
+commit with the next steps' (`engine.recording`'s group window); with
+``--side-effects`` it is declared as a tool with side effects is, and each
+step waits for its start to be stored before it runs (one commit a step).
 
     python benchmarks/scale.py                       # 10,000 and 100,000 steps (~2 min)
     python benchmarks/scale.py --steps 10000 --json
     python benchmarks/scale.py --chained --steps 10000,100000
+    python benchmarks/scale.py --chained --side-effects --steps 100000
 
 Exit status 0 even when a target is missed (a measurement, not a test).
 """
@@ -47,7 +52,7 @@ TARGET_PEAK_MB = 500.0
 TARGET_CHAINED_S = 30.0
 
 
-def child(steps: int, width: int, folder: str, chained: bool = False) -> dict[str, Any]:
+def child(steps: int, width: int, folder: str, chained: bool = False, side_effects: bool = False) -> dict[str, Any]:
     """Run one recorded run of `steps` no-op steps (a chain passing each output on, with `chained`) in this process and measure it."""
     sys.path.insert(0, str(Path(__file__).parent))
     from engine_overhead import make_registry
@@ -61,7 +66,7 @@ def child(steps: int, width: int, folder: str, chained: bool = False) -> dict[st
     if chained:
         import dataflow
 
-        registry, width = dataflow.make_registry(), 1
+        registry, width = dataflow.make_registry(idempotent=not side_effects), 1
         plan = build_plan(layered_dag(steps, 1), "relay", dataflow.parameters)
     else:
         registry = make_registry()
@@ -100,19 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default="10000,100000", help="comma-separated run sizes")
     parser.add_argument("--width", type=int, default=100, help="steps per layer of the DAG")
     parser.add_argument("--chained", action="store_true", help="one chain, each step taking its parent's output")
+    parser.add_argument("--side-effects", action="store_true", help="with --chained: the tool declared as one with side effects")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.width, args.folder, args.chained)))
+        print(json.dumps(child(args.child, args.width, args.folder, args.chained, args.side_effects)))
         return 0
     rows = []
     for steps in [int(s) for s in args.steps.split(",") if s]:
         with tempfile.TemporaryDirectory(prefix="planexec-scale-") as folder:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", str(steps), "--width", str(args.width), "--folder", folder]
-                + (["--chained"] if args.chained else []),
+                + (["--chained"] if args.chained else [])
+                + (["--side-effects"] if args.side_effects else []),
                 capture_output=True, text=True, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
             if out.returncode != 0:

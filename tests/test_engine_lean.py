@@ -323,6 +323,75 @@ def test_a_step_that_waited_for_a_slot_runs_only_once_its_start_is_stored(tmp_pa
     store.close()
 
 
+def _chain_run(tmp_path, *, idempotent_every: int, n: int, run_id: str):
+    """A chain of `n` steps recorded with a DurableRunner; every `idempotent_every`-th step's tool has side effects
+    (0: none has), and it reads the store as another process would, noting which earlier events are stored."""
+    from planexec.engine.recording import DurableRunner, record_run
+    from planexec.engine.runner import LocalRunner
+    from planexec.store import SqliteRunStore
+
+    store = SqliteRunStore(tmp_path / "runs.db")
+    reg = Registry()
+    seen: dict[str, list[str]] = {}
+
+    @reg.tool(idempotent=True, read_only=True)
+    async def relay(value: int) -> int:
+        """Pass the value on, plus one."""
+        return value + 1
+
+    @reg.tool
+    def pay(value: int, name: str) -> int:  # a thread: it reads the store as another process would
+        reader = SqliteRunStore(tmp_path / "runs.db")
+        try:
+            seen[name] = [f"{e.type}:{e.step_id}" for e in reader.events(run_id) if getattr(e, "step_id", None)]
+        finally:
+            reader.close()
+        return value + 1
+
+    steps = []
+    for i in range(n):
+        side = idempotent_every and i % idempotent_every == idempotent_every - 1
+        params = {"value": f"${{s{i - 1}}}" if i else 0, **({"name": f"s{i}"} if side else {})}
+        steps.append(
+            {"id": f"s{i}", "action": "pay" if side else "relay", "parameters": params, **({"depends_on": [f"s{i - 1}"]} if i else {})}
+        )
+
+    async def go():
+        engine = Engine(reg, runner=DurableRunner(LocalRunner(reg)))
+        run = engine.start(mkplan(*steps), run_id=run_id)
+        recorder = record_run(run, store)
+        return await run.result(), recorder, run
+
+    result, recorder, run = asyncio.run(go())
+    try:
+        return result, recorder, run, seen, store.events(run_id)
+    finally:
+        store.close()
+
+
+def test_a_chain_of_idempotent_steps_shares_commits_and_is_stored_whole(tmp_path):
+    """Steps that resume may run again need not wait for their start to be stored: a chain of them commits a few
+    times a group window, not once a step, and every event is stored in order by the run's end."""
+    n = 300
+    result, recorder, run, _, stored = _chain_run(tmp_path, idempotent_every=0, n=n, run_id="idem")
+    assert result.ok and result.outputs()["s299"] == n
+    assert [e.to_dict() for e in stored] == [e.to_dict() for e in run.history]
+    # once a step (with its start) it was; the plan, RunStarted and RunFinished commit on their own
+    assert recorder.flushes < n / 4, recorder.flushes
+
+
+def test_a_step_with_side_effects_finds_its_own_start_and_every_earlier_event_stored(tmp_path):
+    """A group window never holds back what a step with side effects needs: its own start is stored before its tool
+    runs, and so is every event before it (the idempotent steps' successes, in order: no gap)."""
+    result, _, _, seen, stored = _chain_run(tmp_path, idempotent_every=5, n=40, run_id="mixed")
+    assert result.ok and set(seen) == {f"s{i}" for i in range(4, 40, 5)}
+    for name, events in seen.items():
+        i = int(name[1:])
+        assert events[-1] == f"step_started:{name}"
+        assert [e for e in events if e.startswith("step_succeeded")] == [f"step_succeeded:s{k}" for k in range(i)]
+    assert [e.seq for e in stored] == list(range(len(stored)))
+
+
 def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_other(reg):
     plan = mkplan(
         {"id": "a", "action": "nap", "parameters": {"seconds": 0.2}},

@@ -15,6 +15,15 @@ starts of one launch together, before any of their tasks runs, and the
 batch's commit is scheduled before those tasks: by the time a step's task
 reaches the runner its start is stored, and it goes on without waiting.
 
+A step whose tool (or worker) is declared idempotent needs none of that:
+resume runs it again whether or not its start was stored. Its events
+(its failure aside) wait up to `GROUP_WINDOW` seconds to share a commit
+with those that follow, so a chain of such steps commits a few times in
+that window instead of once a step; any other event, or a step waiting for
+its start to be stored, flushes them with it, in order (a later event is
+never stored before an earlier one). A crash loses at most that window of
+idempotent work, which a resume runs again.
+
 The first version of the plan is saved before `RunStarted` (a streamed
 plan when it is complete). If the store fails, the run is cancelled rather
 than going on unrecorded; the events not written stay queued and the next
@@ -114,6 +123,8 @@ def let_go(store: object, run_id: str) -> None:
 
 # flushed inside the subscriber call, before the engine goes on
 DURABLE_AT_ONCE = frozenset({"run_started", "step_started", "step_failed", "plan_revised", "plan_completed", "run_finished"})
+# how long an idempotent step's events may wait for others to share their commit (seconds)
+GROUP_WINDOW = 0.005
 
 
 class Recorder:
@@ -132,7 +143,10 @@ class Recorder:
         self.flushes = 0
         self.runner: DurableRunner | None = None  # the runner that waits on this recorder, set by `record_run`
         self._queue: list[Any] = []
-        self._scheduled = False
+        self._pending: asyncio.Handle | None = None  # the flush scheduled: the next turn's, or a group window's (`_later`)
+        self._later = False  # `_pending` is a group window's timer
+        self._redo: dict[str, bool] = {}  # by step id: running it again does no harm (its events may wait, see `_lazy`)
+        self._steps: dict[str, Any] | None = None  # the plan's steps by id, for `_lazy`
         self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
         self._unstored: set[str] = set()  # steps whose StepStarted is queued, not yet stored (see `start_stored`)
         parent = getattr(run, "parent", None)
@@ -147,12 +161,16 @@ class Recorder:
         """Take one event (the run calls this as a subscriber)."""
         self._queue.append(event)
         kind = event.type
-        if kind == "step_started" and self.gated:
+        if kind != "step_failed" and self._lazy(event):
+            self._schedule(later=True)
+        elif kind == "step_started" and self.gated:
             self._unstored.add(event.step_id)
             self._schedule()
         elif kind not in DURABLE_AT_ONCE:
             self._schedule()
         else:
+            if kind == "plan_revised":
+                self._redo, self._steps = {}, None  # a step of the new version may do something else under the same id
             if kind == "plan_completed":
                 self._save_plan()  # the streamed plan is whole now: store it with its completion
             ours = kind == "run_finished" and getattr(event, "run_id", None) == self.run.run_id
@@ -162,23 +180,49 @@ class Recorder:
             if ours and not self._queue:
                 let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
 
-    def _schedule(self) -> None:
-        if self._scheduled:
-            return
+    def _lazy(self, event: Any) -> bool:
+        """True for an event of a step that resume may run again (idempotent): it may wait for a group window."""
+        sid = getattr(event, "step_id", None)
+        if sid is None or getattr(event, "run_id", None) != self.run.run_id:
+            return False
+        redo = self._redo.get(sid)
+        if redo is None:
+            redo = self._redo[sid] = self._idempotent(sid)
+        return redo
+
+    def _idempotent(self, sid: str) -> bool:
+        is_idempotent = getattr(getattr(self.run, "engine", None), "is_idempotent", None)
+        if is_idempotent is None:
+            return False
+        if self._steps is None or sid not in self._steps:  # built once a version (a streamed plan grows: again on a new id)
+            self._steps = {s.step_id: s for s in self.run.plan.steps}
+        step = self._steps.get(sid)
+        return step is not None and bool(is_idempotent(step))
+
+    def _schedule(self, *, later: bool = False) -> None:
+        """Flush on the next turn of the event loop; `later`: within `GROUP_WINDOW` (a flush due sooner takes it along)."""
+        pending = self._pending
+        if pending is not None:
+            if later or not self._later:
+                return
+            pending.cancel()  # a window was open: this event is due sooner, and the window's events go with it
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop: nothing to batch with
             self.flush()
             return
-        self._scheduled = True
-        loop.call_soon(self._flush_soon)
+        self._later = later
+        self._pending = loop.call_later(GROUP_WINDOW, self._flush_soon) if later else loop.call_soon(self._flush_soon)
 
     def _flush_soon(self) -> None:
-        self._scheduled = False
+        self._pending = None
         self.flush()
 
     def flush(self) -> None:
         """Append every queued event in one transaction (durable when this returns, unless `error` is set)."""
+        if self._pending is not None:  # flushed now: what was scheduled has nothing left to do
+            self._pending.cancel()
+            self._pending = None
         waiters, self._waiters = self._waiters, []
         error = None
         if self._queue:

@@ -569,20 +569,40 @@ def resolve_references(value: Any, outputs: Mapping[str, Any], missing: Containe
     a reference inside a template is formatted as text (JSON for structures). References
     to steps in `missing` (failed inputs a tolerant step accepts) resolve to None."""
     if isinstance(value, str):
+        return _resolve_text(value, outputs, missing) if "${" in value else value
+    if isinstance(value, dict):
+        return {
+            k: _resolve_text(v, outputs, missing) if type(v) is str else resolve_references(v, outputs, missing) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_resolve_text(v, outputs, missing) if type(v) is str else resolve_references(v, outputs, missing) for v in value]
+    return value
+
+
+# a string with a reference, read once: (step id, path) when it is one whole reference, None for a template
+# (a regex match cost ten times this lookup); at most _PARSED_MAX strings, emptied when full
+_PARSED: dict[str, tuple[str, str] | None] = {}
+_PARSED_MAX = 4096
+
+
+def _resolve_text(value: str, outputs: Mapping[str, Any], missing: Container[str]) -> Any:
+    """One string of a step's parameters or instruction, its references resolved (see `resolve_references`)."""
+    try:
+        parsed = _PARSED[value]
+    except KeyError:
         if "${" not in value:
             return value
         whole = _WHOLE_REF.match(value)
-        if whole is None:
-            return _REF_OR_ESCAPE.sub(partial(_as_text, outputs, missing), value)
-        step_id, path = whole.group(1, 2)
-        if step_id in missing:
-            return None
-        return lookup(outputs[step_id], path.lstrip(".")) if path else outputs[step_id]
-    if isinstance(value, dict):
-        return {k: resolve_references(v, outputs, missing) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolve_references(v, outputs, missing) for v in value]
-    return value
+        parsed = None if whole is None else (whole.group(1), whole.group(2).lstrip("."))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[value] = parsed
+    if parsed is None:
+        return _REF_OR_ESCAPE.sub(partial(_as_text, outputs, missing), value)
+    step_id, path = parsed
+    if step_id in missing:
+        return None
+    return lookup(outputs[step_id], path) if path else outputs[step_id]
 
 
 def _as_text(outputs: Mapping[str, Any], missing: Container[str], m: re.Match[str]) -> str:
