@@ -40,7 +40,7 @@ from planexec.plan.model import Step, resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import Source, StepCall, WorkResult, derive_untrusted, merge_sources
-from planexec.workers.outputs import encode, encode_inline
+from planexec.workers.outputs import SHORT_BYTES, SHORT_TEXT, encode, encode_inline
 from planexec.workers.tools import in_thread
 from planexec.workers.worker import IncompleteError, WorkerError
 
@@ -69,6 +69,8 @@ class Attempts:
         self._default_timeout = host.config.default_timeout
         self._grace = host.config.cancel_grace
         self._max_output = host.config.max_output_bytes or None
+        # a text this long is stored as it is, without a walk (`encode_inline`'s own shortcut, taken before its call)
+        self._short_text = SHORT_TEXT if self._max_output is None or self._max_output >= SHORT_BYTES else -1
         self._limits = Limits(host.config.max_concurrency, host.limit_for)
         self._clock = DeadlineClock()  # every attempt's deadline on one event-loop timer
         config = host.config
@@ -174,7 +176,10 @@ class Attempts:
                         CURRENT_STEP.reset(here)
                     if not isinstance(result, WorkResult):
                         raise ToolOutputError(f"worker {worker!r} returned {type(result).__name__}, not a WorkResult", tool=step.action)
-                    if result.output is not None:  # None is JSON within any limit: nothing to encode
+                    output = result.output
+                    kind = type(output)
+                    # None, a bool and a short text are JSON within any limit (most tools' outputs): nothing to encode
+                    if not (output is None or kind is bool or (kind is str and len(output) <= self._short_text)):
                         ends = t0 + timeout + deadline.paused if timeout is not None else None
                         result = await self._as_json(result, sid, worker, ends)
                     worked = result.usage if not result.usage.is_zero() else meter.total  # before any critic's calls

@@ -48,7 +48,7 @@ from pydantic_core import PydanticSerializationError, Url, to_jsonable_python
 
 from planexec.errors import Problem, ToolOutputError
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "MAX_DEPTH", "encode", "encode_inline"]
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "MAX_DEPTH", "SHORT_BYTES", "SHORT_TEXT", "encode", "encode_inline"]
 
 DEFAULT_MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 200  # deeper than any real output; JSON writers recurse, and a value that contains itself never ends
@@ -113,7 +113,7 @@ def encode_inline(
     string) are raised at once, as `encode` raises them.
     """
     kind = type(value)
-    if value is None or kind is bool or (kind is str and len(value) <= _SHORT_TEXT and (not max_bytes or max_bytes >= _SHORT_BYTES)):
+    if value is None or kind is bool or (kind is str and len(value) <= SHORT_TEXT and (not max_bytes or max_bytes >= SHORT_BYTES)):
         return True, value  # JSON already, and within any limit: no walk (most tools' outputs on the engine's hot path)
     walker = _Walker(max_bytes or None, inline=True)
     try:
@@ -124,8 +124,8 @@ def encode_inline(
         raise _error(refused, walker, step_id, tool, label, max_bytes) from None
 
 
-_SHORT_TEXT = 256  # characters: a text this short is stored as it is ...
-_SHORT_BYTES = 4 * _SHORT_TEXT + 2  # ... when the limit allows its longest UTF-8 form with its quotes
+SHORT_TEXT = 256  # characters: a text this short is stored as it is ...
+SHORT_BYTES = 4 * SHORT_TEXT + 2  # ... when the limit allows its longest UTF-8 form with its quotes
 
 
 class _Refused(Exception):
