@@ -250,3 +250,106 @@ def test_a_denial_shows_its_whole_chain_in_show_and_the_console(tmp_path, monkey
     line = next(text for text in out.splitlines() if "inputs derive from untrusted data" in text)
     assert all(label in line for label in everyone)
     assert "more untrusted origins upstream (planexec show lists every one)" in out  # the error's own chain, cut
+
+
+def _recorded(tmp_path, plan: Plan, run_id: str) -> SqliteRunStore:
+    store = SqliteRunStore(tmp_path / f"{run_id}.db")
+    registry = _registry()
+
+    async def go():
+        run = Engine(registry, runner=DurableRunner(LocalRunner(registry))).start(plan, run_id=run_id)
+        record_run(run, store)
+        return await run.result()
+
+    import asyncio
+
+    assert asyncio.run(go()).ok
+    return store
+
+
+def test_the_console_page_of_a_deep_run_reads_each_steps_provenance_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """The run's page builds every step's panel: each names its nearest origins, not its whole ancestry, so the page is
+    linear in the steps (it was quadratic: a 4,000-step plan took 105 s to show). Counted, not timed."""
+    from planexec.store import RunView
+    from planexec.web.views import run_detail
+
+    reads = {"n": 0}
+    real = RunView.output_of
+
+    def counted(self, step_id):
+        reads["n"] += 1
+        return real(self, step_id)
+
+    monkeypatch.setattr(RunView, "output_of", counted)
+    per_step = {}
+    for depth in (100, 400):
+        store = _recorded(tmp_path, _chain(depth, readers=10), f"deep-{depth}")
+        reads["n"] = 0
+        detail = run_detail(store, f"deep-{depth}")
+        per_step[depth] = reads["n"] / len(detail.steps)
+        store.close()
+    assert per_step[400] <= per_step[100] * 1.1, per_step  # four times the depth, the same reads a step
+
+
+def test_a_deep_steps_panel_names_its_nearest_origins_and_links_to_every_one(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from planexec.web import create_app
+    from planexec.web.views import ORIGINS_SHOWN, run_detail
+
+    store = _recorded(tmp_path, _chain(40, readers=10), "deep")
+    detail = run_detail(store, "deep")
+    store.close()
+    (panel,) = [st for st in detail.steps if st["step_id"] == "c39"]
+    # the summary the run kept: the nearest untrusted origins, and that more exist upstream
+    assert len(panel["untrusted"]) == UNTRUSTED_KEPT and panel["more_untrusted"]
+    assert panel["produced"].count(" in step ") <= ORIGINS_SHOWN and panel["produced"].endswith(", and more upstream")
+    assert panel["lineage"] == "/runs/deep/steps/c39/lineage"
+    (shallow,) = [st for st in detail.steps if st["step_id"] == "r0"]
+    assert shallow["lineage"] is None and shallow["untrusted"] == ["fetch in step 'r0' (untrusted)"]  # all of it is shown
+    app = create_app(str(tmp_path / "deep.db"), token="t0ken")
+    auth = {"Authorization": "Bearer t0ken"}
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        page = client.get("/runs/deep", headers=auth).text
+        assert 'href="/runs/deep/steps/c39/lineage"' in page
+        lineage = client.get("/runs/deep/steps/c39/lineage", headers=auth)
+        unknown = client.get("/runs/deep/steps/nope/lineage", headers=auth)
+        no_run = client.get("/runs/ghost/steps/c39/lineage", headers=auth)
+    assert lineage.status_code == 200
+    every = {f"fetch in step &#39;r{i}&#39; (untrusted)" for i in range(10)}
+    assert all(label in lineage.text for label in every)  # the whole chain, upstream of the summary's eight
+    assert "relay in step &#39;c0&#39;" in lineage.text  # trusted origins too
+    assert unknown.status_code == 404 and "has no step nope" in unknown.text and "Traceback" not in unknown.text
+    assert no_run.status_code == 404 and "Traceback" not in no_run.text
+
+
+def test_show_names_each_outputs_nearest_untrusted_origins_and_one_step_with_every_one(tmp_path, capsys):
+    """`planexec show RUN` stays linear in the steps (each output names the nearest origins its provenance kept; it
+    printed every ancestor's, 77 MB for a 2,000-step chain); `--step` prints one step with its whole chain."""
+    from planexec.cli.main import main
+
+    sizes = {}
+    for depth in (100, 400):  # a chain of fetches, each reading its parent's output: every step adds an untrusted origin
+        steps = [{"id": "f0", "action": "fetch", "parameters": {"url": "https://start.example"}}]
+        steps += [{"id": f"f{i}", "action": "fetch", "parameters": {"url": f"${{f{i - 1}}}"}} for i in range(1, depth)]
+        store = _recorded(tmp_path, _plan(steps), f"fetches-{depth}")
+        store.close()
+        assert main(["show", f"fetches-{depth}", "--store", str(tmp_path / f"fetches-{depth}.db")]) == 0
+        sizes[depth] = len(capsys.readouterr().out) / depth
+    assert sizes[400] <= sizes[100] * 1.2, sizes  # bytes a step, not growing with the depth
+    store = _recorded(tmp_path, _chain(400, readers=10), "show-400")
+    store.close()
+    assert main(["show", "show-400", "--store", str(tmp_path / "show-400.db")]) == 0
+    out = capsys.readouterr().out
+    last = [text for text in out.splitlines() if "--step c399 lists every one" in text]
+    assert len(last) == 1 and last[0].count(" in step ") == UNTRUSTED_KEPT
+    db = str(tmp_path / "show-400.db")
+    assert main(["show", "show-400", "--step", "c399", "--store", db]) == 0
+    one = capsys.readouterr().out
+    assert all(f"fetch in step 'r{i}' (untrusted)" in one for i in range(10)) and "more upstream" not in one
+    assert main(["show", "show-400", "--step", "c399", "--json", "--store", db]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["step"]["step_id"] == "c399" and len(data["untrusted_origins"]) == 10 and len(data["origins"]) > 10
+    assert main(["show", "show-400", "--step", "nope", "--store", db]) == 2
+    err = capsys.readouterr().err
+    assert "run show-400 has no step 'nope'" in err and "Traceback" not in err

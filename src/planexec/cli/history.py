@@ -59,6 +59,11 @@ def add_history_commands(sub: Any) -> None:
     p = sub.add_parser("show", help="one recorded run: plan, versions, each step's state, inputs, outputs, errors, usage, timings")
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p.add_argument(
+        "--step",
+        metavar="STEP_ID",
+        help="only this step, with every untrusted origin its output (or, without one, its inputs) derives from, upstream included",
+    )
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)
     p.set_defaults(command=cmd_show)
 
@@ -154,6 +159,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     if summary.status is RunStatus.NEEDS_DECISION:
         view, undecided = _held(view, events)
     steps = {s.step_id: s for v in versions for s in v.plan.steps}  # the latest definition of each step
+    if args.json and args.step is not None:
+        rec = view.steps.get(args.step) or view.superseded.get(args.step)
+        if rec is None:
+            raise common.UsageError(f"run {args.run_id} has no step {args.step!r}")
+        of = [args.step] if rec.output is not None else sorted(steps[args.step].references) if args.step in steps else []
+        one = {
+            "run_id": summary.run_id,
+            "step": rec.model_dump(mode="json"),
+            "origins": [o.label() for o in view.origins(of)],
+            "untrusted_origins": [o.label() for o in view.origins(of, untrusted_only=True)],
+            "changed": [p.render() for p in audit.problems],
+        }
+        common.emit(json.dumps(one, indent=2, ensure_ascii=False))
+        return common.EXIT_OK
     if args.json:
         shown = {**_show_json(summary, versions, view, approvals, len(events)), "changed": [p.render() for p in audit.problems]}
         common.emit(json.dumps(shown, indent=2, ensure_ascii=False))
@@ -169,6 +188,16 @@ def cmd_show(args: argparse.Namespace) -> int:
                        f"(see: planexec audit verify {summary.run_id}{where})", style="bold red"), soft_wrap=True)  # fmt: skip
         for problem in audit.problems:
             out.print(Text(f"  {problem.render()}", style="red"), soft_wrap=True)
+
+    if args.step is not None:  # one step, with its whole chain
+        rec = view.steps.get(args.step) or view.superseded.get(args.step)
+        if rec is None:
+            known = ", ".join(list(view.steps)[:20]) + (", ..." if len(view.steps) > 20 else "")
+            raise common.UsageError(f"run {args.run_id} has no step {args.step!r} (its steps: {known or 'none yet'})")
+        say(f"run {summary.run_id}: {summary.goal}")
+        for line in _step_lines(args.step, rec, steps.get(args.step), view, whole=True):
+            say(line)
+        return common.EXIT_OK
 
     say(f"run {summary.run_id}: {summary.goal}")
     status = f"status {summary.state}" + (f" ({summary.reason})" if summary.reason else "")
@@ -197,7 +226,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         view = _cut_off(view)
     out.print(_steps_table(view, summary))
     for sid, rec in view.steps.items():
-        for line in _step_lines(sid, rec, steps.get(sid), view):
+        for line in _step_lines(sid, rec, steps.get(sid), view, run_id=summary.run_id):
             say(line)
     if view.in_flight:
         what = "cut off when its process died" if summary.interrupted else "in flight when the log ends (started, never ended)"
@@ -272,7 +301,7 @@ def _show_json(summary: RunSummary, versions: list[PlanVersion], view: RunView, 
     }
 
 
-def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> list[str]:
+def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView, *, whole: bool = False, run_id: str = "") -> list[str]:
     """One step of ``planexec show``: what it is, its inputs, timings, output or error, verdicts, sub-run events."""
     t0 = view.started_at
     lines: list[str] = []
@@ -297,9 +326,15 @@ def _step_lines(sid: str, rec: StepRecord, step: Step | None, view: RunView) -> 
         lines.append(f"  may call: {grants_text(step)}")
     if rec.output is not None:
         lines.append(f"  output: {_short(rec.output.value)}")
-        untrusted = [s.label() for s in view.origins([sid], untrusted_only=True)]
+        prov = rec.output.provenance
+        if whole:  # every one, upstream included: work in proportion to the step's ancestry
+            untrusted = [s.label() for s in view.origins([sid], untrusted_only=True)]
+            more = ""
+        else:  # the nearest ones, as the run summed them up: a run's whole show stays linear in its steps
+            untrusted = prov.untrusted_labels()
+            more = f", and more upstream (planexec show {run_id} --step {sid} lists every one)" if prov.more_untrusted else ""
         if untrusted:
-            lines.append(f"  output derives from untrusted data: {', '.join(untrusted)}")
+            lines.append(f"  output derives from untrusted data: {', '.join(untrusted)}{more}")
     elif step is not None and step.references:  # no output: what its inputs brought in (a refused call's whole chain)
         untrusted = [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
         if untrusted:

@@ -76,10 +76,11 @@ class RunView(Record):
         """The tool calls the gate refused in the run, by rule (`RunResult.refused_calls` of a stored run)."""
         return refused_by_rule([*self.steps.values(), *self.superseded.values()])
 
-    def origins(self, step_ids: Iterable[str], *, untrusted_only: bool = False) -> list[Source]:
-        """Every origin the outputs of `step_ids` derive from, upstream included (see `workers.io.lineage`)."""
+    def origins(self, step_ids: Iterable[str], *, untrusted_only: bool = False, limit: int | None = None) -> list[Source]:
+        """Every origin the outputs of `step_ids` derive from, upstream included (see `workers.io.lineage`; with
+        `limit`, the nearest ``limit + 1`` at most: one more than `limit` says there are more)."""
         found = [out for out in map(self.output_of, step_ids) if out is not None]
-        return lineage(found, self.output_of, untrusted_only=untrusted_only) if found else []
+        return lineage(found, self.output_of, untrusted_only=untrusted_only, limit=limit) if found else []
 
 
 def replay(events: Iterable[Any], plan: Plan | None = None) -> RunView:

@@ -160,6 +160,17 @@ def create_app(
             return HTMLResponse("", status_code=404)
         return page("_run_panels.html", d=d)
 
+    @app.get("/runs/{run_id}/steps/{step_id}/lineage", response_class=HTMLResponse)
+    def step_lineage_page(run_id: str, step_id: str) -> HTMLResponse:
+        with store() as s:
+            try:
+                found = views.step_lineage(s, run_id, step_id) if s is not None else None
+            except RunNotFoundError:
+                return missing(run_id)
+        if found is None:
+            return missing(run_id, why=f"Run {run_id} has no step {step_id}.")
+        return page("lineage.html", l=found)
+
     @app.get("/runs/{run_id}/review", response_class=HTMLResponse)
     def run_review(run_id: str) -> HTMLResponse:
         d = detail(run_id)

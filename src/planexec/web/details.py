@@ -19,7 +19,7 @@ the store's records; the engine's `replay` rebuilt them. Imports `plan`,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from planexec import Plan, Step, StepRecord, StepState, Usage
@@ -37,9 +37,14 @@ def describe_usage(u: Usage) -> str:
     return f"{u.input_tokens} tokens in{u.describe_cache()}, {u.output_tokens} out, {u.model_calls} model calls, {u.describe_cost()}"
 
 
-def resolved_inputs(step: Step, view: RunView) -> list[dict[str, Any]]:
-    """Each parameter of `step` as the worker got it (references filled in from the recorded outputs) and where it came from."""
-    outputs = {sid: rec.output.value for sid, rec in view.steps.items() if rec.output is not None}
+def resolved_inputs(step: Step, view: RunView, outputs: Mapping[str, Any] | None = None, *, shown: int = 8) -> list[dict[str, Any]]:
+    """Each parameter of `step` as the worker got it (references filled in from the recorded outputs) and where it came from.
+
+    `outputs`: the run's output values by step id (read from `view` when not given; a page of many steps reads them
+    once). Each input names its nearest `shown` origins, and says when there are more upstream.
+    """
+    if outputs is None:
+        outputs = {sid: rec.output.value for sid, rec in view.steps.items() if rec.output is not None}
     rows = []
     for name, value in step.parameters.items():
         refs = list(dict.fromkeys(find_references(value)))
@@ -53,10 +58,12 @@ def resolved_inputs(step: Step, view: RunView) -> list[dict[str, Any]]:
                 continue
             prov = rec.output.provenance
             made = f"{prov.worker}.{prov.action}" + (f" with {', '.join(prov.tools)}" if prov.tools else "")
-            origins = [s.label() for s in view.origins([sid])]
+            origins = [s.label() for s in view.origins([sid], limit=shown)]
+            more = ", and more upstream" if len(origins) > shown else ""
             untrusted = untrusted or prov.untrusted
             sources.append(
-                f"{where}, made by {made} (attempt {prov.attempt})" + (f"; derives from {', '.join(origins)}" if origins else "")
+                f"{where}, made by {made} (attempt {prov.attempt})"
+                + (f"; derives from {', '.join(origins[:shown])}{more}" if origins else "")
             )
         if not refs:
             sources.append("the reviewed plan (written as is)")

@@ -24,7 +24,8 @@ _W, _H, _GAP_X, _GAP_Y, _PAD = 168, 48, 56, 18, 12
 
 def depths(plan: Plan) -> dict[str, int]:
     """Each step's column: 0 for a step with no dependency, else one more than its deepest dependency."""
-    deps = {s.step_id: [d for d in s.dependencies if d in plan.step_ids] for s in plan.steps}
+    ids = set(plan.step_ids)  # (a list, built by each read of `step_ids`: read once)
+    deps = {s.step_id: [d for d in s.dependencies if d in ids] for s in plan.steps}
     found: dict[str, int] = {}
 
     def depth(sid: str, seen: frozenset[str]) -> int:

@@ -17,9 +17,11 @@ protocol and records, `replay`, `plan`, `details` and `graph`; never the CLI.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from planexec import Plan, RunStatus, Step, StepRecord
 from planexec.plan import when_text
@@ -29,7 +31,7 @@ from planexec.store import Approval, ApprovalState, RunStore, RunSummary, RunVie
 from planexec.web.details import criteria_results, describe_usage, plan_review, resolved_inputs, usage_by_role
 from planexec.web.graph import plan_svg, timeline_svg
 
-__all__ = ["STATES", "RunDetail", "inbox", "live_state", "run_detail", "run_rows"]
+__all__ = ["ORIGINS_SHOWN", "STATES", "RunDetail", "inbox", "live_state", "run_detail", "run_rows", "step_lineage"]
 
 # the states a person can filter the runs page by: the stored ones and `interrupted` (running, but its process died)
 STATES = [s.value for s in RunStatus] + ["interrupted"]
@@ -110,7 +112,20 @@ def run_detail(store: RunStore, run_id: str, *, policies: list[Policy] | None = 
     pending = [a for a in approvals if a.step_id is None and a.state is ApprovalState.PENDING]
     waiting = next((v for a in reversed(pending) for v in stored if v.plan.content_hash == a.content_hash), None)
     review = _review(waiting, stored, approvals, policies or [])
-    steps = [_step(sid, rec, definitions.get(sid), view, events, approvals, review, plan) for sid, rec in view.steps.items()]
+    # read once for the page, not once a step: each step's panel takes its own share (a page of n steps is linear in n)
+    values = {sid: rec.output.value for sid, rec in view.steps.items() if rec.output is not None}
+    events_of: dict[str, list[Any]] = {}
+    for ev in events:
+        sid = getattr(ev, "step_id", None)
+        if sid is not None:
+            events_of.setdefault(sid, []).append(ev)
+    approvals_of: dict[str | None, list[Approval]] = {}
+    for a in approvals:
+        approvals_of.setdefault(a.step_id, []).append(a)
+    steps = [
+        _step(sid, rec, definitions.get(sid), view, events_of.get(sid, []), approvals_of.get(sid, []), review, plan, values)
+        for sid, rec in view.steps.items()
+    ]
     return RunDetail(
         summary=summary,
         view=view,
@@ -175,9 +190,17 @@ def _step(
     approvals: list[Approval],
     review: Review | None,
     plan: Plan | None = None,
+    values: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One step's panel: its definition (instruction, inputs as resolved, dependencies), its record (output and where it came
-    from, error, timings, calls), and what judged it (criteria, critics, policies, people)."""
+    from, error, timings, calls), and what judged it (criteria, critics, policies, people). `events` and `approvals` are the
+    step's own; `values` the run's outputs by step id.
+
+    Work a step does not grow with the run: an output names its nearest origins (`ORIGINS_SHOWN`) and its untrusted ones
+    from its provenance's summary, with a link to its whole lineage when there are more (`step_lineage`). A step
+    without an output (a refusal, a failure) shows every untrusted origin of its inputs: few steps fail.
+    """
+    prov = rec.output.provenance if rec.output is not None else None
     t0 = view.started_at
     view_plan = plan
 
@@ -190,7 +213,7 @@ def _step(
         "worker": rec.worker or (step.worker if step else ""),
         "action": rec.action or (step.action if step else ""),
         "instruction": step.instruction if step else None,
-        "inputs": resolved_inputs(step, view) if step is not None else [],
+        "inputs": resolved_inputs(step, view, values) if step is not None else [],
         "after": list(step.dependencies) if step is not None else [],
         "requires_approval": bool(step.requires_approval) if step is not None else False,
         "when": when_text(view_plan, step) if step is not None and view_plan is not None else "",
@@ -207,7 +230,9 @@ def _step(
         "usage": describe_usage(rec.usage),
         "output": _text(rec.output.value) if rec.output is not None else None,
         "produced": _produced(rec, view),
-        "untrusted": [s.label() for s in view.origins([sid], untrusted_only=True)] if rec.output is not None else [],
+        "untrusted": prov.untrusted_labels() if prov is not None else [],
+        "more_untrusted": prov is not None and prov.more_untrusted,
+        "lineage": _lineage_link(view.run_id, sid) if prov is not None and (prov.more_untrusted or _more_origins(view, sid)) else None,
         # no output (a refused call, a failure): what its inputs brought in, the whole chain
         "inputs_untrusted": (
             [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
@@ -216,7 +241,7 @@ def _step(
         ),
         "criteria": criteria_results(step, rec, events) if step is not None else [],
         "policies": [v.render() for v in review.verdicts if sid in v.steps] if review is not None else [],
-        "approvals": [_approval_line(a) for a in approvals if a.step_id == sid],
+        "approvals": [_approval_line(a) for a in approvals],
         "error": f"{rec.error.rule}: {rec.error.type}: {rec.error.message}" if rec.error is not None else None,
         "reason": rec.reason,
         "verdicts": [
@@ -233,16 +258,54 @@ def _step(
     }
 
 
+# the origins a step's panel names; more are one link away (`step_lineage`)
+ORIGINS_SHOWN = 8
+
+
 def _produced(rec: StepRecord, view: RunView) -> str | None:
-    """Where the step's output came from: its worker and action, the tools that ran, the attempt, its inputs, every origin."""
+    """Where the step's output came from: its worker and action, the tools that ran, the attempt, its inputs, its nearest
+    origins (`ORIGINS_SHOWN`; "and more upstream" when there are more)."""
     if rec.output is None:
         return None
     prov = rec.output.provenance
     tools = f" with {', '.join(prov.tools)}" if prov.tools else ""
     inputs = f"; takes the output of {', '.join(prov.inputs)}" if prov.inputs else ""
-    origins = view.origins([prov.step_id])
-    sources = f"; derives from {', '.join(s.label() for s in origins)}" if origins else "; derives from the reviewed plan alone"
+    origins = view.origins([prov.step_id], limit=ORIGINS_SHOWN)
+    more = ", and more upstream" if len(origins) > ORIGINS_SHOWN else ""
+    named = ", ".join(s.label() for s in origins[:ORIGINS_SHOWN])
+    sources = f"; derives from {named}{more}" if origins else "; derives from the reviewed plan alone"
     return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{inputs}{sources}"
+
+
+def _more_origins(view: RunView, sid: str) -> bool:
+    return len(view.origins([sid], limit=ORIGINS_SHOWN)) > ORIGINS_SHOWN
+
+
+def _lineage_link(run_id: str, sid: str) -> str:
+    return f"/runs/{quote(run_id, safe='')}/steps/{quote(sid, safe='')}/lineage"
+
+
+def step_lineage(store: RunStore, run_id: str, step_id: str) -> dict[str, Any] | None:
+    """Every origin of one step's output, upstream included (or, for a step without one, of its inputs), and the untrusted
+    ones among them: the whole chain a step's panel links to. None for a step the run does not have;
+    `RunNotFoundError` for an unknown run. Work in proportion to the step's ancestry, done when asked."""
+    stored = store.plan_versions(run_id)
+    view = replay(store.events(run_id), stored[-1].plan if stored else None)
+    rec = view.steps.get(step_id) or view.superseded.get(step_id)
+    if rec is None:
+        return None
+    step = next((s for v in reversed(stored) for s in v.plan.steps if s.step_id == step_id), None)
+    if rec.output is not None:
+        of, whose = [step_id], f"the output of step {step_id}"
+    else:
+        of, whose = sorted(step.references) if step is not None else [], f"the inputs of step {step_id}"
+    return {
+        "run_id": run_id,
+        "step_id": step_id,
+        "whose": whose,
+        "origins": [s.label() for s in view.origins(of)],
+        "untrusted": [s.label() for s in view.origins(of, untrusted_only=True)],
+    }
 
 
 def _approval_line(a: Approval) -> str:

@@ -113,7 +113,9 @@ def derive_untrusted(own: Iterable[Source], inputs: Iterable[Output]) -> tuple[l
     return kept, more
 
 
-def lineage(outputs: Iterable[Output], output_of: Callable[[str], Output | None], *, untrusted_only: bool = False) -> list[Source]:
+def lineage(
+    outputs: Iterable[Output], output_of: Callable[[str], Output | None], *, untrusted_only: bool = False, limit: int | None = None
+) -> list[Source]:
     """Every origin `outputs` derive from: each one's own step's, then its inputs', breadth first, each once.
 
     `output_of` finds a step's output by id in the run (the run state, or a
@@ -122,12 +124,16 @@ def lineage(outputs: Iterable[Output], output_of: Callable[[str], Output | None]
     `untrusted_only`, only untrusted origins, and only untrusted inputs
     are followed (a trusted value has no untrusted ancestor). Work in
     proportion to the ancestry, done only when asked (a denial's
-    explanation, ``planexec show``, the console).
+    explanation, ``planexec show``, the console). With a `limit`, the walk
+    stops once it has found more than `limit` origins (the nearest first):
+    the list then holds ``limit + 1``, which says that more exist.
     """
     found: dict[Source, None] = {}
     queue = deque(out.provenance for out in outputs)
     seen = {prov.step_id for prov in queue}
     while queue:
+        if limit is not None and len(found) > limit:
+            break
         prov = queue.popleft()
         if untrusted_only and not prov.untrusted:
             continue
@@ -147,7 +153,7 @@ def lineage(outputs: Iterable[Output], output_of: Callable[[str], Output | None]
         if lost:
             for key in prov.untrusted_from:  # what this summary named and the walk cannot reach
                 found.setdefault(Source.from_key(key))
-    return list(found)
+    return list(found) if limit is None else list(found)[: limit + 1]
 
 
 @quick_init
@@ -187,6 +193,10 @@ class Provenance(Record):
     def untrusted_keys(self) -> list[str]:
         """The untrusted origins it names, as keys (a store of schema 5 kept them among `sources`)."""
         return self.untrusted_from or [s.key for s in self.sources if s.untrusted]
+
+    def untrusted_labels(self) -> list[str]:
+        """The untrusted origins it names, as a person reads them (`Source.label`): every one unless `more_untrusted`."""
+        return [Source.from_key(key).label() for key in self.untrusted_keys()]
 
     def untrusted_origins(self) -> list[Source]:
         """The untrusted origins it names."""
