@@ -25,7 +25,9 @@ median of `--repeats`):
   with the `DurableRunner`, as ``planexec run`` does), with what the run
   added to the store, a step (database and WAL files, less a new store's);
 
-then the slope: each size's figure over the smallest size's, and the
+then planexec against the floor (``x bare``) and against LangGraph
+(``LG / mem``: how many times faster), the slope: each size's figure over
+the smallest size's, and the
 targets of issue 24 (memory at most 40 us a step and flat within 25% from
 the smallest size to the largest; SQLite at most 2x memory; store bytes a
 step flat and at most 2 KB).
@@ -218,13 +220,17 @@ def report(rows: list[dict[str, Any]], sqlite: bool) -> str:
     lines = [
         f"{'steps':>7} {'bare us':>8}"
         + (f" {'LangGraph us':>13}" if peer else "")
-        + f" {'memory us':>10} {'slope':>6}"
+        + f" {'memory us':>10} {'x bare':>7}"
+        + (f" {'LG / mem':>9}" if peer else "")
+        + f" {'slope':>6}"
         + (f" {'sqlite us':>10} {'x mem':>6} {'B/step':>7}" if sqlite else "")
     ]
     first = rows[0]
     for r in rows:
         line = f"{r['steps']:>7,} {r['bare_us']:>8.1f}" + (f" {r['langgraph_us']:>13.1f}" if peer else "")
-        line += f" {r['memory_us']:>10.1f} {r['memory_us'] / first['memory_us']:>6.2f}"
+        line += f" {r['memory_us']:>10.1f} {r['memory_us'] / r['bare_us']:>7.2f}"
+        line += f" {r['langgraph_us'] / r['memory_us']:>9.2f}" if peer else ""
+        line += f" {r['memory_us'] / first['memory_us']:>6.2f}"
         if sqlite:
             line += f" {r['sqlite_us']:>10.1f} {r['sqlite_us'] / r['memory_us']:>6.2f} {r['store_bytes_per_step']:>7,}"
         lines.append(line)
