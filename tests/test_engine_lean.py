@@ -392,6 +392,47 @@ def test_a_step_with_side_effects_finds_its_own_start_and_every_earlier_event_st
     assert [e.seq for e in stored] == list(range(len(stored)))
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_a_fallback_with_side_effects_of_an_idempotent_step_finds_its_start_stored(tmp_path, gated):
+    """A step whose own worker is idempotent, handed to a fallback worker that is not: the fallback's start (and the
+    reroute) is stored before its tool runs, as for any step with side effects (the group window held them back)."""
+    from planexec.engine.recording import DurableRunner, record_run
+    from planexec.engine.runner import LocalRunner
+    from planexec.store import SqliteRunStore
+
+    store = SqliteRunStore(tmp_path / "runs.db")
+    reg = Registry()
+    seen: list[str] = []
+
+    @reg.tool(worker="primary", idempotent=True, read_only=True)
+    def fetch(url: str = "") -> str:
+        raise RuntimeError("primary down")
+
+    @reg.tool(worker="backup", name="fetch_b")
+    def fetch_backup(url: str = "") -> str:  # a thread: it reads the store as another process would
+        reader = SqliteRunStore(tmp_path / "runs.db")
+        try:
+            seen.extend(f"{e.type}:{getattr(e, 'worker', '')}" for e in reader.events("rr") if getattr(e, "step_id", None))
+        finally:
+            reader.close()
+        return "from backup"
+
+    reg.worker("backup").tools["fetch"] = reg.worker("backup").tools.pop("fetch_b")
+    plan = mkplan({"id": "f", "action": "fetch", "worker": "primary", "failure_action": {"kind": "fallback", "worker": "backup"}})
+
+    async def go():
+        engine = Engine(reg, runner=DurableRunner(LocalRunner(reg))) if gated else Engine(reg)
+        run = engine.start(plan, run_id="rr")
+        record_run(run, store)
+        return await run.result()
+
+    try:
+        assert asyncio.run(go()).ok
+    finally:
+        store.close()
+    assert seen == ["step_started:primary", "step_failed:primary", "step_rerouted:", "step_started:backup"]
+
+
 def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_other(reg):
     plan = mkplan(
         {"id": "a", "action": "nap", "parameters": {"seconds": 0.2}},

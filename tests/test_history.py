@@ -259,3 +259,28 @@ def test_logs_follow_from_another_process_while_the_run_goes_on(tmp_path):
     assert len(lines) == 2 + 2 * 5 and "finished: succeeded" in lines[-1]  # no step waited: no "ready" lines
     shown = [line.split("] ", 1)[1] for line in lines[3:5]]
     assert shown[0] == "s0: started (attempt 1, worker tool, action double)" and shown[1].startswith("s0: succeeded (attempt 1, ")
+
+
+def test_show_step_of_an_interrupted_run_shows_its_step_cut_off_as_the_whole_run_does(tmp_path, capsys):
+    """`show RUN --step S` on a run whose process died: the step it had running is interrupted (cut off), not running."""
+    from planexec.engine.events import RunStarted, StepStarted, utcnow
+
+    db = str(tmp_path / "runs.db")
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [{"id": "s", "action": "pay", "worker": "tool"}]})
+    with SqliteRunStore(db) as store:
+        store.save_plan("r1", plan)
+        at = utcnow()
+        store.append(
+            [
+                RunStarted(
+                    run_id="r1", seq=0, at=at, plan_id="p", plan_version=1, content_hash=plan.content_hash, goal="g", step_ids=["s"]
+                ),
+                StepStarted(run_id="r1", seq=1, at=at, step_id="s", worker="tool", action="pay", attempt=1),
+            ]
+        )
+    assert main(["show", "r1", "--store", db]) == 0
+    whole = capsys.readouterr().out
+    assert "s · interrupted · tool.pay" in whole
+    assert main(["show", "r1", "--step", "s", "--store", db]) == 0
+    one = capsys.readouterr().out
+    assert "s · interrupted · tool.pay" in one and "when the run's process died" in one and "s · running" not in one

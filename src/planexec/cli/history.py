@@ -190,6 +190,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             out.print(Text(f"  {problem.render()}", style="red"), soft_wrap=True)
 
     if args.step is not None:  # one step, with its whole chain
+        if summary.interrupted:  # as the whole run shows it: a step it had running is cut off, not running
+            view = _cut_off(view)
         rec = view.steps.get(args.step) or view.superseded.get(args.step)
         if rec is None:
             known = ", ".join(list(view.steps)[:20]) + (", ..." if len(view.steps) > 20 else "")

@@ -161,6 +161,9 @@ class Recorder:
         """Take one event (the run calls this as a subscriber)."""
         self._queue.append(event)
         kind = event.type
+        if kind == "step_rerouted" and getattr(event, "run_id", None) == self.run.run_id:
+            # its next attempts run on another worker: their events wait only if that worker's work is idempotent too
+            self._redo[event.step_id] = self._idempotent(event.step_id, event.to_worker)
         if kind != "step_failed" and self._lazy(event):
             self._schedule(later=True)
         elif kind == "step_started" and self.gated:
@@ -190,13 +193,16 @@ class Recorder:
             redo = self._redo[sid] = self._idempotent(sid)
         return redo
 
-    def _idempotent(self, sid: str) -> bool:
+    def _idempotent(self, sid: str, worker: str | None = None) -> bool:
+        """Whether the plan's step `sid` (on `worker`, when a fallback took it over) may run again; False for an unknown step."""
         is_idempotent = getattr(getattr(self.run, "engine", None), "is_idempotent", None)
         if is_idempotent is None:
             return False
         if self._steps is None or sid not in self._steps:  # built once a version (a streamed plan grows: again on a new id)
             self._steps = {s.step_id: s for s in self.run.plan.steps}
         step = self._steps.get(sid)
+        if step is not None and worker is not None and worker != step.worker:
+            step = step.model_copy(update={"worker": worker})
         return step is not None and bool(is_idempotent(step))
 
     def _schedule(self, *, later: bool = False) -> None:
