@@ -433,6 +433,48 @@ def test_a_fallback_with_side_effects_of_an_idempotent_step_finds_its_start_stor
     assert seen == ["step_started:primary", "step_failed:primary", "step_rerouted:", "step_started:backup"]
 
 
+def test_a_resumed_step_on_its_fallback_worker_is_judged_by_that_worker():
+    """A resumed run starts a rerouted step on the worker it had reached (its StepStarted says which), with no
+    StepRerouted to tell the recorder: that start's worker decides whether its events may wait, not the plan's."""
+    from planexec.engine.events import StepStarted, utcnow
+    from planexec.engine.recording import Recorder
+
+    reg = Registry()
+
+    @reg.tool(worker="primary", idempotent=True, read_only=True)
+    def fetch(url: str = "") -> str:
+        return "primary"
+
+    @reg.tool(worker="backup", name="fetch_b")
+    def fetch_backup(url: str = "") -> str:
+        return "backup"
+
+    reg.worker("backup").tools["fetch"] = reg.worker("backup").tools.pop("fetch_b")
+    plan = mkplan({"id": "f", "action": "fetch", "worker": "primary", "failure_action": {"kind": "fallback", "worker": "backup"}})
+
+    the_plan = plan
+
+    class Run:  # what a recorder reads of a run
+        run_id, engine, plan = "rr", Engine(reg), the_plan
+
+    class Store:
+        def append(self, events, **kw):
+            return len(list(events))
+
+    at = utcnow()
+
+    async def go():
+        recorder = Recorder(Run(), Store(), gated=True)  # type: ignore[arg-type]  # a store only appends here
+        recorder(StepStarted(run_id="rr", seq=1, at=at, step_id="f", worker="primary", action="fetch", attempt=1))
+        on_plan = recorder.start_stored("f")  # idempotent: its tool need not wait for the commit
+        recorder.flush()
+        recorder(StepStarted(run_id="rr", seq=2, at=at, step_id="f", worker="backup", action="fetch", attempt=2))
+        return on_plan, recorder.start_stored("f")
+
+    on_plan, on_backup = asyncio.run(go())
+    assert on_plan and not on_backup  # the backup's tool waits until its start is stored
+
+
 def test_a_run_stopped_between_steps_finishes_the_running_step_and_starts_no_other(reg):
     plan = mkplan(
         {"id": "a", "action": "nap", "parameters": {"seconds": 0.2}},

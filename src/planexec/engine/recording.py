@@ -145,7 +145,8 @@ class Recorder:
         self._queue: list[Any] = []
         self._pending: asyncio.Handle | None = None  # the flush scheduled: the next turn's, or a group window's (`_later`)
         self._later = False  # `_pending` is a group window's timer
-        self._redo: dict[str, bool] = {}  # by step id: running it again does no harm (its events may wait, see `_lazy`)
+        self._redo: dict[tuple[str, str | None], bool] = {}  # by step and worker: running it again does no harm (see `_lazy`)
+        self._on: dict[str, str] = {}  # the worker each step's attempts run on, from its StepStarted (or StepRerouted)
         self._steps: dict[str, Any] | None = None  # the plan's steps by id, for `_lazy`
         self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
         self._unstored: set[str] = set()  # steps whose StepStarted is queued, not yet stored (see `start_stored`)
@@ -161,9 +162,10 @@ class Recorder:
         """Take one event (the run calls this as a subscriber)."""
         self._queue.append(event)
         kind = event.type
-        if kind == "step_rerouted" and getattr(event, "run_id", None) == self.run.run_id:
-            # its next attempts run on another worker: their events wait only if that worker's work is idempotent too
-            self._redo[event.step_id] = self._idempotent(event.step_id, event.to_worker)
+        if kind in ("step_started", "step_rerouted") and getattr(event, "run_id", None) == self.run.run_id:
+            # the worker its attempts run on (a fallback's, or a resumed step's, may not be its plan's): its events wait
+            # only if that worker's work is idempotent too
+            self._on[event.step_id] = event.worker if kind == "step_started" else event.to_worker
         if kind != "step_failed" and self._lazy(event):
             self._schedule(later=True)
         elif kind == "step_started" and self.gated:
@@ -173,7 +175,7 @@ class Recorder:
             self._schedule()
         else:
             if kind == "plan_revised":
-                self._redo, self._steps = {}, None  # a step of the new version may do something else under the same id
+                self._redo, self._steps, self._on = {}, None, {}  # a step of the new version may do something else under its id
             if kind == "plan_completed":
                 self._save_plan()  # the streamed plan is whole now: store it with its completion
             ours = kind == "run_finished" and getattr(event, "run_id", None) == self.run.run_id
@@ -188,9 +190,10 @@ class Recorder:
         sid = getattr(event, "step_id", None)
         if sid is None or getattr(event, "run_id", None) != self.run.run_id:
             return False
-        redo = self._redo.get(sid)
+        key = (sid, self._on.get(sid))
+        redo = self._redo.get(key)
         if redo is None:
-            redo = self._redo[sid] = self._idempotent(sid)
+            redo = self._redo[key] = self._idempotent(*key)
         return redo
 
     def _idempotent(self, sid: str, worker: str | None = None) -> bool:
