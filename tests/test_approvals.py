@@ -213,3 +213,43 @@ def test_no_rollback_when_nothing_with_side_effects_ran(reg):
     )
     result = Engine(reg).run_sync(plan)
     assert result.status is RunStatus.ABORTED and result.rollback is None and reg.calls == ["a"]
+
+
+def test_an_abort_after_a_fallback_worker_with_side_effects_succeeded_runs_the_rollback_plan():
+    """The plan's worker is idempotent, the fallback that did the step is not: its success is a side effect, and an
+    abort after it rolls back (it was judged by the plan's worker, and nothing was rolled back)."""
+    reg = Registry()
+    calls: list[str] = []
+
+    @reg.tool(worker="primary", idempotent=True, untrusted_output=False)
+    async def publish(name: str) -> str:
+        """The primary route: safe to try again, and down."""
+        raise RuntimeError("primary down")
+
+    @reg.tool(worker="backup", name="publish_b", untrusted_output=False)
+    async def publish_backup(name: str) -> str:
+        """The backup route: a side effect."""
+        calls.append(name)
+        return f"published {name}"
+
+    reg.worker("backup").tools["publish"] = reg.worker("backup").tools.pop("publish_b")
+
+    @reg.tool(untrusted_output=False)
+    async def unpublish(name: str) -> str:
+        """Undo a publication."""
+        calls.append(f"undo {name}")
+        return f"unpublished {name}"
+
+    @reg.tool(untrusted_output=False)
+    async def check(name: str) -> str:
+        """A check that fails."""
+        raise RuntimeError(f"{name} looks wrong")
+
+    plan = Plan.model_validate({"plan_id": "p", "goal": "publish", "steps": [
+        {"id": "pub", "action": "publish", "worker": "primary", "parameters": {"name": "v2"},
+         "failure_action": {"kind": "fallback", "worker": "backup"}},
+        {"id": "verify", "action": "check", "parameters": {"name": "v2"}, "depends_on": ["pub"]},
+    ], "rollback_plan": {"steps": [{"id": "undo", "action": "unpublish", "parameters": {"name": "v2"}}]}})  # fmt: skip
+    result = Engine(reg).run_sync(plan)
+    assert result.status is RunStatus.ABORTED and calls == ["v2", "undo v2"]
+    assert result.rollback is not None and result.rollback.status is RunStatus.SUCCEEDED

@@ -368,3 +368,48 @@ def test_show_of_a_run_waiting_for_a_decision_shows_the_held_step_and_the_comman
     assert main(["show", "r1", "--store", db]) == 0
     out = capsys.readouterr().out
     assert "planexec resolve r1" not in out and "continue with: planexec resume r1" in out
+
+
+def test_a_step_cut_off_on_its_fallback_worker_with_side_effects_is_held_not_run_again(stores):
+    """The plan's worker is idempotent, the fallback that took the step over is not: a crash while the fallback ran
+    holds the step for a person, as for any step with side effects (it was judged by the plan's worker, and run again)."""
+    reg = Registry()
+    calls: list[str] = []
+
+    @reg.tool(worker="primary", idempotent=True, untrusted_output=False)
+    async def send(name: str) -> str:
+        """The primary route: safe to try again, and down."""
+        raise RuntimeError("primary down")
+
+    @reg.tool(worker="backup", name="send_b", untrusted_output=False)
+    async def send_backup(name: str) -> str:
+        """The backup route: a side effect."""
+        calls.append(name)
+        return f"sent {name}"
+
+    reg.worker("backup").tools["send"] = reg.worker("backup").tools.pop("send_b")
+    plan = Plan.model_validate({"plan_id": "p", "goal": "g", "steps": [
+        {"id": "a", "action": "send", "worker": "primary", "parameters": {"name": "a"},
+         "failure_action": {"kind": "fallback", "worker": "backup"}},
+    ]})  # fmt: skip
+    source = stores()
+
+    async def first():
+        r = Engine(reg, store=source).start(plan, run_id="fb")
+        return r, await r.result()
+
+    run, result = asyncio.run(first())
+    assert result.ok and calls == ["a"]
+    cut = next(i for i, e in enumerate(run.history) if e.type == "step_started" and e.worker == "backup") + 1
+    store = stores()
+    store.save_plan("fb", plan)
+    store.append(run.history[:cut])  # the process died while the backup ran
+    calls.clear()
+
+    async def again():
+        r = Engine(reg, store=store).resume("fb")
+        return await r.result()
+
+    resumed = asyncio.run(again())
+    assert resumed.status is RunStatus.NEEDS_DECISION and resumed.steps["a"].state is StepState.NEEDS_DECISION
+    assert calls == []  # the side effect did not happen a second time

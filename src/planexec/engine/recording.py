@@ -204,9 +204,7 @@ class Recorder:
         if self._steps is None or sid not in self._steps:  # built once a version (a streamed plan grows: again on a new id)
             self._steps = {s.step_id: s for s in self.run.plan.steps}
         step = self._steps.get(sid)
-        if step is not None and worker is not None and worker != step.worker:
-            step = step.model_copy(update={"worker": worker})
-        return step is not None and bool(is_idempotent(step))
+        return step is not None and bool(is_idempotent(step.on_worker(worker)))
 
     def _schedule(self, *, later: bool = False) -> None:
         """Flush on the next turn of the event loop; `later`: within `GROUP_WINDOW` (a flush due sooner takes it along)."""

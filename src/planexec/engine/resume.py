@@ -136,7 +136,8 @@ def plan_resumption(
             decision = decisions.get(sid)
             if decision is not None and decision.seq > last_start.get(sid, -1):
                 _apply(resumption, step, rec, decision)
-            elif is_idempotent(step):
+            elif is_idempotent(step.on_worker(rec.worker)):
+                # judged by the worker it was running on: a fallback that took the step over may have side effects
                 rec.state = StepState.PENDING
                 resumption.rerun.append(sid)
             else:

@@ -370,7 +370,9 @@ class Revisions:
         if current.rollback_plan is None or state.status not in (RunStatus.ABORTED, RunStatus.INCOMPLETE):
             return None
         effects = [
-            sid for sid, r in state.records.items() if r.state is StepState.SUCCEEDED and not self._host.is_idempotent(state.steps[sid])
+            sid
+            for sid, r in state.records.items()
+            if r.state is StepState.SUCCEEDED and not self._host.is_idempotent(state.steps[sid].on_worker(r.worker))
         ]
         if not effects:
             return None

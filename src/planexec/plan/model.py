@@ -346,6 +346,11 @@ class Step(_Record):
             raise ValueError(f"{value.isoformat()} is out of range: a step's time lies between 0001-01-02 and 9999-01-01 (UTC)")
         return value
 
+    def on_worker(self, worker: str | None) -> Step:
+        """The step as `worker` runs it (a fallback that took it over): itself when that is its own worker, or None.
+        What it may do twice or undo (idempotent, side effects) is the worker's it ran on, not the plan's."""
+        return self if not worker or worker == self.worker else self.model_copy(update={"worker": worker})
+
     @_derived
     def references(self) -> frozenset[str]:
         """Step ids this step's parameters and instruction refer to."""
