@@ -269,7 +269,7 @@ def _recorded(tmp_path, plan: Plan, run_id: str) -> SqliteRunStore:
 
 def test_the_console_page_of_a_deep_run_reads_each_steps_provenance_a_bounded_number_of_times(tmp_path, monkeypatch):
     """The run's page builds every step's panel: each names its nearest origins, not its whole ancestry, so the page is
-    linear in the steps (it was quadratic: a 4,000-step plan took 105 s to show). Counted, not timed."""
+    linear in the steps (it was quadratic: a 2,000-step run took 21 s to show). Counted, not timed."""
     from planexec.store import RunView
     from planexec.web.views import run_detail
 
