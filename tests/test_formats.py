@@ -9,7 +9,7 @@ import pytest
 from planexec import Engine, Plan, Registry, RunStatus, validate_plan
 from planexec.errors import PlanParseError
 from planexec.plan.formats import parse_llmcompiler, parse_rewoo
-from planexec.plan.model import resolve_references
+from planexec.plan.references import resolve_references
 
 LLMCOMPILER = """\
 Thought: I need both populations.

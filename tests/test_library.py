@@ -215,7 +215,7 @@ def test_a_value_never_becomes_a_step_reference():
     step = plan.step("a")
     assert step.parameters == {"text": "$${a}", "more": "n=$${a}"} and step.instruction == "say $${a}"
     assert step.dependencies == [] and plan.step("b").dependencies == []
-    from planexec.plan.model import resolve_references
+    from planexec.plan.references import resolve_references
 
     assert resolve_references(step.parameters, {}) == {"text": "${a}", "more": "n=${a}"}
 

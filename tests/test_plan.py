@@ -15,10 +15,8 @@ from planexec.plan.model import (
     JsonSchemaCriterion,
     NotEmptyCriterion,
     PredicateCriterion,
-    find_references,
-    lookup,
-    resolve_references,
 )
+from planexec.plan.references import find_references, lookup, resolve_references
 
 
 def make_plan(**overrides):

@@ -30,7 +30,7 @@ from planexec.library.reuse import (
 )
 from planexec.library.templates import TemplateError
 from planexec.models.providers import register_provider
-from planexec.plan.model import find_references
+from planexec.plan.references import find_references
 from planexec.policies import ForbidTools
 from planexec.store import open_store
 from planexec.team.settings import PlanningOptions, ReviewOptions, Toolbox

@@ -36,7 +36,8 @@ from planexec.engine.limits import Limits
 from planexec.engine.results import ErrorInfo, ModelAttempt, RunStatus, StepState
 from planexec.engine.state import ZERO, RunControl, RunState, append_to_record, final_action, update_record
 from planexec.errors import CallRefusedError, CheckFailedError, StepTimeoutError, ToolInputError, ToolOutputError
-from planexec.plan.model import Step, resolve_references
+from planexec.plan.model import Step
+from planexec.plan.references import resolve_references
 from planexec.usage import Usage, start_meter, stop_meter
 from planexec.workers.gate import GATE_HOOKS
 from planexec.workers.io import Source, StepCall, WorkResult, derive_untrusted, merge_sources

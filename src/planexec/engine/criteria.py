@@ -29,8 +29,8 @@ from planexec.plan.model import (
     RegexCriterion,
     Step,
     criterion_label,
-    lookup,
 )
+from planexec.plan.references import lookup
 from planexec.usage import Usage
 from planexec.workers.io import Output, Provenance, Source, StepCall, WorkResult
 from planexec.workers.registry import Registry

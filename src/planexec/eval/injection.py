@@ -51,7 +51,8 @@ from planexec.eval.injection_report import (
     InjectionRun,
     RunMode,
 )
-from planexec.plan.model import Plan, resolve_references
+from planexec.plan.model import Plan
+from planexec.plan.references import resolve_references
 from planexec.records import Record
 from planexec.team.settings import ModelOptions, ReviewOptions, Toolbox
 from planexec.team.stages import Finished, HandedOff

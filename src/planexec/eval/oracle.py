@@ -52,7 +52,8 @@ from planexec.models.base import (
 from planexec.models.pricing import Price
 from planexec.models.profile import CAPABLE, ModelProfile
 from planexec.plan.compact import print_compact
-from planexec.plan.model import Plan, resolve_references
+from planexec.plan.model import Plan
+from planexec.plan.references import resolve_references
 from planexec.planning.compact_form import is_compact_request
 from planexec.testing import FunctionModel
 

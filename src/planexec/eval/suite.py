@@ -41,7 +41,8 @@ from typing import Any
 import yaml
 
 from planexec.errors import PlanexecError, RegistryError
-from planexec.plan.model import STEP_ID_PATTERN, find_references, resolve_references
+from planexec.plan.model import STEP_ID_PATTERN
+from planexec.plan.references import find_references, resolve_references
 from planexec.records import Record
 from planexec.workers.registry import Registry
 from planexec.workers.toolkit.calculator import calculator

@@ -43,7 +43,8 @@ from typing import Any
 
 from planexec.errors import PlanError
 from planexec.plan.diff import PlanDiff, diff_plans
-from planexec.plan.model import Plan, find_references
+from planexec.plan.model import Plan
+from planexec.plan.references import find_references
 from planexec.plan.validation import check_plan
 from planexec.records import Record
 from planexec.store.base import ApprovalState, RunStore, Template

@@ -13,7 +13,8 @@ the terminal's views (`plan_table`, `plan_graph`, `grants_text`,
 
 from planexec.plan.compact import print_compact, read_compact, with_lines
 from planexec.plan.diff import PlanDiff, diff_plans
-from planexec.plan.model import criterion_label, find_references, resolve_references
+from planexec.plan.model import criterion_label
+from planexec.plan.references import find_references, resolve_references
 from planexec.plan.view import grants_text, plan_graph, plan_table, when_text
 from planexec.plan.windows import Window, WindowError, parse_window
 

@@ -75,7 +75,8 @@ from typing import TYPE_CHECKING, Any
 
 from planexec.errors import PlanParseError, Problem
 from planexec.plan.formats import call_arguments, line_problem, name_arguments, order_problems, parameter_model, rewrite_strings
-from planexec.plan.model import FailureAction, Plan, Step, find_references, is_whole_reference
+from planexec.plan.model import FailureAction, Plan, Step
+from planexec.plan.references import find_references, is_whole_reference
 
 if TYPE_CHECKING:
     from planexec.plan.validation import Catalog

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from planexec.plan.model import Plan, Step, find_references
+from planexec.plan.model import Plan, Step
+from planexec.plan.references import find_references
 from planexec.records import Record
 
 __all__ = ["PlanDiff", "diff_plans", "remaining_hash"]

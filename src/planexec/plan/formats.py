@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planexec.errors import PlanParseError, Problem
-from planexec.plan.model import Plan, find_references
+from planexec.plan.model import Plan
+from planexec.plan.references import find_references
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

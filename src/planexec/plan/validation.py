@@ -32,9 +32,8 @@ from planexec.plan.model import (
     PredicateCriterion,
     RegexCriterion,
     Step,
-    find_references,
-    is_whole_reference,
 )
+from planexec.plan.references import find_references, is_whole_reference
 from planexec.plan.schedule import never_together
 from planexec.plan.scheduler import find_cycle, upstream
 

@@ -38,7 +38,8 @@ from typing import Any
 
 from planexec.plan.capabilities import Grant
 from planexec.plan.grammar import compact_grammar
-from planexec.plan.model import STEP_ID_PATTERN, Plan, find_references
+from planexec.plan.model import STEP_ID_PATTERN, Plan
+from planexec.plan.references import find_references
 from planexec.workers.registry import Registry
 
 __all__ = [

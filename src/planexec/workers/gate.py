@@ -51,7 +51,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from planexec.errors import CallRefusedError
 from planexec.plan.capabilities import Grant
-from planexec.plan.model import find_references
+from planexec.plan.references import find_references
 from planexec.records import OMIT_EMPTY, Record
 from planexec.workers.io import Source, StepCall, derive_untrusted, merge_sources
 from planexec.workers.tools import Tool

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planexec.plan.capabilities import Constraint, Grant, grant_label, widened_grants
-from planexec.plan.model import Plan, Step, find_references
+from planexec.plan.model import Plan, Step
+from planexec.plan.references import find_references
 from planexec.workers.registry import Registry
 
 __all__ = ["effective_grants", "implied_grant", "plan_grants", "side_effects", "widening"]
