@@ -145,8 +145,8 @@ class Recorder:
         self._queue: list[Any] = []
         self._pending: asyncio.Handle | None = None  # the flush scheduled: the next turn's, or a group window's (`_later`)
         self._later = False  # `_pending` is a group window's timer
-        self._redo: dict[tuple[str, str | None], bool] = {}  # by step and worker: running it again does no harm (see `_lazy`)
-        self._on: dict[str, str] = {}  # the worker each step's attempts run on, from its StepStarted (or StepRerouted)
+        self._redo: dict[tuple[str, str], bool] = {}  # by worker and action: running it again does no harm (see `_lazy`)
+        self._on: dict[str, str] = {}  # steps whose attempts run on another worker than their plan's (a fallback's)
         self._steps: dict[str, Any] | None = None  # the plan's steps by id, for `_lazy`
         self._waiters: list[asyncio.Future[None]] = []  # steps waiting for the next commit (see `durable`)
         self._unstored: set[str] = set()  # steps whose StepStarted is queued, not yet stored (see `start_stored`)
@@ -165,7 +165,7 @@ class Recorder:
         if kind in ("step_started", "step_rerouted") and getattr(event, "run_id", None) == self.run.run_id:
             # the worker its attempts run on (a fallback's, or a resumed step's, may not be its plan's): its events wait
             # only if that worker's work is idempotent too
-            self._on[event.step_id] = event.worker if kind == "step_started" else event.to_worker
+            self._runs_on(event.step_id, event.worker if kind == "step_started" else event.to_worker)
         if kind != "step_failed" and self._lazy(event):
             self._schedule(later=True)
         elif kind == "step_started" and self.gated:
@@ -185,26 +185,38 @@ class Recorder:
             if ours and not self._queue:
                 let_go(self.store, self.run.run_id)  # stored to the end: the run is free for whoever resumes it
 
+    def _step(self, sid: str) -> Any:
+        """The current plan's step `sid`, or None."""
+        steps = self._steps
+        if steps is None or sid not in steps:  # built once a version (a streamed plan grows: again on a new id)
+            steps = self._steps = {s.step_id: s for s in self.run.plan.steps}
+        return steps.get(sid)
+
+    def _runs_on(self, sid: str, worker: str) -> None:
+        """Step `sid`'s attempts run on `worker`: kept only when that is not its plan's worker (a fallback's)."""
+        step = self._step(sid)
+        if step is not None and worker != step.worker:
+            self._on[sid] = worker
+        else:
+            self._on.pop(sid, None)
+
     def _lazy(self, event: Any) -> bool:
-        """True for an event of a step that resume may run again (idempotent): it may wait for a group window."""
+        """True for an event of a step that resume may run again (idempotent): it may wait for a group window.
+
+        Judged by the worker the step's attempts run on and its action, each pair asked of the engine once
+        (what a tool declares does not change under a run): a few entries, whatever the plan's size."""
         sid = getattr(event, "step_id", None)
         if sid is None or getattr(event, "run_id", None) != self.run.run_id:
             return False
-        key = (sid, self._on.get(sid))
+        step = self._step(sid)
+        if step is None:
+            return False
+        key = (self._on.get(sid) or step.worker, step.action)
         redo = self._redo.get(key)
         if redo is None:
-            redo = self._redo[key] = self._idempotent(*key)
+            is_idempotent = getattr(getattr(self.run, "engine", None), "is_idempotent", None)
+            redo = self._redo[key] = is_idempotent is not None and bool(is_idempotent(step.on_worker(key[0])))
         return redo
-
-    def _idempotent(self, sid: str, worker: str | None = None) -> bool:
-        """Whether the plan's step `sid` (on `worker`, when a fallback took it over) may run again; False for an unknown step."""
-        is_idempotent = getattr(getattr(self.run, "engine", None), "is_idempotent", None)
-        if is_idempotent is None:
-            return False
-        if self._steps is None or sid not in self._steps:  # built once a version (a streamed plan grows: again on a new id)
-            self._steps = {s.step_id: s for s in self.run.plan.steps}
-        step = self._steps.get(sid)
-        return step is not None and bool(is_idempotent(step.on_worker(worker)))
 
     def _schedule(self, *, later: bool = False) -> None:
         """Flush on the next turn of the event loop; `later`: within `GROUP_WINDOW` (a flush due sooner takes it along)."""
