@@ -201,6 +201,7 @@ def _step(
     without an output (a refusal, a failure) shows every untrusted origin of its inputs: few steps fail.
     """
     prov = rec.output.provenance if rec.output is not None else None
+    produced, more_origins = _produced(rec, view)
     t0 = view.started_at
     view_plan = plan
 
@@ -229,10 +230,10 @@ def _step(
         "wall": f"{rec.wall_time:.3f}s",
         "usage": describe_usage(rec.usage),
         "output": _text(rec.output.value) if rec.output is not None else None,
-        "produced": _produced(rec, view),
+        "produced": produced,
         "untrusted": prov.untrusted_labels() if prov is not None else [],
         "more_untrusted": prov is not None and prov.more_untrusted,
-        "lineage": _lineage_link(view.run_id, sid) if prov is not None and (prov.more_untrusted or _more_origins(view, sid)) else None,
+        "lineage": _lineage_link(view.run_id, sid) if prov is not None and (prov.more_untrusted or more_origins) else None,
         # no output (a refused call, a failure): what its inputs brought in, the whole chain
         "inputs_untrusted": (
             [s.label() for s in view.origins(sorted(step.references), untrusted_only=True)]
@@ -262,23 +263,19 @@ def _step(
 ORIGINS_SHOWN = 8
 
 
-def _produced(rec: StepRecord, view: RunView) -> str | None:
+def _produced(rec: StepRecord, view: RunView) -> tuple[str | None, bool]:
     """Where the step's output came from: its worker and action, the tools that ran, the attempt, its inputs, its nearest
-    origins (`ORIGINS_SHOWN`; "and more upstream" when there are more)."""
+    origins (`ORIGINS_SHOWN`; "and more upstream" when there are more); and whether there are more."""
     if rec.output is None:
-        return None
+        return None, False
     prov = rec.output.provenance
     tools = f" with {', '.join(prov.tools)}" if prov.tools else ""
     inputs = f"; takes the output of {', '.join(prov.inputs)}" if prov.inputs else ""
     origins = view.origins([prov.step_id], limit=ORIGINS_SHOWN)
-    more = ", and more upstream" if len(origins) > ORIGINS_SHOWN else ""
+    more = len(origins) > ORIGINS_SHOWN
     named = ", ".join(s.label() for s in origins[:ORIGINS_SHOWN])
-    sources = f"; derives from {named}{more}" if origins else "; derives from the reviewed plan alone"
-    return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{inputs}{sources}"
-
-
-def _more_origins(view: RunView, sid: str) -> bool:
-    return len(view.origins([sid], limit=ORIGINS_SHOWN)) > ORIGINS_SHOWN
+    sources = f"; derives from {named}{', and more upstream' if more else ''}" if origins else "; derives from the reviewed plan alone"
+    return f"{prov.worker}.{prov.action}{tools}, attempt {prov.attempt}, plan v{prov.plan_version}{inputs}{sources}", more
 
 
 def _lineage_link(run_id: str, sid: str) -> str:
