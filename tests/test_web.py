@@ -359,6 +359,67 @@ def _answers(url: str, token: str) -> bool:
         return False
 
 
+def _record(store_path: Path, run_id: str, parent: tuple[str, str] | None = None) -> None:
+    """Run the open plan's first step in memory as run `run_id` and store it (as a sub-run of `parent`, when given)."""
+    import asyncio
+
+    from planexec import Engine, Plan, Registry
+
+    registry = Registry()
+
+    @registry.tool(idempotent=True)
+    async def build(name: str) -> str:
+        """Build it."""
+        return f"built {name}"
+
+    steps = [dict(plan(gated_step=False)["steps"][0])]
+    the_plan = Plan.model_validate({**plan(gated_step=False), "steps": steps})
+    events: list = []
+
+    async def go() -> None:
+        run = Engine(registry).start(the_plan, run_id=run_id)
+        events.extend([ev async for ev in run.events()])
+        assert (await run.result()).ok
+
+    asyncio.run(go())
+    store = open_store(str(store_path))
+    try:
+        store.save_plan(run_id, the_plan)
+        store.append(events, parent=parent)
+    finally:
+        store.close()
+
+
+def test_a_sub_run_opens_at_its_own_address_and_never_as_a_page_of_its_parent(project, server):
+    """A sub-run's id holds a "/" (``R/step``): its links encode it, the server routes on the segment as sent, so
+    ``/runs/r1%2Fedit`` is the sub-run of step ``edit`` and ``/runs/r1/edit`` stays r1's plan editor."""
+    db = project / "runs.db"
+    _record(db, "r1")
+    _record(db, "r1/edit", parent=("r1", "edit"))
+    _record(db, "r1/compile", parent=("r1", "compile"))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    code, runs = request(server + "/", headers=auth)
+    assert code == 200
+    assert 'href="/runs/r1%2Fedit"' in runs and 'href="/runs/r1%2Fcompile"' in runs and 'href="/runs/r1"' in runs
+    code, sub = request(server + "/runs/r1%2Fcompile", headers=auth)
+    assert code == 200, sub
+    assert "<title>Run r1/compile" in sub and 'href="/runs/r1">r1</a> (step compile)' in sub  # and the way back to its parent
+    assert 'data-panels="/runs/r1%2Fcompile/panels"' in sub and 'data-stream="/runs/r1%2Fcompile/stream"' in sub
+    code, panels = request(server + "/runs/r1%2Fcompile/panels", headers=auth)
+    assert code == 200 and "built app" in panels
+    code, lineage = request(server + "/runs/r1%2Fcompile/steps/compile/lineage", headers=auth)
+    assert code == 200 and "r1/compile" in lineage
+    code, named_edit = request(server + "/runs/r1%2Fedit", headers=auth)
+    assert code == 200 and "<title>Run r1/edit" in named_edit
+    code, editor = request(server + "/runs/r1/edit", headers=auth)  # r1's editor: nothing of r1 waits, so nothing to edit
+    assert code == 404 and "nothing to edit" in editor
+    # typed with its "/" as it is: sent on to the address the links use; an unknown one is the console's own 404
+    code, _ = request(server + "/runs/r1/compile", headers=auth)
+    assert code == 307
+    code, gone = request(server + "/runs/r1/nothing-here", headers=auth)
+    assert code == 404 and "r1/nothing-here" in gone and "Traceback" not in gone
+
+
 # --- in a real browser ---------------------------------------------------------------------
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -42,6 +42,7 @@ from planexec.policies import Policy
 from planexec.runs import pending_version, run_setup
 from planexec.store import RunStore, open_store, sqlite_path
 from planexec.web import actions, start, views
+from planexec.web.paths import RunPaths, segment
 from planexec.web.security import Guard, csrf_token
 
 __all__ = ["create_app"]
@@ -62,7 +63,7 @@ def create_app(
     policies: Sequence[Policy] = (),
     team: Callable[[], Team] | None = None,
     worker: bool = True,
-) -> Guard:
+) -> RunPaths:
     """The console over the store at `store_target` (a path or URL, as ``--store`` takes), guarded by `token`.
 
     `user` is the name decisions are recorded under (default: the OS
@@ -77,6 +78,7 @@ def create_app(
     """
     app = FastAPI(title="planexec console", docs_url=None, redoc_url=None, openapi_url=None)
     env = Environment(loader=PackageLoader("planexec.web", "templates"), autoescape=select_autoescape(["html"]))
+    env.filters["segment"] = segment  # a run id in a link: one segment, its "/" encoded
     name = user or _os_user()
     folder = cwd or Path.cwd()
     csrf = csrf_token(token)
@@ -146,21 +148,21 @@ def create_app(
             except RunNotFoundError:
                 return None
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    @app.get("/runs/{run_id:run}", response_class=HTMLResponse)
     def run_page(run_id: str, done: str = "") -> HTMLResponse:
         d = detail(run_id)
         if d is None:
             return missing(run_id)
         return page("run.html", d=d, state_json=json.dumps(d.state), done=done)
 
-    @app.get("/runs/{run_id}/panels", response_class=HTMLResponse)
+    @app.get("/runs/{run_id:run}/panels", response_class=HTMLResponse)
     def run_panels(run_id: str) -> HTMLResponse:
         d = detail(run_id)
         if d is None:
             return HTMLResponse("", status_code=404)
         return page("_run_panels.html", d=d)
 
-    @app.get("/runs/{run_id}/steps/{step_id}/lineage", response_class=HTMLResponse)
+    @app.get("/runs/{run_id:run}/steps/{step_id}/lineage", response_class=HTMLResponse)
     def step_lineage_page(run_id: str, step_id: str) -> HTMLResponse:
         with store() as s:
             try:
@@ -171,14 +173,14 @@ def create_app(
             return missing(run_id, why=f"Run {run_id} has no step {step_id}.")
         return page("lineage.html", l=found)
 
-    @app.get("/runs/{run_id}/review", response_class=HTMLResponse)
+    @app.get("/runs/{run_id:run}/review", response_class=HTMLResponse)
     def run_review(run_id: str) -> HTMLResponse:
         d = detail(run_id)
         if d is None:
             return HTMLResponse("", status_code=404)
         return page("_review.html", d=d)
 
-    @app.get("/runs/{run_id}/stream")
+    @app.get("/runs/{run_id:run}/stream")
     async def run_stream(run_id: str, request: Request) -> EventSourceResponse:
         return EventSourceResponse(_follow(store_target, run_id, request, poll))
 
@@ -213,7 +215,7 @@ def create_app(
         sep = "&" if "?" in back else "?"
         return RedirectResponse(f"{back}{sep}{_query('done', said)}", status_code=303)
 
-    @app.get("/runs/{run_id}/edit", response_class=HTMLResponse)
+    @app.get("/runs/{run_id:run}/edit", response_class=HTMLResponse)
     def edit_page(run_id: str, form: str = "json") -> HTMLResponse:
         with store() as s:
             try:
@@ -230,7 +232,7 @@ def create_app(
             text, note, form = actions.show(plan, "json"), f"this plan cannot be written in the compact form: {exc}", "json"
         return page("edit.html", run_id=run_id, base=approval.content_hash, plan=plan, text=text, form=form, note=note, check=None)
 
-    @app.post("/runs/{run_id}/edit", response_class=HTMLResponse)
+    @app.post("/runs/{run_id:run}/edit", response_class=HTMLResponse)
     async def edit_submit(run_id: str, request: Request) -> Response:
         fields = _form(await request.body())
         text, base, reason = fields.get("plan", ""), fields.get("base", ""), fields.get("reason", "").strip()
@@ -271,7 +273,7 @@ def create_app(
         code, context = await asyncio.to_thread(work)
         if code == 303:
             said = f"saved your edit as v{context['version']} (by {name}); the waiting run checks it and its policies review it"
-            return RedirectResponse(f"/runs/{quote(run_id, safe='')}?{_query('done', said)}", status_code=303)
+            return RedirectResponse(f"/runs/{segment(run_id)}?{_query('done', said)}", status_code=303)
         return page("edit.html", code=code, **context)
 
     @app.get("/start", response_class=HTMLResponse)
@@ -297,7 +299,7 @@ def create_app(
         if check.ok:
             run_id = await submit(check)
             if run_id is not None:
-                return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+                return RedirectResponse(f"/runs/{segment(run_id)}", status_code=303)
         with store() as s:
             templates = s.templates() if s is not None else []
         return page("start.html", code=422, goal=check, **_start_context(templates, ""))
@@ -315,8 +317,21 @@ def create_app(
         if check.ok:
             run_id = await submit(check)
             if run_id is not None:
-                return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+                return RedirectResponse(f"/runs/{segment(run_id)}", status_code=303)
         return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
+
+    @app.get("/runs/{address:path}", response_class=HTMLResponse)
+    def run_unencoded(address: str) -> Response:
+        """A sub-run's address typed with its "/" as it is (``/runs/R/step``): its page, at the address the links use."""
+        run_id = address.rstrip("/")
+        with store() as s:
+            try:
+                found = s is not None and bool(s.run(run_id))
+            except RunNotFoundError:
+                found = False
+        if found:
+            return RedirectResponse(f"/runs/{segment(run_id)}", status_code=307)
+        return missing(run_id)
 
     @app.get("/static/{asset}")
     def static(asset: str) -> Response:
@@ -333,7 +348,8 @@ def create_app(
     def tampered(request: Request, exc: TamperedError) -> Response:  # a run or template changed in the store: nothing was done
         return page("missing.html", code=409, run_id=exc.run_id or "", why=f"refused: {exc}")
 
-    return Guard(app, token=token, loopback=loopback)  # in front of every route: see `security`
+    # in front of every route: the guard (`security`), and before it the run ids' segments as sent (`paths`)
+    return RunPaths(Guard(app, token=token, loopback=loopback))
 
 
 def _no_team() -> Team:

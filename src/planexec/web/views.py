@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
 
 from planexec import Plan, RunStatus, Step, StepRecord
 from planexec.plan import when_text
@@ -30,6 +29,7 @@ from planexec.runs import PlanVersion, describe_refused
 from planexec.store import Approval, ApprovalState, RunStore, RunSummary, RunView, replay
 from planexec.web.details import criteria_results, describe_usage, plan_review, resolved_inputs, usage_by_role
 from planexec.web.graph import plan_svg, timeline_svg
+from planexec.web.paths import segment
 
 __all__ = ["ORIGINS_SHOWN", "STATES", "RunDetail", "inbox", "live_state", "run_detail", "run_rows", "step_lineage"]
 
@@ -279,7 +279,7 @@ def _produced(rec: StepRecord, view: RunView) -> tuple[str | None, bool]:
 
 
 def _lineage_link(run_id: str, sid: str) -> str:
-    return f"/runs/{quote(run_id, safe='')}/steps/{quote(sid, safe='')}/lineage"
+    return f"/runs/{segment(run_id)}/steps/{segment(sid)}/lineage"
 
 
 def step_lineage(store: RunStore, run_id: str, step_id: str) -> dict[str, Any] | None:
