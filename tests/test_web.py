@@ -420,6 +420,59 @@ def test_a_sub_run_opens_at_its_own_address_and_never_as_a_page_of_its_parent(pr
     assert code == 404 and "r1/nothing-here" in gone and "Traceback" not in gone
 
 
+@pytest.fixture
+def console(tmp_path):
+    """The console's app in process (FastAPI's TestClient, redirects not followed) over a store with runs whose ids
+    need care in an address: r1 and its sub-run r1/compile, "a b" and "a b/compile", and a run named "table"."""
+    from fastapi.testclient import TestClient
+
+    from planexec.web import create_app
+
+    db = tmp_path / "runs.db"
+    for rid, parent in (
+        ("r1", None),
+        ("r1/compile", ("r1", "compile")),
+        ("a b", None),
+        ("a b/compile", ("a b", "compile")),
+        ("table", None),
+    ):
+        _record(db, rid, parent=parent)
+    with TestClient(create_app(str(db), token=TOKEN, worker=False), base_url="http://127.0.0.1", follow_redirects=False) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        yield client
+
+
+def test_an_address_typed_by_hand_goes_on_to_the_page_it_means_with_its_query(console):
+    # a sub-run typed with its "/", the parent's id encoded or not: on to the address the links use, the notice kept
+    for typed, meant in (("/runs/r1/compile?done=hi", "/runs/r1%2Fcompile?done=hi"), ("/runs/a%20b/compile", "/runs/a%20b%2Fcompile")):
+        answer = console.get(typed)
+        assert (answer.status_code, answer.headers["location"]) == (307, meant), typed
+    # a trailing "/" is dropped, on a run's page, a sub-run's or any view of a run, as before the sub-runs had addresses
+    for typed in ("/runs/r1%2Fcompile/", "/runs/r1/panels/", "/runs/r1/review/", "/runs/r1/steps/compile/lineage/"):
+        answer = console.get(typed)
+        assert (answer.status_code, answer.headers["location"]) == (307, typed[:-1]), typed
+    assert console.get("/runs/r1/steps/compile/lineage").status_code == 200
+
+
+def test_a_mistyped_address_is_a_404_that_says_so_and_does_not_reload_itself(console):
+    for typed in ("/runs/r1/panelz", "/runs/nobody/compile", "/runs/"):
+        answer = console.get(typed)
+        assert answer.status_code == 404 and "no page at this address" in answer.text, typed
+        assert "data-retry" not in answer.text and "Traceback" not in answer.text
+    from planexec.web import csrf_token
+
+    answer = console.post("/runs/r1/compile/edit", data={"csrf": csrf_token(TOKEN)})
+    assert answer.status_code == 404 and "no page at this address" in answer.text  # not a 405 of a route it is not
+
+
+def test_a_run_named_table_opens_and_the_runs_list_refreshes_from_its_own_address(console):
+    page = console.get("/runs/table")
+    assert page.status_code == 200 and "<title>Run table" in page.text
+    runs = console.get("/")
+    assert 'data-live="/fragments/runs?' in runs.text and 'href="/runs/table"' in runs.text
+    assert 'href="/runs/a%20b%2Fcompile"' in console.get("/fragments/runs").text
+
+
 # --- in a real browser ---------------------------------------------------------------------
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, unquote, urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -135,7 +135,7 @@ def create_app(
             pending = len(s.approvals(pending_only=True)) if s is not None else 0
         return page("runs.html", rows=rows, states=views.STATES, status=status, q=q, pending=pending)
 
-    @app.get("/runs/table", response_class=HTMLResponse)
+    @app.get("/fragments/runs", response_class=HTMLResponse)
     def runs_table(status: str = "", q: str = "") -> HTMLResponse:
         with store() as s:
             rows = views.run_rows(s, state=status or None, query=q) if s is not None else []
@@ -320,18 +320,24 @@ def create_app(
                 return RedirectResponse(f"/runs/{segment(run_id)}", status_code=303)
         return page("start.html", code=422, filled=check, **_start_context(templates, form.get("name", "")))
 
-    @app.get("/runs/{address:path}", response_class=HTMLResponse)
-    def run_unencoded(address: str) -> Response:
-        """A sub-run's address typed with its "/" as it is (``/runs/R/step``): its page, at the address the links use."""
-        run_id = address.rstrip("/")
-        with store() as s:
-            try:
-                found = s is not None and bool(s.run(run_id))
-            except RunNotFoundError:
-                found = False
-        if found:
-            return RedirectResponse(f"/runs/{segment(run_id)}", status_code=307)
-        return missing(run_id)
+    @app.api_route("/runs/{address:path}", methods=["GET", "POST"], response_class=HTMLResponse)
+    def run_unencoded(address: str, request: Request) -> Response:
+        """An address under /runs/ no route took: one with a trailing "/" goes on without it; a run typed with the "/"
+        of its id as it is (``/runs/R/step``) goes on to the address its links use; anything else is the console's 404."""
+        query = f"?{request.url.query}" if request.url.query else ""
+        if request.method == "GET" and address.endswith("/") and address.rstrip("/"):
+            return RedirectResponse(f"/runs/{address.rstrip('/')}{query}", status_code=307)
+        head, sep, rest = address.partition("/")  # the first segment as sent (`paths.RunPaths`), the rest decoded
+        run_id = f"{unquote(head)}{sep}{rest}"
+        if request.method == "GET" and sep:
+            with store() as s:
+                try:
+                    found = s is not None and bool(s.run(run_id))
+                except RunNotFoundError:
+                    found = False
+            if found:
+                return RedirectResponse(f"/runs/{segment(run_id)}{query}", status_code=307)
+        return missing(run_id, why=f"This store has no run {run_id}, and the console no page at this address.")
 
     @app.get("/static/{asset}")
     def static(asset: str) -> Response:
