@@ -31,6 +31,41 @@ def test_a_run_id_the_store_already_has_is_refused_before_anything_runs(tmp_path
     assert json.loads(capsys.readouterr().out)["run"]["status"] == "succeeded"  # the first run is untouched
 
 
+def test_a_run_id_that_would_forge_a_log_line_or_lose_its_page_is_refused_naming_the_rule(tmp_path, monkeypatch, capsys):
+    import asyncio
+
+    import pytest
+
+    from planexec import Engine, Plan, Registry, check_run_id
+
+    _plan(tmp_path, monkeypatch)
+    for bad, rule in (("a\nplanexec: run ok", "control character"), ("..", "may not be '..'"), ("x" * 201, "at most 200")):
+        try:
+            code = main(["run", "--plan", "plan.json", "--yes", "--run-id", bad])
+        except SystemExit as exc:  # argparse's usage error
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2 and "--run-id" in err and rule in err and "Traceback" not in err, err
+        with pytest.raises(ValueError, match=rule):
+            check_run_id(bad)
+    assert not (tmp_path / ".planexec").exists()  # refused before anything: no store was even made
+    assert check_run_id("r1/step") == "r1/step" and check_run_id("a b") == "a b"  # a sub-run's id, a space: fine
+
+    registry = Registry()
+
+    @registry.tool
+    def echo(value: object) -> object:
+        """Echo."""
+        return value
+
+    with pytest.raises(ValueError, match="control character"):  # the engine refuses it as the CLI does, before any step
+        asyncio.run(_start(Engine(registry), Plan.model_validate(PLAN), "tab\there"))
+
+
+async def _start(engine, plan, run_id):
+    return await engine.start(plan, run_id=run_id).result()
+
+
 def test_a_store_that_fails_during_the_run_exits_3_not_130(tmp_path, monkeypatch, capsys):
     _plan(tmp_path, monkeypatch)
     from planexec.store import sqlite

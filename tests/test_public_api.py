@@ -8,7 +8,7 @@ import planexec
 
 EXPECTED = {
     # the goal path, and what a team takes
-    "Team", "ModelOptions", "Toolbox", "PlanningOptions", "ReviewOptions", "Submission", "new_run_id",
+    "Team", "ModelOptions", "Toolbox", "PlanningOptions", "ReviewOptions", "Submission", "new_run_id", "check_run_id",
     # plans
     "Plan", "Step", "FailureAction", "check_plan", "validate_plan", "Problem",
     # workers and tools

@@ -17,7 +17,7 @@ their own `__all__`. Everything else is private and may change.
 """
 
 from planexec.engine.config import EngineConfig
-from planexec.engine.engine import Engine, Run, new_run_id
+from planexec.engine.engine import Engine, Run, check_run_id, new_run_id
 from planexec.engine.results import RunResult, RunStatus, StepRecord, StepState
 from planexec.errors import PlanexecError, Problem
 from planexec.models.base import Model
@@ -72,6 +72,7 @@ __all__ = [
     "Usage",
     "Worker",
     "check_plan",
+    "check_run_id",
     "new_run_id",
     "resolve_model",
     "tool",

@@ -49,6 +49,7 @@ from planexec import (
     StepState,
     Team,
     Toolbox,
+    check_run_id,
     validate_plan,
 )
 from planexec.cli.progress import EventLog, LiveProgress
@@ -374,11 +375,19 @@ def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 STORE_HELP = "the run store: a file, sqlite:///path or postgresql://... (default: $PLANEXEC_STORE, planexec.toml, .planexec/runs.db)"
 
 
+def run_id_arg(text: str) -> str:
+    """``--run-id``'s type: the id as given, or argparse's usage error (exit 2) naming the rule it breaks."""
+    try:
+        return check_run_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_store_options(p: argparse.ArgumentParser) -> None:
     """``--store``, ``--no-store`` and ``--run-id`` for ``planexec run``."""
     p.add_argument("--store", metavar="STORE", help=STORE_HELP)
     p.add_argument("--no-store", action="store_true", help="do not record the run (it cannot be resumed or shown later)")
-    p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
+    p.add_argument("--run-id", metavar="ID", type=run_id_arg, help="the run's id (default: run-<date>-<time>-<random>)")
 
 
 def engine_config(args: argparse.Namespace, config: Config, **given: Any) -> EngineConfig:

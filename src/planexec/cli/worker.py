@@ -53,7 +53,7 @@ def add_fleet_commands(sub: Any) -> None:
         "--policies", action="append", default=[], metavar="FILE",
         help="policies that review the plan first: a YAML rule file or a Python module; repeatable; added to 'policies' in planexec.toml",
     )  # fmt: skip
-    p.add_argument("--run-id", metavar="ID", help="the run's id (default: run-<date>-<time>-<random>)")
+    p.add_argument("--run-id", metavar="ID", type=common.run_id_arg, help="the run's id (default: run-<date>-<time>-<random>)")
     p.add_argument("--json", action="store_true", help="print the queued run as JSON (with --goal: each stage, one JSON object a line)")
     add_template_options(p)
     p.add_argument("--store", metavar="STORE", help=common.STORE_HELP)

@@ -13,6 +13,7 @@ Imports `engine.config`, `engine.criteria`, `engine.loop`, `engine.recording`,
 from __future__ import annotations
 
 import random
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -129,7 +130,7 @@ class Engine:
         if validate:
             check_plan(plan, self.registry)
         drafts = planning.draft_events() if planning is not None else []
-        run = Run(self, plan, run_id or new_run_id(), setup=setup, drafts=drafts)
+        run = Run(self, plan, check_run_id(run_id) if run_id else new_run_id(), setup=setup, drafts=drafts)
         for role, used in (overhead or {}).items():
             run.add_overhead(role, used)
         self._record(run)
@@ -186,7 +187,7 @@ class Engine:
                 "a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver"
             )
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
-        run = StreamingRun(self, empty, run_id or new_run_id(), setup=setup, streaming=True)
+        run = StreamingRun(self, empty, check_run_id(run_id) if run_id else new_run_id(), setup=setup, streaming=True)
         run.launch(name=f"planexec {run.run_id}")
         self._record(run)
         run.feed(stream, name=f"planexec {run.run_id} plan stream")
@@ -259,6 +260,29 @@ def _check_cascades(cascades: Mapping[str, Any], registry: Registry) -> None:
             problem = registry.model_problem(model)
             if problem is not None:
                 raise ValueError(f"cascades[{name!r}]: {problem}")
+
+
+RUN_ID_MAX = 200  # characters: an id is a file name's worth, shown in tables, addresses and logs
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` when a run may be given it, else `ValueError` naming the rule it breaks.
+
+    Any text of 1 to `RUN_ID_MAX` characters, but no control character
+    (a newline would forge a line of a log or a report) and not ``.`` or
+    ``..`` (a browser reads those as a folder of the console's address, not
+    a run). A sub-run's ``/`` is fine (``R/step``).
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError("a run id must be a non-empty string")
+    if len(run_id) > RUN_ID_MAX:
+        raise ValueError(f"a run id has at most {RUN_ID_MAX} characters, not {len(run_id):,}")
+    bad = next((c for c in run_id if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise ValueError(f"a run id may not hold a control character ({bad!r} in {run_id!r})")
+    if run_id in (".", ".."):
+        raise ValueError(f"a run id may not be {run_id!r}: the console's addresses would read it as a folder")
+    return run_id
 
 
 def new_run_id(prefix: str = "run") -> str:
