@@ -473,6 +473,56 @@ def test_a_run_named_table_opens_and_the_runs_list_refreshes_from_its_own_addres
     assert 'href="/runs/a%20b%2Fcompile"' in console.get("/fragments/runs").text
 
 
+def test_the_console_checks_its_store_once_a_thread_not_on_every_request_and_follows_a_replaced_file(console, tmp_path, monkeypatch):
+    """Opening checks the file (SQLite's quick check: ~14 ms for 13 MB); the runs list asks every two seconds."""
+    import shutil
+
+    from planexec.store import sqlite
+
+    checks = []
+    real = sqlite.open_check
+    monkeypatch.setattr(sqlite, "open_check", lambda *a, **k: (checks.append(1), real(*a, **k))[1])
+    for _ in range(20):
+        assert console.get("/fragments/runs").status_code == 200
+    assert 1 <= len(checks) <= 3, len(checks)  # one a thread the requests were served on, not one a request
+    # another file at the same path (a restore, a repair): read from the next request on, checked again
+    other = tmp_path / "other.db"
+    _record(other, "restored")
+    before = len(checks)
+    shutil.copy(other, tmp_path / "runs.db.new")
+    os.replace(tmp_path / "runs.db.new", tmp_path / "runs.db")
+    for f in (tmp_path / "runs.db-wal", tmp_path / "runs.db-shm"):
+        f.unlink(missing_ok=True)
+    runs = console.get("/fragments/runs").text
+    assert 'href="/runs/restored"' in runs and 'href="/runs/r1"' not in runs and len(checks) > before
+    # no store at all: an empty list, as before the first run; a new one is found
+    (tmp_path / "runs.db").unlink()
+    answer = console.get("/")
+    assert answer.status_code == 200 and 'href="/runs/restored"' not in answer.text
+    _record(tmp_path / "runs.db", "again")
+    assert 'href="/runs/again"' in console.get("/fragments/runs").text
+
+
+def test_a_store_that_failed_a_request_is_opened_again_for_the_next(console, monkeypatch):
+    from planexec.errors import StoreError
+    from planexec.store import SqliteRunStore
+
+    real = SqliteRunStore.runs
+    failed = []
+
+    def once(self, *args, **kwargs):
+        if not failed:
+            failed.append(self)
+            raise StoreError("cannot read the run store: disk I/O error")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqliteRunStore, "runs", once)
+    answer = console.get("/")
+    assert answer.status_code == 503 and "disk I/O error" in answer.text and "Traceback" not in answer.text
+    assert 'href="/runs/r1"' in console.get("/").text  # a new store: the failed one was closed, not kept
+    assert failed[0].closed
+
+
 # --- in a real browser ---------------------------------------------------------------------
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

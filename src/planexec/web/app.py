@@ -7,13 +7,14 @@ last seq it sent and pushes the run's and each step's state when something
 new was stored, so it follows runs written by any process), the static
 files, and the forms that change anything (decide an approval; answer a
 waiting plan version with an edit; submit a goal or a template through the
-team, `start.Submitter`), all behind `security.Guard`. Each request opens
-the store and closes it; handlers are plain functions FastAPI runs in its
-thread pool, since the store's calls block. The console runs no run
+team, `start.Submitter`), all behind `security.Guard`. Each thread that
+serves requests keeps the store open between them (`stores.StorePool`);
+handlers are plain functions FastAPI runs in its thread pool, since the
+store's calls block. The console runs no run
 itself: approved runs are taken from the store's queue by its own worker
 (`fleet.local`, started with the console when asked, stopped with it) or
 by a ``planexec worker`` fleet. Imports `views`, `actions`, `start`,
-`security`, the store, the fleet's local worker and the public API; never
+`security`, `paths`, `stores`, the store, the fleet's local worker and the public API; never
 the CLI.
 """
 
@@ -44,6 +45,7 @@ from planexec.store import RunStore, open_store, sqlite_path
 from planexec.web import actions, start, views
 from planexec.web.paths import RunPaths, segment
 from planexec.web.security import Guard, csrf_token
+from planexec.web.stores import StorePool
 
 __all__ = ["create_app"]
 
@@ -84,6 +86,7 @@ def create_app(
     csrf = csrf_token(token)
     reviewers = list(policies)
     submitter = start.Submitter(team or _no_team, user=name)
+    stores = StorePool(store_target)
     local: list[LocalWorker] = []  # the console's worker, once started
 
     def start_worker() -> None:
@@ -106,20 +109,20 @@ def create_app(
             await submitter.close()
             if local:
                 await asyncio.to_thread(local[0].stop)  # runs in hand go back to the queue at their next step boundary
+            await asyncio.to_thread(stores.close)  # the stores the request threads kept open
 
     app.router.lifespan_context = lifespan
 
     @contextlib.contextmanager
     def store() -> Iterator[RunStore | None]:
-        path = sqlite_path(store_target)
-        if path is not None and not path.exists():
-            yield None  # nothing recorded yet: this console never creates a store
-            return
-        opened = open_store(store_target, create=False)
+        opened = stores.get()  # this thread's, kept between requests; None: nothing recorded yet
         try:
             yield opened
-        finally:
-            opened.close()
+        except (RunNotFoundError, ApprovalError, TamperedError):
+            raise  # an answer about what the store holds, not a store that failed
+        except BaseException:
+            stores.drop()  # the next request opens it again, and checks it
+            raise
 
     def page(template: str, code: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(template).render(csrf=csrf, user=name, location=store_target, **context)
