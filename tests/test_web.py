@@ -523,6 +523,81 @@ def test_a_store_that_failed_a_request_is_opened_again_for_the_next(console, mon
     assert failed[0].closed
 
 
+def _fds_on(name: str) -> int:
+    """How many of this process's descriptors are open on a file whose path holds `name`."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += name in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return count
+
+
+def test_the_console_keeps_a_few_stores_open_however_many_threads_served_requests(tmp_path):
+    """The request threads come and go (anyio ends one idle for 10 s): the open files follow the requests in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from planexec.web.stores import IDLE_KEPT, StorePool
+
+    db = tmp_path / "runs.db"
+    _record(db, "r1")
+    pool = StorePool(str(db))
+    before = _fds_on("runs.db")
+
+    def request(_: object) -> int:
+        with pool.use() as store:
+            assert store is not None
+            time.sleep(0.01)
+            return len(store.runs())
+
+    counts = []
+    try:
+        for _ in range(4):  # bursts of 30 at once, each on threads that end afterwards
+            with ThreadPoolExecutor(30) as threads:
+                assert set(threads.map(request, range(120))) == {1}
+            assert pool.idle() <= IDLE_KEPT
+            counts.append(_fds_on("runs.db"))
+        # SQLite keeps a closed connection's descriptor while another of the file is open here, and reuses it: the
+        # count follows the busiest moment, and stays there (it grew by each ended thread's store before)
+        assert counts[-1] <= counts[0] + 2, f"descriptors on the store after each burst: {counts}"
+    finally:
+        pool.close()
+    assert pool.idle() == 0 and _fds_on("runs.db") <= before
+
+
+def test_a_postgres_store_whose_connection_the_server_ended_still_serves_the_next_request():
+    """A server restart or idle timeout ends a kept connection: a store that is not a file is opened for each request."""
+    psycopg = pytest.importorskip("psycopg")
+    from fastapi.testclient import TestClient
+
+    from planexec import Plan
+    from planexec.store.pgserver import PostgresUnavailable, TempPostgres
+    from planexec.web import create_app
+
+    try:
+        pg = TempPostgres().start()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        store = open_store(pg.url)
+        try:
+            store.save_plan("r1", Plan.model_validate(plan(gated_step=False)))
+        finally:
+            store.close()
+        with TestClient(create_app(pg.url, token=TOKEN, worker=False), base_url="http://127.0.0.1") as client:
+            client.headers["Authorization"] = f"Bearer {TOKEN}"
+            assert client.get("/").status_code == 200
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                )
+            answer = client.get("/")
+            assert answer.status_code == 200, answer.text[:300]
+    finally:
+        pg.stop()
+
+
 # --- in a real browser ---------------------------------------------------------------------
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

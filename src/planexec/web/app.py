@@ -7,9 +7,8 @@ last seq it sent and pushes the run's and each step's state when something
 new was stored, so it follows runs written by any process), the static
 files, and the forms that change anything (decide an approval; answer a
 waiting plan version with an edit; submit a goal or a template through the
-team, `start.Submitter`), all behind `security.Guard`. Each thread that
-serves requests keeps the store open between them (`stores.StorePool`);
-handlers are plain functions FastAPI runs in its thread pool, since the
+team, `start.Submitter`), all behind `security.Guard`. A request takes
+a store kept open between requests (`stores.StorePool`); handlers are plain functions FastAPI runs in its thread pool, since the
 store's calls block. The console runs no run
 itself: approved runs are taken from the store's queue by its own worker
 (`fleet.local`, started with the console when asked, stopped with it) or
@@ -25,7 +24,7 @@ import contextlib
 import getpass
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from planexec.errors import ApprovalError, PlanexecError, RunNotFoundError, Stor
 from planexec.fleet import LocalWorker
 from planexec.policies import Policy
 from planexec.runs import pending_version, run_setup
-from planexec.store import RunStore, open_store, sqlite_path
+from planexec.store import open_store, sqlite_path
 from planexec.web import actions, start, views
 from planexec.web.paths import RunPaths, segment
 from planexec.web.security import Guard, csrf_token
@@ -113,16 +112,7 @@ def create_app(
 
     app.router.lifespan_context = lifespan
 
-    @contextlib.contextmanager
-    def store() -> Iterator[RunStore | None]:
-        opened = stores.get()  # this thread's, kept between requests; None: nothing recorded yet
-        try:
-            yield opened
-        except (RunNotFoundError, ApprovalError, TamperedError):
-            raise  # an answer about what the store holds, not a store that failed
-        except BaseException:
-            stores.drop()  # the next request opens it again, and checks it
-            raise
+    store = stores.use  # `with store() as s`: a store for this request alone, kept open between requests; None: none yet
 
     def page(template: str, code: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(template).render(csrf=csrf, user=name, location=store_target, **context)
