@@ -145,13 +145,15 @@ def stores(request, tmp_path):
 
     ``stores()`` opens a new, empty store and returns it; ``stores.url(store)``
     is where it lives, so a second connection (another process's view) can
-    ``open_store`` it.
+    ``open_store`` it. Every store it opened is closed after the test (a store
+    left open keeps its leases' heartbeat beating until the interpreter exits).
     """
     import uuid
 
     from planexec.store import open_store
 
     urls: dict[int, str] = {}
+    opened: list = []
     base = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
 
     def new():
@@ -159,8 +161,11 @@ def stores(request, tmp_path):
         url = str(tmp_path / f"store-{name}.db") if base is None else f"{base}?schema=t_{name}"
         store = open_store(url)
         urls[id(store)] = url
+        opened.append(store)
         return store
 
     new.url = lambda store: urls[id(store)]  # type: ignore[attr-defined]
     new.backend = request.param  # type: ignore[attr-defined]
-    return new
+    yield new
+    for store in opened:
+        store.close()
