@@ -130,7 +130,7 @@ class Engine:
         if validate:
             check_plan(plan, self.registry)
         drafts = planning.draft_events() if planning is not None else []
-        run = Run(self, plan, check_run_id(run_id) if run_id else new_run_id(), setup=setup, drafts=drafts)
+        run = Run(self, plan, run_id_for(run_id), setup=setup, drafts=drafts)
         for role, used in (overhead or {}).items():
             run.add_overhead(role, used)
         self._record(run)
@@ -187,7 +187,7 @@ class Engine:
                 "a streamed plan starts running before it is complete, so it cannot be approved first: run it without a plan_approver"
             )
         empty = Plan.model_construct(plan_id=stream.plan_id, goal=stream.goal, steps=[])
-        run = StreamingRun(self, empty, check_run_id(run_id) if run_id else new_run_id(), setup=setup, streaming=True)
+        run = StreamingRun(self, empty, run_id_for(run_id), setup=setup, streaming=True)
         run.launch(name=f"planexec {run.run_id}")
         self._record(run)
         run.feed(stream, name=f"planexec {run.run_id} plan stream")
@@ -283,6 +283,11 @@ def check_run_id(run_id: str) -> str:
     if run_id in (".", ".."):
         raise ValueError(f"a run id may not be {run_id!r}: the console's addresses would read it as a folder")
     return run_id
+
+
+def run_id_for(run_id: str | None) -> str:
+    """The id a new run gets: `run_id` when one is given (`check_run_id`: `ValueError` naming the rule it breaks), else a new one."""
+    return check_run_id(run_id) if run_id else new_run_id()
 
 
 def new_run_id(prefix: str = "run") -> str:

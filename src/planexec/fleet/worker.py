@@ -67,7 +67,7 @@ from planexec.config import RunnerConfig
 from planexec.engine.approval import PlanApprover, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.config import EngineConfig
-from planexec.engine.engine import Run, check_run_id, new_run_id
+from planexec.engine.engine import Run, run_id_for
 from planexec.engine.recording import Holds
 from planexec.engine.results import RunStatus
 from planexec.engine.resume import ResumeError
@@ -151,7 +151,7 @@ def submit_plan(
     """
     if registry is not None:
         check_plan(plan, registry)
-    run_id = check_run_id(run_id) if run_id else new_run_id()
+    run_id = run_id_for(run_id)
     decided: tuple[bool, str, str | None] | None = None
     if denied_by is not None:
         decided = (False, denied_by[0], denied_by[1])

@@ -28,7 +28,7 @@ from planexec.config import Config, RunnerConfig, load_config
 from planexec.engine.approval import Approver, StoreApprover
 from planexec.engine.calls import approve_calls
 from planexec.engine.config import EngineConfig
-from planexec.engine.engine import Engine, Run, check_run_id, new_run_id
+from planexec.engine.engine import Engine, Run, run_id_for
 from planexec.engine.join import Joiner
 from planexec.engine.loop import run_to_end
 from planexec.engine.recording import RunLog
@@ -555,7 +555,7 @@ class Team:
         check_plan(plan, self.registry)
         planning = Planning(plan=plan, drafts=[], usage=Usage())
         yield Planned(planning)
-        async for stage in self._queued(planning, run_id=check_run_id(run_id) if run_id else new_run_id(), submission=submit):
+        async for stage in self._queued(planning, run_id=run_id_for(run_id), submission=submit):
             yield stage
 
     def _queued(self, planning: Planning, *, run_id: str, submission: Submission) -> AsyncIterator[Stage]:
@@ -611,7 +611,7 @@ class Team:
         if submit is not None:
             if (mode or self.mode) == "stream":
                 raise ValueError("a streamed run starts while its plan is written, so it cannot wait in the queue: use mode 'plan'")
-            async for stage in self._until_started(goal, mode=mode, run_id=check_run_id(run_id) if run_id else new_run_id(), submit=submit):
+            async for stage in self._until_started(goal, mode=mode, run_id=run_id_for(run_id), submit=submit):
                 yield stage
             return
         started: Started | None = None
@@ -622,7 +622,7 @@ class Team:
                     if isinstance(stage, Started):
                         started = stage
             else:
-                run_id = check_run_id(run_id) if run_id else new_run_id()  # known before planning: the planner's calls carry it
+                run_id = run_id_for(run_id)  # known before planning: the planner's calls carry it
                 with run_scope(run_id):  # the run's span opens now: routing and planning are part of its trace
                     async for stage in self._until_started(goal, mode=mode, run_id=run_id, run_options=run_options):
                         yield stage

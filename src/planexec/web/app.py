@@ -7,14 +7,15 @@ last seq it sent and pushes the run's and each step's state when something
 new was stored, so it follows runs written by any process), the static
 files, and the forms that change anything (decide an approval; answer a
 waiting plan version with an edit; submit a goal or a template through the
-team, `start.Submitter`), all behind `security.Guard`. A request takes
-a store kept open between requests (`stores.StorePool`); handlers are plain functions FastAPI runs in its thread pool, since the
-store's calls block. The console runs no run
-itself: approved runs are taken from the store's queue by its own worker
-(`fleet.local`, started with the console when asked, stopped with it) or
-by a ``planexec worker`` fleet. Imports `views`, `actions`, `start`,
-`security`, `paths`, `stores`, the store, the fleet's local worker and the public API; never
-the CLI.
+team, `start.Submitter`), all behind `security.Guard`, with run ids in
+addresses as `paths` writes them. A request takes a store kept open
+between requests (`stores.StorePool`); handlers are plain functions
+FastAPI runs in its thread pool, since the store's calls block. The
+console runs no run itself: approved runs are taken from the store's
+queue by its own worker (`fleet.local`, started with the console when
+asked, stopped with it) or by a ``planexec worker`` fleet. Imports
+`views`, `actions`, `start`, `security`, `paths`, `stores`, the store,
+the fleet's local worker and the public API; never the CLI.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def create_app(
             await submitter.close()
             if local:
                 await asyncio.to_thread(local[0].stop)  # runs in hand go back to the queue at their next step boundary
-            await asyncio.to_thread(stores.close)  # the stores the request threads kept open
+            await asyncio.to_thread(stores.close)  # the stores kept open between requests
 
     app.router.lifespan_context = lifespan
 
