@@ -543,7 +543,7 @@ def test_the_console_keeps_a_few_stores_open_however_many_threads_served_request
     db = tmp_path / "runs.db"
     _record(db, "r1")
     pool = StorePool(str(db))
-    before = _fds_on("runs.db")
+    before = _fds_on(str(db))
 
     def request(_: object) -> int:
         with pool.use() as store:
@@ -557,13 +557,13 @@ def test_the_console_keeps_a_few_stores_open_however_many_threads_served_request
             with ThreadPoolExecutor(30) as threads:
                 assert set(threads.map(request, range(120))) == {1}
             assert pool.idle() <= IDLE_KEPT
-            counts.append(_fds_on("runs.db"))
+            counts.append(_fds_on(str(db)))
         # SQLite keeps a closed connection's descriptor while another of the file is open here, and reuses it: the
         # count follows the busiest moment, and stays there (it grew by each ended thread's store before)
         assert counts[-1] <= counts[0] + 2, f"descriptors on the store after each burst: {counts}"
     finally:
         pool.close()
-    assert pool.idle() == 0 and _fds_on("runs.db") <= before
+    assert pool.idle() == 0 and _fds_on(str(db)) <= before
 
 
 def test_a_postgres_store_whose_connection_the_server_ended_still_serves_the_next_request():
